@@ -1,0 +1,3 @@
+"""PLACEHOLDER: replaced by the CLI."""
+def main(argv=None):
+    raise SystemExit("tickgpu CLI not built yet")

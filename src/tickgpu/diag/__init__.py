@@ -1,0 +1,1 @@
+"""tickgpu.diag"""

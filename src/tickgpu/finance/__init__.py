@@ -1,0 +1,1 @@
+"""Finance operations users call directly: checks, then dispatch, then a backend."""
