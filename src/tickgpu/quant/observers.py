@@ -289,7 +289,8 @@ class ScheduledScales:
         if initial is None:
             initial = make_observer().qparams()
         s, z = initial
-        self._current = FrozenScales(np.array(s, np.float32), np.array(z, np.int32), 0, (0, 0))
+        self._current = FrozenScales(np.atleast_1d(np.array(s, np.float32)),
+                                     np.atleast_1d(np.array(z, np.int32)), 0, (0, 0))
         self._past: list[np.ndarray] = []
         self.step = 0
         self._lock = threading.Lock()
