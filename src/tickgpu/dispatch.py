@@ -14,7 +14,6 @@ from importlib import resources
 from tickgpu.errors import BackendUnavailable
 
 
-
 @functools.lru_cache(maxsize=1)
 def crossover() -> dict[str, int]:
     """Element counts from which the GPU beat the CPU backend, NumPy in and NumPy out.
