@@ -45,12 +45,13 @@ int tg_num_cores(void);
  * rho (per 1.00 rate), phi (dividend rho, per 1.00 q), vanna (d delta / d sigma),
  * volga (d vega / d sigma), charm (d delta / d t, per year of calendar time, i.e. -d/dT).
  * Invalid elements (non-finite, S <= 0, K <= 0, t < 0, sigma <= 0) give NaN in every output.
- * t == 0 (or sigma sqrt(t) underflowing to 0) gives the zero-total-variance limit: price the
- * intrinsic value max(w (S e^{-qt} - K e^{-rt}), 0) with w = +1 call / -1 put; in the money:
+ * t == 0 (or sigma sqrt(t) too small for its reciprocal to be finite) gives the zero-total-
+ * variance limit: price max(w (S e^{-qt} - K e^{-rt}), 0) with w = +1 call / -1 put; in the money:
  * delta w e^{-qt}, theta w (q S e^{-qt} - r K e^{-rt}), rho w t K e^{-rt}, phi -w t S e^{-qt},
  * charm w q e^{-qt}; out of the money all of these 0; gamma, vega, vanna, volga 0. Exactly at
  * the money the limits along S == K as t -> 0: delta w/2, gamma +inf, theta -inf, charm
  * -sign(r - q + sigma^2/2) inf (w q / 2 where that is 0), the rest half the ITM values or 0.
+ * Valid inputs whose results exceed the type's range (S e^{-qt} overflowing) give inf or NaN.
  * Any stride < 0, a NULL input pointer (n > 0) or n < 0 is TG_EINVAL. */
 typedef struct {
     const void *spot;   int64_t s_spot;

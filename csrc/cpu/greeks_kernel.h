@@ -9,7 +9,7 @@
  *   KERNEL_LIMIT    the name of the zero-total-variance function to define
  */
 
-/* The zero-total-variance limit (t == 0, or sigma sqrt(t) too small to represent): the option is
+/* The zero-total-variance limit (t == 0, or 1 / (sigma sqrt t) overflowing): the option is
    worth its (forward) intrinsic value. ITM / OTM are judged on the discounted forward, which at
    t == 0 is spot against strike. Exactly at the money the greeks take their one-sided limits as
    t -> 0 along S == K: delta +-1/2, gamma +inf, theta -inf, charm +-inf. Rare, so out of line. */
@@ -112,7 +112,8 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
             o[7][j] = valid ? vanna : nan;
             o[8][j] = valid ? volga : nan;
             o[9][j] = valid ? charm : nan;
-            nlimit += valid & !(sst > 0);
+            /* 1/sst overflows where sst is 0 (t == 0) or subnormal: take the limit there. */
+            nlimit += valid & !(inv_sst < huge);
         }
 
         /* Zero total variance is rare: fix those elements up after the block rather than
@@ -128,7 +129,7 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
             REAL w = TG_AT(uint8_t, in->call, in->s_call, i) ? C(1.0) : C(-1.0);
             int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
                       & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
-            if (!valid || sig * M(sqrt)(t) > 0)
+            if (!valid || C(1.0) / (sig * M(sqrt)(t)) < huge)
                 continue;
             REAL lim[10];
             KERNEL_LIMIT(S, K, t, r, sig, q, w, lim);

@@ -385,6 +385,26 @@ def test_short_expiries_stay_finite_and_tend_to_intrinsic():
     assert np.all(deep.price >= 0) and deep.price[0] == 0.0
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_valid_inputs_over_a_wide_domain_never_give_nan(rng, dtype):
+    """Spot 1e-6..1e9, K/S 0.01..100 (and exactly 1), t 0 or 1e-12..100 years, vol 1e-6..50,
+    rates -50%..50%: every output defined, and finite for t > 0."""
+    n = 200_000
+    S = 10.0 ** rng.uniform(-6, 9, n)
+    K = S * 10.0 ** rng.uniform(-2, 2, n)
+    K[::7] = S[::7]
+    t = np.where(rng.random(n) < 0.1, 0.0, 10.0 ** rng.uniform(-12, 2, n))
+    sigma = 10.0 ** rng.uniform(-6, 1.7, n)
+    r, q = rng.uniform(-0.5, 0.5, n), rng.uniform(-0.5, 0.5, n)
+    inputs = [x.astype(dtype) for x in (S, K, t, r, sigma, q)]
+    g = tickgpu.greeks(*inputs, rng.random(n) < 0.5, dtype=dtype)
+    live = inputs[2] > 0
+    for name in NAMES:
+        v = getattr(g, name)
+        assert not np.isnan(v).any(), name
+        assert np.isfinite(v[live]).all(), name
+
+
 # ---- threads and the C entry point -------------------------------------------------------------
 
 def run_native(arrays, call, n, nthreads, outputs=NAMES):
