@@ -34,10 +34,11 @@ import triton
 import triton.language as tl
 
 # 2**-100: the floor of every quantization range (tickgpu.quant.schemes.EPS).
-RANGE_FLOOR = 7.888609052210118e-31
-FLT_MAX = 3.4028234663852886e38
-RNE_MAGIC = 12582912.0  # 1.5 * 2**23
-INV_SQRT2 = 0.7071067811865476
+# (Globals a kernel reads must be tl.constexpr.)
+RANGE_FLOOR = tl.constexpr(7.888609052210118e-31)
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+RNE_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23
+INV_SQRT2 = tl.constexpr(0.7071067811865476)
 
 
 @triton.jit
