@@ -146,7 +146,7 @@ def train(model, x, y, *, steps, batch, lr, seed):
         loss.backward()
         opt.step()
         sched.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def state_dict_np(model):
