@@ -203,6 +203,12 @@ int tg_book_apply(tg_book *book, int64_t n, const tg_message *msgs, int32_t stop
                   int8_t *codes, const tg_book_features *features,
                   int64_t *n_rejected, int64_t *first_rejected);
 
+/* One message from its fields, for tick-by-tick callers (order id and time are not needed by a
+ * level book). *code (may be NULL) receives the tg_book_code. Returns TG_OK, TG_EDATA (rejected,
+ * book unchanged) or TG_ENOMEM. */
+int tg_book_apply_fields(tg_book *book, int32_t instrument, int32_t type, int64_t size, int64_t price,
+                         int32_t direction, int8_t *code);
+
 /* The `levels` best levels of each side (best first), LOBSTER's empty encoding beyond the book.
  * Element k of each output goes to [k * stride]: stride 1 for four separate arrays, stride 4 with
  * pointers row, row+1, row+2, row+3 for a LOBSTER orderbook row. Any output may be NULL. */

@@ -270,6 +270,19 @@ int tg_book_apply(tg_book *book, int64_t n, const tg_message *msgs, int32_t stop
     return status;
 }
 
+int tg_book_apply_fields(tg_book *book, int32_t instrument, int32_t type, int64_t size, int64_t price,
+                         int32_t direction, int8_t *code)
+{
+    if (book == NULL)
+        return TG_EINVAL;
+    tg_message m = {0.0, type, 0, size, price, direction, instrument};
+    int emptied;
+    int c = tg_book_apply_one(book, instrument, &m, &emptied);
+    if (code)
+        *code = (int8_t)c;
+    return c == TG_BOOK_OK ? TG_OK : c == TG_BOOK_NO_MEMORY ? TG_ENOMEM : TG_EDATA;
+}
+
 int tg_book_snapshot(const tg_book *book, int32_t instrument, int32_t levels,
                      int64_t *ask_price, int64_t *ask_size, int64_t *bid_price, int64_t *bid_size,
                      int64_t stride)

@@ -163,8 +163,7 @@ def test_snapshots_match_reference_after_every_message(stream_seed):
     depths = (1, 3, 10, 400)
     deepest = 0
     for i, m in enumerate(msgs):
-        book.apply_one(int(m["type"]), int(m["size"]), int(m["price"]), int(m["direction"]), int(m["instrument"]),
-                       order_id=int(m["order_id"]), time=float(m["time"]))
+        book.apply_one(int(m["type"]), int(m["size"]), int(m["price"]), int(m["direction"]), int(m["instrument"]))
         ref.apply(m)
         inst = int(m["instrument"])
         d = depths[i % len(depths)]

@@ -239,6 +239,14 @@ static void test_growth_and_bounds(void)
     CHECK(tg_book_apply(book, 1, &deeper, 1, &code, NULL, NULL, NULL) == TG_OK);
     CHECK(tg_book_info(book, 0, &nb, NULL, NULL) == TG_OK && nb == N);
 
+    /* The field-wise entry point agrees with tg_book_apply. */
+    CHECK(tg_book_apply_fields(book, 1, 1, 10, 777, -1, &code) == TG_OK && code == TG_BOOK_OK);
+    CHECK(tg_book_apply_fields(book, 1, 2, 11, 777, -1, &code) == TG_EDATA && code == TG_BOOK_OVERSIZE);
+    CHECK(tg_book_apply_fields(book, 2, 1, 10, 777, -1, &code) == TG_EDATA && code == TG_BOOK_BAD_INSTRUMENT);
+    CHECK(tg_book_apply_fields(book, 1, 3, 10, 777, -1, NULL) == TG_OK);
+    CHECK(tg_book_apply_fields(NULL, 0, 1, 10, 777, -1, NULL) == TG_EINVAL);
+    CHECK(tg_book_info(book, 1, &nb, &na, NULL) == TG_OK && nb == 0 && na == 0);
+
     /* Bounds of every entry point. */
     CHECK(tg_book_snapshot(book, 2, 1, px, sz, px, sz, 1) == TG_ERANGE);
     CHECK(tg_book_snapshot(book, -1, 1, px, sz, px, sz, 1) == TG_ERANGE);

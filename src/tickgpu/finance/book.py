@@ -260,8 +260,8 @@ class Book:
         self.n_instruments = n_instruments
         self.price_scale = float(price_scale)
         self.max_levels = max_levels
-        # Preallocated for apply_one: one message, its code, the counters.
-        self._one = ffi.new("tg_message *")
+        # Preallocated so that a call allocates nothing it can avoid: apply_one's code, the counters.
+        self._apply_fields = lib.tg_book_apply_fields
         self._one_code = ffi.new("int8_t *")
         self._n_rejected = ffi.new("int64_t *")
         self._first_rejected = ffi.new("int64_t *")
@@ -310,27 +310,17 @@ class Book:
             return codes
         return fout.result(self.price_scale, codes)
 
-    def apply_one(self, type: int, size: int, price: int, direction: int, instrument: int = 0, *,
-                  order_id: int = 0, time: float = 0.0) -> None:
+    def apply_one(self, type: int, size: int, price: int, direction: int, instrument: int = 0) -> None:
         """Apply one message (tick-by-tick use; no array is built). Raises BookError if rejected.
 
-        ``price`` is in integer ticks. On rejection the book is unchanged.
+        ``price`` is in integer ticks (a halt's -1/0/1 for type 7). On rejection the book is
+        unchanged. Order id and time are not needed: the book aggregates levels.
         """
-        m = self._one
-        m.type = type
-        m.size = size
-        m.price = price
-        m.direction = direction
-        m.instrument = instrument
-        m.order_id = order_id
-        m.time = time
-        status = lib.tg_book_apply(self._book, 1, m, 1, self._one_code, ffi.NULL, ffi.NULL, ffi.NULL)
-        if status != lib.TG_OK:
-            if status == lib.TG_ENOMEM:
-                raise MemoryError("Book.apply_one: level growth failed")
+        if self._apply_fields(self._book, instrument, type, size, price, direction, self._one_code):
             code = MessageCode(self._one_code[0])
-            rec = message_array(type, size, price, direction, order_id=order_id, time=time,
-                                instrument=instrument)[()]
+            if code == MessageCode.NO_MEMORY:
+                raise MemoryError("Book.apply_one: level growth failed")
+            rec = message_array(type, size, price, direction, instrument=instrument)[()]
             raise self._error(rec, 0, code, "message")
 
     def _as_messages(self, messages) -> np.ndarray:
