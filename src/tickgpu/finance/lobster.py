@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from tickgpu._native import check, ffi, lib
-from tickgpu.finance.book import MESSAGE_DTYPE, MessageType
+from tickgpu.finance.messages import MESSAGE_DTYPE, MessageType
 
 __all__ = ["LobsterData", "read_lobster", "MESSAGE_COLUMNS"]
 
