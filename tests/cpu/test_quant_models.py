@@ -165,3 +165,17 @@ def test_quant_mlp_from_torch_module(rng):
 
 def test_all_schemes_listed():
     assert set(SCHEMES) == {"w8a8", "w16a8", "w8a16", "fp16", "fp32"}
+
+
+def test_running_models_imports_neither_torch_nor_triton():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from tickgpu.quant import QuantMLP, MinMaxObserver\n"
+            "m = QuantMLP([(np.ones((4, 3)), None), (np.ones((2, 4)), None)], layernorm=(np.ones(3), np.zeros(3)))\n"
+            "m(np.ones((2, 3))); MinMaxObserver().update(np.ones(3))\n"
+            "bad = [k for k in ('torch', 'triton') if k in sys.modules]\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
