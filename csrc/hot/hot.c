@@ -25,6 +25,20 @@ typedef void *CUstream;
 typedef void *CUgraphExec;
 typedef void *CUevent;
 typedef unsigned long long CUdeviceptr;
+typedef void *CUgraphNode;
+typedef void *CUcontext;
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h, CUDA 12+), the struct cuGraphExecKernelNodeSetParams_v2 takes. */
+typedef struct {
+    CUfunction func;
+    unsigned int grid_x, grid_y, grid_z;
+    unsigned int block_x, block_y, block_z;
+    unsigned int shared_bytes;
+    void **params;
+    void **extra;
+    void *kern;
+    CUcontext ctx;
+} kernel_node_params;
 
 typedef CUresult (*fn_launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
                                      unsigned, unsigned, CUstream, void **, void **);
@@ -35,6 +49,8 @@ typedef CUresult (*fn_dtoh_async)(void *, CUdeviceptr, size_t, CUstream);
 typedef CUresult (*fn_event_record)(CUevent, CUstream);
 typedef CUresult (*fn_event_sync)(CUevent);
 typedef CUresult (*fn_error_name)(CUresult, const char **);
+typedef CUresult (*fn_set_kernel)(CUgraphExec, CUgraphNode, const kernel_node_params *);
+typedef CUresult (*fn_set_copy)(CUgraphExec, CUgraphNode, const void *, CUcontext);
 
 static struct {
     fn_launch_kernel launch_kernel;
@@ -45,6 +61,8 @@ static struct {
     fn_event_record event_record;
     fn_event_sync event_sync;
     fn_error_name error_name;
+    fn_set_kernel set_kernel;   /* optional: graph updates fall back to the Python path without */
+    fn_set_copy set_copy;
 } cu;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
@@ -67,6 +85,8 @@ static void hot_load(void)
     cu.event_record = (fn_event_record)dlsym(lib, "cuEventRecord");
     cu.event_sync = (fn_event_sync)dlsym(lib, "cuEventSynchronize");
     cu.error_name = (fn_error_name)dlsym(lib, "cuGetErrorName");
+    cu.set_kernel = (fn_set_kernel)dlsym(lib, "cuGraphExecKernelNodeSetParams_v2");
+    cu.set_copy = (fn_set_copy)dlsym(lib, "cuGraphExecMemcpyNodeSetParams");
     if (!cu.launch_kernel || !cu.graph_launch || !cu.stream_sync || !cu.htod_async ||
         !cu.dtoh_async || !cu.event_record || !cu.event_sync || !cu.error_name) {
         memset(&cu, 0, sizeof cu);
@@ -187,6 +207,33 @@ int tg_hot_copy_dtoh_async(void *dst_host, uintptr_t src_device, size_t bytes, u
     if (bytes == 0)
         return TG_OK;
     return report(cu.dtoh_async(dst_host, (CUdeviceptr)src_device, bytes, (CUstream)stream), cu_result);
+}
+
+int tg_hot_graph_set_kernel(uintptr_t graph_exec, uintptr_t node, uintptr_t func, uint32_t grid_x,
+                            uint32_t grid_y, uint32_t grid_z, uint32_t block_x, uint32_t block_y,
+                            uint32_t block_z, uint32_t shared_bytes, void **params, int *cu_result)
+{
+    HOT_READY(cu_result);
+    if (cu.set_kernel == NULL)
+        return TG_ENODRIVER;
+    if (graph_exec == 0 || node == 0 || func == 0 || params == NULL || grid_x == 0 || grid_y == 0 ||
+        grid_z == 0 || block_x == 0 || block_y == 0 || block_z == 0)
+        return TG_EINVAL;
+    kernel_node_params p = {(CUfunction)func, grid_x, grid_y, grid_z, block_x, block_y, block_z,
+                            shared_bytes, params, NULL, NULL, NULL};
+    return report(cu.set_kernel((CUgraphExec)graph_exec, (CUgraphNode)node, &p), cu_result);
+}
+
+int tg_hot_graph_set_copy(uintptr_t graph_exec, uintptr_t node, const void *copy_params, uintptr_t ctx,
+                          int *cu_result)
+{
+    HOT_READY(cu_result);
+    if (cu.set_copy == NULL)
+        return TG_ENODRIVER;
+    if (graph_exec == 0 || node == 0 || copy_params == NULL)
+        return TG_EINVAL;
+    return report(cu.set_copy((CUgraphExec)graph_exec, (CUgraphNode)node, copy_params, (CUcontext)ctx),
+                  cu_result);
 }
 
 /* Plain host copies; needs no driver. Checked before any byte moves so a bad list copies nothing. */

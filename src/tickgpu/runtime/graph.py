@@ -1,0 +1,227 @@
+"""GraphRunner: one tick as a CUDA graph (H2D copy -> kernel -> D2H copy), captured once, replayed.
+
+Layout. All of a tick's inputs are packed into ONE pinned staging block and all its outputs come
+back in ONE block, so a replay is exactly two copies and one kernel whatever the number of
+arrays: each copy node has a fixed cost of a few microseconds, which at tick sizes is most of
+the copy. Within a block each array starts on a 64-byte boundary (whole cache lines; 16-byte
+alignment for the aligned kernel variants); a broadcast value (stride 0) takes one element.
+
+Sizes. The copies move only the bytes of the current layout, not the capacity: for 1,000 float64
+options a greeks tick moves ~50 KB in and ~80 KB out, where a capacity-sized copy would move
+megabytes, and at PCIe speed bytes are latency. When the layout changes (a different n, a
+different set of broadcast arguments, another kernel variant) the instantiated graph is updated
+in place -- ``cuGraphExecKernelNodeSetParams`` for the kernel node (pointers, n, grid, function)
+and ``cuGraphExecMemcpyNodeSetParams`` for the two copy nodes -- which costs a few driver calls,
+never a recapture. A repeated layout (the common case: the same chain every tick) costs nothing.
+n is kept in the kernel node's parameters, not in a device-resident buffer, because the copy
+sizes must change with n anyway.
+
+Host side of a replay: the native hot path copies the caller's arrays into staging, launches the
+graph, waits, and copies the results out, in one C call with the GIL released.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+__all__ = ["GraphRunner", "StagingLayout", "plan_layout", "STAGING_ALIGN"]
+
+STAGING_ALIGN = 64
+_MAX_COPIES = 32
+
+
+def _round_up(x: int, a: int) -> int:
+    return -(-x // a) * a
+
+
+class StagingLayout(tuple):
+    """(in_offsets, in_bytes, out_offsets, out_bytes) of one tick's packed staging blocks."""
+
+    @property
+    def in_offsets(self) -> tuple[int, ...]:
+        return self[0]
+
+    @property
+    def in_bytes(self) -> int:
+        return self[1]
+
+    @property
+    def out_offsets(self) -> tuple[int, ...]:
+        return self[2]
+
+    @property
+    def out_bytes(self) -> int:
+        return self[3]
+
+
+def plan_layout(in_sizes, out_sizes) -> StagingLayout:
+    """Pack arrays of the given byte sizes into two blocks, each array 64-byte aligned."""
+    def pack(sizes):
+        offsets, cursor = [], 0
+        for s in sizes:
+            offsets.append(cursor)
+            cursor = _round_up(cursor + int(s), STAGING_ALIGN)
+        return tuple(offsets), max(cursor, STAGING_ALIGN)
+
+    i_off, i_bytes = pack(in_sizes)
+    o_off, o_bytes = pack(out_sizes)
+    return StagingLayout((i_off, i_bytes, o_off, o_bytes))
+
+
+class GraphRunner:
+    """Pinned staging + device buffers of fixed capacity, and the graph that moves a tick through.
+
+    Parameters
+    ----------
+    driver : Driver
+        The driver (or a mock).
+    ctx : int
+        The context owning every handle (copy-node updates name it).
+    in_capacity, out_capacity : int
+        Bytes of the input and output blocks (host and device each); allocated here, once.
+    name : str
+        For messages.
+
+    Notes
+    -----
+    NOTE: one tick at a time per runner: the staging blocks, the graph and the copy lists are
+    shared state. `lock` serialises callers; the pipeline uses two runners to overlap.
+    """
+
+    def __init__(self, driver, ctx: int, in_capacity: int, out_capacity: int, name: str = "graph"):
+        from tickgpu._native import ffi
+
+        self.driver, self.ctx, self.name = driver, ctx, name
+        self.in_capacity = _round_up(max(in_capacity, STAGING_ALIGN), 4096)
+        self.out_capacity = _round_up(max(out_capacity, STAGING_ALIGN), 4096)
+        self.lock = threading.Lock()
+        self.stream = driver.stream_create()
+        self.in_host = driver.mem_host_alloc(self.in_capacity)
+        self.out_host = driver.mem_host_alloc(self.out_capacity)
+        self.in_dev = driver.mem_alloc(self.in_capacity)
+        self.out_dev = driver.mem_alloc(self.out_capacity)
+        self.graph = 0
+        self.exec = 0
+        self._kernel_node = self._h2d_node = self._d2h_node = 0
+        self._kernel_key = None       # (func, grid, block, shared, argument bytes) now in the graph
+        self._copy_bytes = (0, 0)     # (in bytes, out bytes) now in the graph
+        self.stats = {"captures": 0, "kernel_updates": 0, "copy_updates": 0, "replays": 0}
+        # tg_hot_copy[] lists, filled through a (k, 3) uint64 view: {dst, src, bytes} per copy.
+        if ffi.sizeof("tg_hot_copy") != 24:
+            raise RuntimeError("tg_hot_copy is not {void*, void*, size_t} of 8 bytes each on this platform")
+        self._copies_in = np.zeros((_MAX_COPIES, 3), dtype=np.uint64)
+        self._copies_out = np.zeros((_MAX_COPIES, 3), dtype=np.uint64)
+        self._c_in = ffi.cast("tg_hot_copy *", self._copies_in.ctypes.data)
+        self._c_out = ffi.cast("tg_hot_copy *", self._copies_out.ctypes.data)
+
+    # ---- graph -----------------------------------------------------------------------------
+    def prepare(self, launcher, n: int, layout: StagingLayout) -> None:
+        """Make the graph run `launcher`'s kernel (its packed arguments) over `n` with `layout`.
+
+        Captures on first use; afterwards updates only the nodes whose parameters changed.
+        """
+        if layout.in_bytes > self.in_capacity or layout.out_bytes > self.out_capacity:
+            raise ValueError(f"{self.name}: a tick of {layout.in_bytes} B in / {layout.out_bytes} B out exceeds "
+                             f"the staging capacity {self.in_capacity} / {self.out_capacity} B")
+        spec = launcher.kernel.spec
+        grid = launcher.grid(n)
+        key = (launcher.kernel.func, grid, spec.block, spec.shared, launcher.args.snapshot())
+        if not self.exec:
+            self._capture(launcher, grid, layout)
+            self._kernel_key, self._copy_bytes = key, (layout.in_bytes, layout.out_bytes)
+            return
+        if key != self._kernel_key:
+            self.driver.graph_exec_kernel_node_set_params(self.exec, self._kernel_node, launcher.kernel.func, grid,
+                                                          spec.block, spec.shared, launcher.args.address,
+                                                          kernel=spec.variant)
+            self._kernel_key = key
+            self.stats["kernel_updates"] += 1
+        if layout.in_bytes != self._copy_bytes[0]:
+            self.driver.graph_exec_memcpy_node_set_params(self.exec, self._h2d_node, self.ctx, self.in_dev,
+                                                          self.in_host, layout.in_bytes)
+            self.stats["copy_updates"] += 1
+        if layout.out_bytes != self._copy_bytes[1]:
+            self.driver.graph_exec_memcpy_node_set_params(self.exec, self._d2h_node, self.ctx, self.out_host,
+                                                          self.out_dev, layout.out_bytes)
+            self.stats["copy_updates"] += 1
+        self._copy_bytes = (layout.in_bytes, layout.out_bytes)
+
+    def _capture(self, launcher, grid, layout: StagingLayout) -> None:
+        d, s, spec = self.driver, self.stream, launcher.kernel.spec
+        d.stream_begin_capture(s)
+        try:
+            d.memcpy_htod_async(self.in_dev, self.in_host, layout.in_bytes, s)
+            d.launch(launcher.kernel.func, grid, spec.block, spec.shared, s, launcher.args.address,
+                     kernel=spec.variant)
+            d.memcpy_dtoh_async(self.out_host, self.out_dev, layout.out_bytes, s)
+        finally:
+            graph = d.stream_end_capture(s)   # always end, so a failed capture leaves the stream usable
+        self.graph = graph
+        self.exec = d.graph_instantiate(graph)
+        for node, kind in d.graph_nodes(graph):
+            if kind == "kernel":
+                self._kernel_node = node
+            elif kind == "memcpy":
+                dst, _ = d.graph_memcpy_node_addresses(node)
+                if dst == self.in_dev:
+                    self._h2d_node = node
+                elif dst == self.out_host:
+                    self._d2h_node = node
+        if not (self._kernel_node and self._h2d_node and self._d2h_node):
+            raise RuntimeError(f"{self.name}: captured graph lacks the copy -> kernel -> copy nodes")
+        self.stats["captures"] += 1
+
+    # ---- ticks -----------------------------------------------------------------------------
+    def _fill(self, table: np.ndarray, rows) -> int:
+        k = len(rows)
+        if k > _MAX_COPIES:
+            raise ValueError(f"{self.name}: {k} arrays in one tick, at most {_MAX_COPIES}")
+        if k:
+            table[:k] = rows
+        return k
+
+    def roundtrip(self, copies_in, copies_out) -> None:
+        """Replay one tick, blocking: `copies_in` rows (staging offset, source address, bytes) go
+        into the input block, `copies_out` rows (staging offset, destination address, bytes) come
+        out of the output block after the graph finished."""
+        k_in = self._fill(self._copies_in, [(self.in_host + o, a, b) for o, a, b in copies_in])
+        k_out = self._fill(self._copies_out, [(a, self.out_host + o, b) for o, a, b in copies_out])
+        self.driver.roundtrip(self._c_in, k_in, self.exec, self.stream, self._c_out, k_out)
+        self.stats["replays"] += 1
+
+    def submit(self, copies_in) -> None:
+        """Stage inputs and launch the graph without waiting (for the pipeline); see `collect`."""
+        from tickgpu._native import check, lib
+
+        k_in = self._fill(self._copies_in, [(self.in_host + o, a, b) for o, a, b in copies_in])
+        check(lib.tg_hot_stage(self._c_in, k_in), f"{self.name}: staging inputs")
+        self.driver.graph_launch(self.exec, self.stream)
+        self.stats["replays"] += 1
+
+    def collect(self, copies_out) -> None:
+        """Wait for the submitted tick and copy its outputs out of staging."""
+        from tickgpu._native import check, lib
+
+        self.driver.stream_synchronize(self.stream)
+        k_out = self._fill(self._copies_out, [(a, self.out_host + o, b) for o, a, b in copies_out])
+        check(lib.tg_hot_stage(self._c_out, k_out), f"{self.name}: staging outputs")
+
+    def replay(self) -> None:
+        """Launch the graph as it stands and wait (warm-up)."""
+        self.driver.graph_launch(self.exec, self.stream, sync=True)
+        self.stats["replays"] += 1
+
+    def close(self) -> None:
+        """Free everything (not needed at exit: the driver frees a process's memory)."""
+        d = self.driver
+        if self.exec:
+            d.graph_exec_destroy(self.exec)
+        if self.graph:
+            d.graph_destroy(self.graph)
+        for p in (self.in_dev, self.out_dev):
+            d.mem_free(p)
+        for p in (self.in_host, self.out_host):
+            d.mem_free_host(p)
+        d.stream_destroy(self.stream)
+        self.exec = self.graph = 0
