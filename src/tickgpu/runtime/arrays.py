@@ -17,7 +17,7 @@ __all__ = ["DeviceView", "is_device_array", "device_view", "empty_like_kind", "D
 
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
 _DL_DTYPES = {(2, 64): np.float64, (2, 32): np.float32, (1, 8): np.uint8, (0, 8): np.int8, (6, 8): np.bool_,
-              (0, 32): np.int32, (0, 64): np.int64, (1, 8): np.uint8}
+              (0, 32): np.int32, (0, 64): np.int64}
 
 
 def is_device_array(x) -> bool:
@@ -49,7 +49,8 @@ class DeviceView:
     contiguous: bool
     stream: int | None      # CAI stream to order work on (1 legacy default, 2 per-thread), None: unknown
     device_id: int | None
-    owner: object           # keeps the producer's memory (and any DLPack capsule) alive
+    source: object          # the caller's array (keeps its memory alive)
+    capsule: object = None  # the DLPack capsule read, kept alive while its pointer is in use
 
     @property
     def size(self) -> int:
@@ -110,7 +111,7 @@ def _from_dlpack(x, stream: int | None) -> DeviceView:
     shape = tuple(t.shape[i] for i in range(t.ndim))
     strides = None if not t.strides else tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))
     return DeviceView(int(t.data or 0) + int(t.byte_offset), shape, dtype,
-                      _c_contiguous(shape, strides, dtype.itemsize), None, int(t.device.device_id), (x, capsule))
+                      _c_contiguous(shape, strides, dtype.itemsize), None, int(t.device.device_id), x, capsule)
 
 
 def device_view(x, name: str, dlpack_stream: int | None = None) -> DeviceView:
