@@ -93,7 +93,7 @@ def context():
     if _context is None:
         with _lock:
             if _context is None:
-                from tickgpu.runtime.context import Context
+                from tickgpu.runtime.device import Context
 
                 _context = Context()
     return _context
@@ -105,7 +105,7 @@ def init(driver=None, device: int | None = None, bundle_dir=None, staging_elemen
     Replaces any existing one; returns it.
     """
     global _context, _probe
-    from tickgpu.runtime.context import Context
+    from tickgpu.runtime.device import Context
 
     with _lock:
         _context = Context(driver=driver, device=device, bundle_dir=bundle_dir, staging_elements=staging_elements)
