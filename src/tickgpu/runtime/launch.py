@@ -60,7 +60,6 @@ class ArgBuffer:
         self._one = [struct.Struct("<" + _STRUCT_CODES[p.kind]) for p in spec.params]
         self._offsets = [p.offset for p in spec.params]
         self._n_contract = len(FAMILY_ARGS[spec.family])
-        self._scratch = tuple(kernel.scratch.get(p.name, 0) for p in spec.scratch_params)
 
     def pack(self, *contract_values) -> None:
         """Write every parameter of the family's contract, in contract order.
@@ -106,6 +105,7 @@ class Launcher:
         self.driver = driver
         self.kernel = kernel
         self.args = ArgBuffer(kernel)
+        self.launches = 0   # direct launches (graph replays are counted by their GraphRunner)
 
     def grid(self, n: int) -> tuple[int, int, int]:
         return grid_for(n, self.kernel.spec.elements_per_block)
@@ -115,3 +115,4 @@ class Launcher:
         spec = self.kernel.spec
         self.driver.launch(self.kernel.func, self.grid(n), spec.block, spec.shared, stream,
                            self.args.address, sync=sync, kernel=spec.variant)
+        self.launches += 1
