@@ -315,12 +315,12 @@ def test_graph_captured_once_replayed_and_updated(ctx, mock, rng):
     assert r.stats["captures"] == s0["captures"] == 1
     assert r.stats["replays"] == s0["replays"] + 5
     assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
-    d2 = _bsm_inputs(rng, 30, np.float64)                 # new n: nodes updated, not recaptured
-    out = ops.greeks(**d2, dtype=np.float64, shape=(30,))
+    d2 = _bsm_inputs(rng, 40, np.float64)                 # new n: nodes updated, not recaptured
+    out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
     assert r.stats["captures"] == 1 and r.stats["kernel_updates"] == s0["kernel_updates"] + 1
     assert r.stats["copy_updates"] == s0["copy_updates"] + 2
     assert mock.counts["graph_instantiate"] == instantiated
-    assert mock.launches[-1]["n"] == 30 and mock.launches[-1]["grid"] == (1, 1, 1)
+    assert mock.launches[-1]["n"] == 40 and mock.launches[-1]["grid"] == (1, 1, 1)
     _close(out["vega"], expected_greeks(**_ref(d2))["vega"], np.float64)
     out = ops.greeks(**d, dtype=np.float64, shape=(20,))  # back: updated again, results right
     _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)

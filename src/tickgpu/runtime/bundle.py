@@ -254,6 +254,7 @@ class Bundle:
         for spec in specs:
             self.kernels[spec.variant] = self._load(spec)
         self.load_seconds = time.perf_counter() - t0   # cold start: reading, loading, checking
+        self.scratch_epoch = 0   # bumped when a scratch block moves (argument values holding it go stale)
 
     def _load(self, spec: KernelSpec) -> LoadedKernel:
         path = self.manifest.root / spec.file
@@ -305,6 +306,7 @@ class Bundle:
             self.driver.mem_free(old)
         kernel.scratch[name] = self.driver.mem_alloc(per_block * blocks)
         kernel.scratch_grid = blocks
+        self.scratch_epoch += 1
 
     def select(self, family: str, dtype: str, n: int, aligned16: bool, sm_count: int) -> LoadedKernel:
         """The variant for `n` elements of `family`/`dtype`.

@@ -127,6 +127,7 @@ class Context:
         self.constants = ConstantRing(d)
         self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
+        self.plans: dict[tuple, object] = {}                     # staged tick plans (ops._TickPlan)
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
 

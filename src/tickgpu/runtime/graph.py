@@ -17,18 +17,17 @@ n is kept in the kernel node's parameters, not in a device-resident buffer, beca
 sizes must change with n anyway.
 
 Host side of a replay: the native hot path copies the caller's arrays into staging, launches the
-graph, waits, and copies the results out, in one C call with the GIL released.
+graph, waits, and copies the results out, in one C call with the GIL released (tg_hot_roundtrip,
+driven by the op's cached plan, which owns the copy tables).
 """
 from __future__ import annotations
 
+import ctypes
 import threading
-
-import numpy as np
 
 __all__ = ["GraphRunner", "StagingLayout", "plan_layout", "STAGING_ALIGN"]
 
 STAGING_ALIGN = 64
-_MAX_COPIES = 32
 
 
 def _round_up(x: int, a: int) -> int:
@@ -107,13 +106,12 @@ class GraphRunner:
         self._kernel_key = None       # (func, grid, block, shared, argument bytes) now in the graph
         self._copy_bytes = (0, 0)     # (in bytes, out bytes) now in the graph
         self.stats = {"captures": 0, "kernel_updates": 0, "copy_updates": 0, "replays": 0}
-        # tg_hot_copy[] lists, filled through a (k, 3) uint64 view: {dst, src, bytes} per copy.
+        self.bound = None   # the plan whose layout the graph holds now (set by the plan)
+        # Broadcast values are written straight into pinned staging through this view.
+        self.in_view = memoryview((ctypes.c_char * self.in_capacity).from_address(self.in_host)).cast("B")
+        # Copy tables are tg_hot_copy[] = {dst, src, bytes}, filled through (k, 3) uint64 arrays.
         if ffi.sizeof("tg_hot_copy") != 24:
             raise RuntimeError("tg_hot_copy is not {void*, void*, size_t} of 8 bytes each on this platform")
-        self._copies_in = np.zeros((_MAX_COPIES, 3), dtype=np.uint64)
-        self._copies_out = np.zeros((_MAX_COPIES, 3), dtype=np.uint64)
-        self._c_in = ffi.cast("tg_hot_copy *", self._copies_in.ctypes.data)
-        self._c_out = ffi.cast("tg_hot_copy *", self._copies_out.ctypes.data)
 
     # ---- graph -----------------------------------------------------------------------------
     def prepare(self, launcher, n: int, layout: StagingLayout) -> None:
@@ -172,41 +170,7 @@ class GraphRunner:
             raise RuntimeError(f"{self.name}: captured graph lacks the copy -> kernel -> copy nodes")
         self.stats["captures"] += 1
 
-    # ---- ticks -----------------------------------------------------------------------------
-    def _fill(self, table: np.ndarray, rows) -> int:
-        k = len(rows)
-        if k > _MAX_COPIES:
-            raise ValueError(f"{self.name}: {k} arrays in one tick, at most {_MAX_COPIES}")
-        if k:
-            table[:k] = rows
-        return k
-
-    def roundtrip(self, copies_in, copies_out) -> None:
-        """Replay one tick, blocking: `copies_in` rows (staging offset, source address, bytes) go
-        into the input block, `copies_out` rows (staging offset, destination address, bytes) come
-        out of the output block after the graph finished."""
-        k_in = self._fill(self._copies_in, [(self.in_host + o, a, b) for o, a, b in copies_in])
-        k_out = self._fill(self._copies_out, [(a, self.out_host + o, b) for o, a, b in copies_out])
-        self.driver.roundtrip(self._c_in, k_in, self.exec, self.stream, self._c_out, k_out)
-        self.stats["replays"] += 1
-
-    def submit(self, copies_in) -> None:
-        """Stage inputs and launch the graph without waiting (for the pipeline); see `collect`."""
-        from tickgpu._native import check, lib
-
-        k_in = self._fill(self._copies_in, [(self.in_host + o, a, b) for o, a, b in copies_in])
-        check(lib.tg_hot_stage(self._c_in, k_in), f"{self.name}: staging inputs")
-        self.driver.graph_launch(self.exec, self.stream)
-        self.stats["replays"] += 1
-
-    def collect(self, copies_out) -> None:
-        """Wait for the submitted tick and copy its outputs out of staging."""
-        from tickgpu._native import check, lib
-
-        self.driver.stream_synchronize(self.stream)
-        k_out = self._fill(self._copies_out, [(a, self.out_host + o, b) for o, a, b in copies_out])
-        check(lib.tg_hot_stage(self._c_out, k_out), f"{self.name}: staging outputs")
-
+    # ---- ticks (the copy tables are filled by the caller's plan) ---------------------------
     def replay(self) -> None:
         """Launch the graph as it stands and wait (warm-up)."""
         self.driver.graph_launch(self.exec, self.stream, sync=True)
