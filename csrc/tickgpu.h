@@ -141,6 +141,7 @@ typedef struct {
 
 int tg_hot_init(void);
 const char *tg_hot_error_name(int cu_result);
+int tg_hot_ctx_set_current(uintptr_t ctx, int *cu_result);
 int tg_hot_launch(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
                   uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
                   uintptr_t stream, void **params, int *cu_result);

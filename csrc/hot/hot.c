@@ -51,6 +51,7 @@ typedef CUresult (*fn_event_sync)(CUevent);
 typedef CUresult (*fn_error_name)(CUresult, const char **);
 typedef CUresult (*fn_set_kernel)(CUgraphExec, CUgraphNode, const kernel_node_params *);
 typedef CUresult (*fn_set_copy)(CUgraphExec, CUgraphNode, const void *, CUcontext);
+typedef CUresult (*fn_ctx_set_current)(CUcontext);
 
 static struct {
     fn_launch_kernel launch_kernel;
@@ -61,6 +62,7 @@ static struct {
     fn_event_record event_record;
     fn_event_sync event_sync;
     fn_error_name error_name;
+    fn_ctx_set_current ctx_set_current;
     fn_set_kernel set_kernel;   /* optional: graph updates fall back to the Python path without */
     fn_set_copy set_copy;
 } cu;
@@ -85,10 +87,11 @@ static void hot_load(void)
     cu.event_record = (fn_event_record)dlsym(lib, "cuEventRecord");
     cu.event_sync = (fn_event_sync)dlsym(lib, "cuEventSynchronize");
     cu.error_name = (fn_error_name)dlsym(lib, "cuGetErrorName");
+    cu.ctx_set_current = (fn_ctx_set_current)dlsym(lib, "cuCtxSetCurrent");
     cu.set_kernel = (fn_set_kernel)dlsym(lib, "cuGraphExecKernelNodeSetParams_v2");
     cu.set_copy = (fn_set_copy)dlsym(lib, "cuGraphExecMemcpyNodeSetParams");
     if (!cu.launch_kernel || !cu.graph_launch || !cu.stream_sync || !cu.htod_async ||
-        !cu.dtoh_async || !cu.event_record || !cu.event_sync || !cu.error_name) {
+        !cu.dtoh_async || !cu.event_record || !cu.event_sync || !cu.error_name || !cu.ctx_set_current) {
         memset(&cu, 0, sizeof cu);
         return;   /* the library stays open: closing a driver other code may share is unsafe */
     }
@@ -124,6 +127,14 @@ static inline int report(CUresult r, int *cu_result)
         if (init_status != TG_OK && tg_hot_init() != TG_OK) \
             return TG_ENODRIVER;                   \
     } while (0)
+
+/* Every call makes the runtime's context current first: another library on this thread (PyTorch's
+ * set_device) may have switched it, and cuCtxSetCurrent is a thread-local store, not a sync. */
+int tg_hot_ctx_set_current(uintptr_t ctx, int *cu_result)
+{
+    HOT_READY(cu_result);
+    return report(cu.ctx_set_current((CUcontext)ctx), cu_result);
+}
 
 int tg_hot_launch(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
                   uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,

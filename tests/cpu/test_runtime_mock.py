@@ -552,6 +552,8 @@ def test_hot_path_reports_no_driver():
     assert lib.tg_hot_graph_replay(1, 0, res) == lib.TG_ENODRIVER and res[0] == 0
     assert lib.tg_hot_launch_sync(1, 1, 1, 1, 32, 1, 1, 0, 0, ffi.NULL, res) == lib.TG_ENODRIVER
     assert lib.tg_hot_roundtrip(ffi.NULL, 0, 1, 0, ffi.NULL, 0, res) == lib.TG_ENODRIVER
+    assert lib.tg_hot_ctx_set_current(1, res) == lib.TG_ENODRIVER
+    assert lib.tg_hot_graph_set_kernel(1, 1, 1, 1, 1, 1, 32, 1, 1, 0, ffi.NULL, res) == lib.TG_ENODRIVER
     assert ffi.string(lib.tg_hot_error_name(1)) == b"CUDA_ERROR_UNRECOGNIZED"
 
 

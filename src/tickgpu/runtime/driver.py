@@ -147,6 +147,8 @@ class Driver:
         return int(ctx)
 
     def ctx_set_current(self, ctx: int) -> None:
+        if self._hot is not None:
+            return self._hot_check(self._hot.tg_hot_ctx_set_current(ctx, self._result), "cuCtxSetCurrent")
         self._check(self._cu.cuCtxSetCurrent(self._cu.CUcontext(ctx)), "cuCtxSetCurrent")
 
     def ctx_synchronize(self) -> None:
