@@ -320,7 +320,7 @@ def test_graph_captured_once_replayed_and_updated(ctx, mock, rng):
     assert r.stats["captures"] == 1 and r.stats["kernel_updates"] == s0["kernel_updates"] + 1
     assert r.stats["copy_updates"] == s0["copy_updates"] + 2
     assert mock.counts["graph_instantiate"] == instantiated
-    assert mock.launches[-1]["n"] == 40 and mock.launches[-1]["grid"] == (1, 1, 1)
+    assert mock.launches[-1]["n"] == 48 and mock.launches[-1]["grid"] == (1, 1, 1)
     _close(out["vega"], expected_greeks(**_ref(d2))["vega"], np.float64)
     out = ops.greeks(**d, dtype=np.float64, shape=(20,))  # back: updated again, results right
     _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)
@@ -641,3 +641,36 @@ def test_import_makes_no_driver_call():
             "assert 'cuda.bindings.driver' not in sys.modules, 'driver imported at import time'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+# ---- size buckets -----------------------------------------------------------------------------------
+def test_bucket_bounds(rng):
+    chunk = 1 << 17
+    for n in list(rng.integers(1, chunk, 3000)) + [1, 15, 16, 17, 127, 128, 129, chunk - 1, chunk]:
+        b = ops.bucket(int(n), chunk)
+        assert b >= n and b % 16 == 0 and b <= chunk
+        assert b - n < 16 or (b - n) <= n / 8, (n, b)
+    assert ops.bucket(1000, 64) == 64
+
+
+def test_sizes_within_a_bucket_replay_without_update(ctx, mock, rng):
+    r = None
+    for n in (49, 50, 60, 64, 55):                        # all in bucket 64 (the chunk)
+        d = _bsm_inputs(rng, n, np.float64)
+        out = ops.greeks(**d, dtype=np.float64, shape=(n,))
+        for k, v in expected_greeks(**_ref(d)).items():
+            assert out[k].shape == (n,) and out[k].flags.c_contiguous
+            _close(out[k], v, np.float64)
+        r = ctx.runners[("greeks", "f64", 0)]
+        if n == 49:
+            s0 = dict(r.stats)
+        assert mock.launches[-1]["n"] == 64               # the kernel runs the bucket
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
+
+
+def test_warmup_prebuilds_tick_plans(ctx, mock, rng):
+    ops.warmup(ctx)
+    plans = len(ctx.plans)
+    for n in (1, 5, 17, 40, 64):
+        ops.greeks(**_bsm_inputs(rng, n, np.float32), dtype=np.float32, shape=(n,))
+    assert len(ctx.plans) == plans                        # every all-array tick found its plan

@@ -175,26 +175,34 @@ def _output_blocks(fam, dtype):
     return hit
 
 
-def _pad16(m: int) -> int:
-    return -(-m // 16) * 16
+def bucket(n: int, chunk: int) -> int:
+    """The element count a tick of `n` runs as: n rounded up to 1/8 of its power of two (multiples
+    of 16 below 128), at most `chunk`.
+
+    A tick's graph, plan and argument values depend only on the bucket, so ticks whose size moves
+    a little (an option chain gaining a strike) replay the same graph with no update; the price is
+    at most 12.5% more elements copied and computed (the kernel runs the bucket; the tail of its
+    output is never handed out).
+    """
+    step = max(16, 1 << max(0, n.bit_length() - 4))
+    return min(-(-n // step) * step, chunk)
 
 
 class _TickPlan:
     """Everything about one staged tick that does not change from call to call.
 
-    Built for (op, dtype, m elements, runner index, which inputs are arrays, surface grid) and
-    cached; per call only the caller's addresses go into the copy tables (cffi-owned
-    ``tg_hot_copy[]``) and broadcast values straight into pinned staging.
+    Built for (op, dtype, bucket of m elements, runner index, which inputs are arrays, surface
+    grid) and cached; per call only the caller's addresses and sizes go into the copy tables
+    (cffi-owned ``tg_hot_copy[]``) and broadcast values straight into pinned staging.
 
-    Output staging holds each output block as rows of ``m`` rounded up to 16 elements, so a
-    tick's results leave staging in one copy per block straight into a NumPy block of the same
-    shape (the caller gets row views), while a pipeline chunk copies row by row into the caller's
-    arrays at its offset.
+    Output staging holds each output block as rows of the bucket size, so a tick's results leave
+    staging in one copy per block straight into a NumPy block of the same shape (the caller gets
+    row views), while a pipeline chunk copies row by row into the caller's arrays at its offset.
     """
 
     def __init__(self, ctx, fam, dtype, m, index, is_array, extra, grid_sizes):
         dts = _DTYPE_CODE[dtype]
-        self.m, self.mpad = m, _pad16(m)
+        self.m = self.mpad = m          # a bucket: a multiple of 16
         self.blocks, rows = _output_blocks(fam, dtype)
         self.itemsizes = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
         in_sizes = list(grid_sizes) + [s * (m if arr else 1) for s, arr in zip(self.itemsizes, is_array)]
@@ -242,13 +250,14 @@ class _TickPlan:
             r.prepare(self.launcher, self.m, self.layout)
             r.bound = self
 
-    def fill_inputs(self, inputs, grid, start: int) -> None:
-        """This call's input addresses (elements from `start` on) and broadcast values."""
+    def fill_inputs(self, inputs, grid, start: int, m: int) -> None:
+        """This call's input addresses and sizes (m elements from `start` on) and broadcast values."""
         t = self.t_in
         for row, g in enumerate(grid):
             t[row].src = _ffi.from_buffer(g)
         for row, i in enumerate(self.array_inputs, self.ng):
             t[row].src = _ffi.from_buffer(inputs[i]) + start * self.itemsizes[i]
+            t[row].bytes = m * self.itemsizes[i]
         view = self.runner.in_view
         for i, off, code, flag in self.scalars:
             struct.pack_into(code, view, off, _scalar_value(inputs[i], flag))
@@ -259,7 +268,7 @@ def _plan(ctx, fam, dtype, m, index, is_array, grid, extra) -> _TickPlan:
     plan = ctx.plans.get(key)
     if plan is None or plan.runner is not ctx.runners.get((fam.name, _DTYPE_CODE[dtype], index)) \
             or ctx.bundle.scratch_epoch != plan.epoch:
-        if len(ctx.plans) >= 256:
+        if len(ctx.plans) >= 2048:
             ctx.plans.clear()
         plan = _TickPlan(ctx, fam, dtype, m, index, is_array, extra, [g.nbytes for g in grid])
         plan.epoch = ctx.bundle.scratch_epoch
@@ -286,10 +295,10 @@ def _host_call(fam, dtype, shape, inputs, grid, extra) -> list:
     with ctx.lock:
         ctx.enter()
         if n <= ctx.staging_elements:
-            plan = _plan(ctx, fam, dtype, n, 0, is_array, grid, extra)
+            plan = _plan(ctx, fam, dtype, bucket(n, ctx.staging_elements), 0, is_array, grid, extra)
             blocks = [np.empty((cnt, plan.mpad), odt) for odt, cnt in spec]
             plan.bind()
-            plan.fill_inputs(vals, grid, 0)
+            plan.fill_inputs(vals, grid, 0, n)
             for b, blk in enumerate(blocks):
                 plan.t_blocks[b].dst = _ffi.from_buffer(blk)
             _tick(ctx, plan, plan.t_blocks, len(blocks))
@@ -316,11 +325,14 @@ def _run_pipeline(ctx, fam, dtype, n, vals, is_array, outs, grid, extra) -> None
             if pending[i] is not None:
                 _collect(ctx, pending[i], check, lib)
                 pending[i] = None
-            plan = _plan(ctx, fam, dtype, min(chunk, n - start), i, is_array, grid, extra)
+            m = min(chunk, n - start)
+            plan = _plan(ctx, fam, dtype, bucket(m, chunk), i, is_array, grid, extra)
             plan.bind()
-            plan.fill_inputs(vals, grid, start)
+            plan.fill_inputs(vals, grid, start, m)
             for j, ((b, _), o) in enumerate(zip(plan.rows, out_cdata)):
-                plan.t_rows[j].dst = o + start * plan.blocks[b][0].itemsize
+                size = plan.blocks[b][0].itemsize
+                plan.t_rows[j].dst = o + start * size
+                plan.t_rows[j].bytes = m * size
             check(lib.tg_hot_stage(plan.t_in, plan.k_in), "staging inputs")
             ctx.driver.graph_launch(plan.runner.exec, plan.runner.stream)
             plan.runner.stats["replays"] += 1
@@ -446,6 +458,13 @@ _WARM_INPUTS = {
 }
 
 
+def _bucket_sizes(chunk: int):
+    n = 1
+    while n <= chunk:
+        yield n
+        n += max(16, 1 << max(0, n.bit_length() - 4))
+
+
 def warmup(ctx) -> dict:
     """Launch every loaded kernel variant once and replay every staged graph once.
 
@@ -492,13 +511,19 @@ def warmup(ctx) -> dict:
                     grid = (np.array([90.0, 110.0]), np.array([0.25, 1.0]), np.full(4, 0.2))
                     extra = (2, 2, 0, 0)
                 for index in (0, 1):
-                    plan = _plan(ctx, fam, dtype, 1, index, (False,) * len(fam.inputs), grid, extra)
+                    plan = _plan(ctx, fam, dtype, 16, index, (False,) * len(fam.inputs), grid, extra)
                     plan.bind()
-                    plan.fill_inputs(vals, grid, 0)
+                    plan.fill_inputs(vals, grid, 0, 1)
                     for j, o in enumerate(outs):
                         plan.t_rows[j].dst = _ffi.from_buffer(o)
+                        plan.t_rows[j].bytes = o.nbytes
                     _tick(ctx, plan, plan.t_rows, len(outs))
                     graphs += 1
+                if fam.name != "surface":
+                    # Plans of every tick bucket for all-array inputs (an option chain's usual
+                    # shape), so that a first tick of any size finds its plan built.
+                    for b in sorted({bucket(n, ctx.staging_elements) for n in _bucket_sizes(ctx.staging_elements)}):
+                        _plan(ctx, fam, dtype, b, 0, (True,) * len(fam.inputs), grid, extra)
         d.ctx_synchronize()
         ctx.warm = True
     return {"seconds": time.perf_counter() - t0, "kernels": len(ctx.bundle.kernels), "graphs": graphs}
