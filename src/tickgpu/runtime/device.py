@@ -128,6 +128,7 @@ class Context:
         self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
         self.plans: dict[tuple, object] = {}                     # staged tick plans (ops._TickPlan)
+        self.dummy = 0                                           # warm-up's placeholder block
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
 
