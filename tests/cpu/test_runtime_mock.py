@@ -674,3 +674,15 @@ def test_warmup_prebuilds_tick_plans(ctx, mock, rng):
     for n in (1, 5, 17, 40, 64):
         ops.greeks(**_bsm_inputs(rng, n, np.float32), dtype=np.float32, shape=(n,))
     assert len(ctx.plans) == plans                        # every all-array tick found its plan
+
+
+def test_refused_graph_update_recaptures(ctx, mock, rng):
+    d = _bsm_inputs(rng, 20, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(20,))
+    r = ctx.runners[("greeks", "f64", 0)]
+    mock.fail["cuGraphExecMemcpyNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
+    d2 = _bsm_inputs(rng, 40, np.float64)
+    out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+    assert r.stats["update_refusals"] == 1 and r.stats["captures"] == 2
+    assert "CUDA_ERROR_INVALID_VALUE" in r.last_update_error
+    _close(out["theta"], expected_greeks(**_ref(d2))["theta"], np.float64)

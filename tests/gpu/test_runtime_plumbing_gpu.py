@@ -87,6 +87,7 @@ def test_graph_updates_not_recaptures(ctx, rng):
         d = _inputs(rng, n, np.float64)
         out = ops.greeks(**d, dtype=np.float64, shape=(n,))
         _close(out["volga"], expected_greeks(**_f64(d))["volga"], np.float64)
+    assert r.stats.get("update_refusals", 0) == 0, getattr(r, "last_update_error", "")
     assert r.stats["captures"] == captures and r.stats["kernel_updates"] > 0 and r.stats["copy_updates"] > 0
 
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 import ctypes
 import threading
 
+from tickgpu.runtime.driver import CudaError
+
 __all__ = ["GraphRunner", "StagingLayout", "plan_layout", "STAGING_ALIGN"]
 
 STAGING_ALIGN = 64
@@ -129,6 +131,19 @@ class GraphRunner:
             self._capture(launcher, grid, layout)
             self._kernel_key, self._copy_bytes = key, (layout.in_bytes, layout.out_bytes)
             return
+        try:
+            self._update(launcher, grid, layout, key)
+        except CudaError as e:
+            # An update the driver refuses (a node kind it cannot update in place on this
+            # driver) costs a recapture, once per layout change, instead of failing the call.
+            self.stats["update_refusals"] = self.stats.get("update_refusals", 0) + 1
+            self.last_update_error = str(e)
+            self._drop_graph()
+            self._capture(launcher, grid, layout)
+            self._kernel_key, self._copy_bytes = key, (layout.in_bytes, layout.out_bytes)
+
+    def _update(self, launcher, grid, layout: StagingLayout, key) -> None:
+        spec = launcher.kernel.spec
         if key != self._kernel_key:
             self.driver.graph_exec_kernel_node_set_params(self.exec, self._kernel_node, launcher.kernel.func, grid,
                                                           spec.block, spec.shared, launcher.args.address,
@@ -144,6 +159,15 @@ class GraphRunner:
                                                           self.out_dev, layout.out_bytes)
             self.stats["copy_updates"] += 1
         self._copy_bytes = (layout.in_bytes, layout.out_bytes)
+
+    def _drop_graph(self) -> None:
+        self.driver.stream_synchronize(self.stream)
+        if self.exec:
+            self.driver.graph_exec_destroy(self.exec)
+        if self.graph:
+            self.driver.graph_destroy(self.graph)
+        self.exec = self.graph = 0
+        self._kernel_node = self._h2d_node = self._d2h_node = 0
 
     def _capture(self, launcher, grid, layout: StagingLayout) -> None:
         d, s, spec = self.driver, self.stream, launcher.kernel.spec
@@ -179,13 +203,9 @@ class GraphRunner:
     def close(self) -> None:
         """Free everything (not needed at exit: the driver frees a process's memory)."""
         d = self.driver
-        if self.exec:
-            d.graph_exec_destroy(self.exec)
-        if self.graph:
-            d.graph_destroy(self.graph)
+        self._drop_graph()
         for p in (self.in_dev, self.out_dev):
             d.mem_free(p)
         for p in (self.in_host, self.out_host):
             d.mem_free_host(p)
         d.stream_destroy(self.stream)
-        self.exec = self.graph = 0
