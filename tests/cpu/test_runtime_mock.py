@@ -401,11 +401,19 @@ def test_device_inputs_device_outputs(ctx, mock, rng, dtype):
     assert "cuStreamSynchronize" in mock.calls           # an upload was used: finish before reuse
 
 
-def test_device_path_launches_on_producer_stream(ctx, mock, rng):
+def test_device_path_launches_on_producer_stream(ctx, mock, rng, monkeypatch):
+    from tickgpu.runtime import direct
+
     n = 32
     d = _bsm_inputs(rng, n, np.float64)
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), stream=0x5151) for k, v in d.items()}
-    mock.calls.clear()
+    made = []
+
+    def library_empty(x, shape, dtype, device_id):   # outputs from "the producer's library"
+        made.append(FakeGpuArray(mock, np.zeros(shape, dtype), stream=0x5151))
+        return made[-1]
+
+    monkeypatch.setattr(direct, "empty_like_kind", library_empty)
     launched_streams = []
     real = mock.launch
 
@@ -414,9 +422,24 @@ def test_device_path_launches_on_producer_stream(ctx, mock, rng):
         return real(func, grid, block, shared, stream, params, **kw)
 
     mock.launch = spy
-    ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    mock.calls.clear()
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n,))
     assert launched_streams == [0x5151]
     assert "cuStreamSynchronize" not in mock.calls       # stream-ordered: no host wait
+    assert out["price"] is made[0]
+    got = np.frombuffer(ctypes.string_at(made[0].ptr, 8 * n), dtype=np.float64)
+    _close(got, expected_greeks(**_ref(d))["price"], np.float64)
+
+
+def test_device_path_without_named_stream_uses_legacy_stream(ctx, mock, rng):
+    n = 16
+    d = _bsm_inputs(rng, n, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    real = mock.launch
+    seen = []
+    mock.launch = lambda *a, **kw: (seen.append(a[4]), real(*a, **kw))
+    ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert seen == [1]                                   # CU_STREAM_LEGACY
 
 
 def test_device_path_misaligned_uses_unaligned_variant(ctx, mock, rng):

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DeviceView", "is_device_array", "device_view", "empty_like_kind", "DeviceArray"]
+__all__ = ["DeviceView", "is_device_array", "device_view", "producer_stream", "empty_like_kind", "DeviceArray"]
 
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
 _DL_DTYPES = {(2, 64): np.float64, (2, 32): np.float32, (1, 8): np.uint8, (0, 8): np.int8, (6, 8): np.bool_,
@@ -126,6 +126,22 @@ def device_view(x, name: str, dlpack_stream: int | None = None) -> DeviceView:
         return _from_dlpack(x, dlpack_stream)
     except TypeError as e:
         raise TypeError(f"{name}: {e}") from None
+
+
+def producer_stream(v: DeviceView) -> int | None:
+    """The stream the array's producer orders its work on, or None where it does not say.
+
+    CAI v3 names it (1: legacy default, 2: per-thread default, else a CUstream). PyTorch's
+    interface names none, so its current stream is asked for (torch is already imported when a
+    tensor was passed).
+    """
+    if v.stream is not None:
+        return int(v.stream)
+    if _library(v.source) == "torch":
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            return int(torch.cuda.current_stream(v.source.device).cuda_stream)
+    return None
 
 
 def _library(x) -> str:

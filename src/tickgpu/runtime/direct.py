@@ -1,7 +1,11 @@
 """GPU arrays in, GPU arrays out: the kernel launched on the caller's own device memory.
 
-No copy and, where the producer named its stream (CUDA Array Interface v3), no wait: the kernel
-is queued on that stream and outputs are made by the producer's library.
+No copy and no host wait: the kernel is queued on the producer's stream and outputs are made by
+the producer's library, so whatever the caller queues next on that stream sees the results.
+
+Which stream: the one the CUDA Array Interface (v3) names; for PyTorch, whose interface names
+none, its current stream; otherwise the legacy default stream, which orders after all work on
+the blocking streams of the context (DLPack producers are asked to order before it, too).
 """
 from __future__ import annotations
 
@@ -9,11 +13,14 @@ import math
 
 import numpy as np
 
-from tickgpu.runtime.arrays import DeviceArray, device_view, empty_like_kind, is_device_array
+from tickgpu.runtime.arrays import (DeviceArray, device_view, empty_like_kind, is_device_array,
+                                    producer_stream)
 from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH
 from tickgpu.runtime.staged import DTYPE_CODE
 
 __all__ = ["device_call"]
+
+CU_STREAM_LEGACY = 1
 
 _FLAG_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_), np.dtype(np.int8))
 
@@ -26,7 +33,7 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         views = {}
         for name, x in zip(fam.inputs, inputs):
             if is_device_array(x):
-                views[name] = _check_view(device_view(x, name, dlpack_stream=ctx.stream), name, x, fam, dtype,
+                views[name] = _check_view(device_view(x, name, dlpack_stream=CU_STREAM_LEGACY), name, x, fam, dtype,
                                           shape, n, ctx.ordinal)
         first = next(v for v in views.values())
         out_arrays = []
@@ -35,10 +42,11 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
             o = empty_like_kind(first.source, shape, odt, ctx.ordinal)
             out_arrays.append(o if o is not None else DeviceArray(ctx, shape, odt))
         out_views = [device_view(o, name) for o, (name, _) in zip(out_arrays, fam.outputs)]
-        # Order on the producer's stream when it named one (CAI v3): our work then sits between
-        # its producer and whatever the caller queues next, with no host wait.
-        stream = next((v.stream for v in (*views.values(), *out_views) if v.stream), None)
-        launch_stream = int(stream) if stream is not None else ctx.stream
+        stream = next((s for s in (producer_stream(v) for v in (*views.values(), *out_views)) if s is not None),
+                      CU_STREAM_LEGACY)
+        launch_stream = int(stream)
+        # Arrays of our own (no library to order them) are handed out finished.
+        owned = any(isinstance(o, DeviceArray) for o in out_arrays)
         if n == 0:
             return out_arrays
 
@@ -76,8 +84,8 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
             p_out = [p + start * sz for p, sz in zip(out_ptrs, out_size)]
             lau.args.pack(*fam.contract(grid_ptrs, p_in, strides, p_out, m, extra))
             lau.launch(m, launch_stream)
-        if stream is None or uploaded:
-            # Unknown consumer stream, or scratch that the next call may reuse: finish here.
+        if owned or uploaded:
+            # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
         return out_arrays
 
