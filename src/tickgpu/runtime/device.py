@@ -159,7 +159,9 @@ class Context:
         r = self.runners.get(key)
         if r is not None and layout.in_bytes <= r.in_capacity and layout.out_bytes <= r.out_capacity:
             return r
-        in_cap = max(layout.in_bytes, full_layout.in_bytes)
+        # 64 KB of headroom: a surface grid (up to ~8,000 points) larger than warm-up's fits
+        # without regrowing staging.
+        in_cap = max(layout.in_bytes, full_layout.in_bytes + (1 << 16))
         out_cap = max(layout.out_bytes, full_layout.out_bytes)
         if r is not None:
             self.driver.stream_synchronize(r.stream)
