@@ -254,6 +254,8 @@ class MockDriver:
         assert tuple(block) == tuple(fn["block"]), f"{fn['variant']}: block {block} != {fn['block']}"
         assert grid[0] * epb >= n and (grid[0] - 1) * epb < max(n, 1), f"{fn['variant']}: grid {grid} for n={n}"
         assert 0 <= n < 2**31
+        if fn["aligned16"] and n % 16:
+            raise AssertionError(f"{fn['variant']}: an aligned16 variant launched with n={n}, not a multiple of 16")
         vdt = np.float64 if fn["dtype"] == "f64" else np.float32
         self.launches.append({"variant": fn["variant"], "grid": tuple(grid), "n": n, "args": args})
         if n == 0:

@@ -444,15 +444,20 @@ def test_device_path_without_named_stream_uses_legacy_stream(ctx, mock, rng):
 
 
 def test_device_path_misaligned_uses_unaligned_variant(ctx, mock, rng):
-    n = 50
+    n = 48
     d = _bsm_inputs(rng, n, np.float64)
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), offset=8 if k == "spot" else 0) for k, v in d.items()}
     out = ops.greeks(**dev, dtype=np.float64, shape=(n,))
-    assert mock.launches[-1]["variant"] == "greeks_f64_b256"
+    assert mock.launches[-1]["variant"] == "greeks_f64_b256"          # a pointer off by 8 bytes
     _close(_read(mock, out["gamma"]), expected_greeks(**_ref(d))["gamma"], np.float64)
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
     ops.greeks(**dev, dtype=np.float64, shape=(n,))
-    assert mock.launches[-1]["variant"] == "greeks_f64_b256_a16"
+    assert mock.launches[-1]["variant"] == "greeks_f64_b256_a16"      # aligned, n % 16 == 0
+    d = _bsm_inputs(rng, n + 1, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n + 1,))
+    assert mock.launches[-1]["variant"] == "greeks_f64_b256"          # aligned, but n % 16 != 0
+    _close(_read(mock, out["vanna"]), expected_greeks(**_ref(d))["vanna"], np.float64)
 
 
 def test_device_path_implied_vol_and_surface(ctx, mock, rng):
@@ -515,7 +520,7 @@ def test_failed_launch_names_kernel(ctx, mock, rng):
     mock.fail["cuLaunchKernel"] = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in _bsm_inputs(rng, 4, np.float64).items()}
     with pytest.raises(CudaError, match=r"cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES "
-                                        r"\(kernel greeks_f64_b256_a16\)"):
+                                        r"\(kernel greeks_f64_b256\)"):
         ops.greeks(**dev, dtype=np.float64, shape=(4,))
 
 

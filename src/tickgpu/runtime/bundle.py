@@ -72,7 +72,7 @@ class KernelSpec:
     shared: int
     elements_per_block: int
     dtype: str
-    aligned16: bool
+    aligned16: bool                # assumes 16-byte aligned pointers and n % 16 == 0
     params: tuple[ParamSpec, ...]
     scratch_global: int = 0
     scratch_global_align: int = 1
@@ -311,8 +311,10 @@ class Bundle:
     def select(self, family: str, dtype: str, n: int, aligned16: bool, sm_count: int) -> LoadedKernel:
         """The variant for `n` elements of `family`/`dtype`.
 
-        Alignment: a variant compiled for 16-byte aligned pointers is used only when every pointer
-        is so aligned (else it could fault or read wrong). Size: the largest elements_per_block
+        Alignment: a variant compiled with ``aligned16`` assumes every pointer 16-byte aligned and
+        n a multiple of 16 (so its bound checks are uniform over groups of 16 and it may use vector
+        loads and stores); pass ``aligned16=True`` only when both hold, else it could fault or
+        read wrong. Size: the largest elements_per_block
         that still gives every SM a block, so big work runs in big blocks and small work is spread
         over many SMs; below that, the smallest block.
         """
@@ -320,7 +322,7 @@ class Bundle:
                  if k.spec.family == family and k.spec.dtype == dtype and (aligned16 or not k.spec.aligned16)]
         if not cands:
             raise BundleError(f"no {family} kernel for dtype {dtype}"
-                              f"{'' if aligned16 else ' that accepts unaligned pointers'} on {self.arch} "
+                              f"{'' if aligned16 else ' that accepts unaligned pointers or sizes'} on {self.arch} "
                               f"in the bundle at {self.manifest.root}")
         if aligned16 and any(k.spec.aligned16 for k in cands):
             cands = [k for k in cands if k.spec.aligned16]

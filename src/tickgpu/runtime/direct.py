@@ -78,7 +78,7 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         in_size = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
         for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
             m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)
-            lau = ctx.launcher(fam.name, dts, m, aligned)
+            lau = ctx.launcher(fam.name, dts, m, aligned and m % 16 == 0)
             ctx.bundle.ensure_scratch(lau.kernel, lau.grid(m)[0])
             p_in = [p + start * sz * s for p, s, sz in zip(ptrs, strides, in_size)]
             p_out = [p + start * sz for p, sz in zip(out_ptrs, out_size)]

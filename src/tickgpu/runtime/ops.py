@@ -145,7 +145,8 @@ def warmup(ctx) -> dict:
     ctx.enter()
     d = ctx.driver
     with ctx.lock:
-        # Every variant, directly, over one element of a scratch block of ones.
+        # Every variant, directly, over 16 elements (the aligned variants want n % 16 == 0) of a
+        # placeholder block of ones; inputs broadcast, outputs may overlap: only loading matters.
         if not ctx.dummy:
             ctx.dummy = d.mem_alloc(4096)
             ones = np.ones(512, dtype=np.float64)
@@ -158,10 +159,10 @@ def warmup(ctx) -> dict:
                 lau = ctx.launchers[lk.variant] = Launcher(d, lk)
             ctx.bundle.ensure_scratch(lk, 1)
             extra = (1, 1, 0, 0) if fam.name == "surface" else None
-            outs = [ctx.dummy + 1024 + 64 * i for i in range(len(fam.outputs))]
+            outs = [ctx.dummy + 1024 + 128 * i for i in range(len(fam.outputs))]
             lau.args.pack(*fam.contract([ctx.dummy] * 3, [ctx.dummy] * len(fam.inputs), [0] * len(fam.inputs),
-                                        outs, 1, extra))
-            lau.launch(1, ctx.stream, sync=True)
+                                        outs, 16, extra))
+            lau.launch(16, ctx.stream, sync=True)
         # Every staged graph (both runners of each op and dtype in the bundle), one tick each.
         graphs = 0
         have = {(k.spec.family, k.spec.dtype) for k in ctx.bundle.kernels.values()}

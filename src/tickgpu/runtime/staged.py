@@ -98,7 +98,8 @@ class _TickPlan:
         full = plan_layout(list(grid_sizes) + [s * chunk for s in self.itemsizes],
                            [odt.itemsize * cnt * chunk for odt, cnt in self.blocks])
         self.runner = r = ctx.runner(fam.name, dts, index, lay, full)
-        self.launcher = lau = ctx.launcher(fam.name, dts, m, aligned16=True)   # staging is 64-byte aligned
+        # Staging is 64-byte aligned and a bucket a multiple of 16: the aligned variants apply.
+        self.launcher = lau = ctx.launcher(fam.name, dts, m, aligned16=True)
         ctx.bundle.ensure_scratch(lau.kernel, lau.grid(m)[0])
         ng = len(grid_sizes)
         dev_in = [r.in_dev + o for o in lay.in_offsets]
