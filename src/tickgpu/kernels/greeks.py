@@ -61,9 +61,9 @@ def bsm_greeks_kernel(
     --------------------------------------------------------------------------------
     * An option with a non-finite input, S <= 0, K <= 0, t < 0 or sigma <= 0 gets NaN in all ten
       outputs.
-    * Zero total variance (t == 0, or sigma sqrt(t) underflowing to 0): the option is worth its
-      forward intrinsic value. With w = +1 (call) / -1 (put), m = w (S e^{-qt} - K e^{-rt}) and
-      itm = 1 if m > 0, 1/2 if m == 0 (at the money), 0 otherwise:
+    * Zero total variance (t == 0, or sigma sqrt(t) too small for its reciprocal to be finite): the
+      option is worth its forward intrinsic value. With w = +1 (call) / -1 (put),
+      m = w (S e^{-qt} - K e^{-rt}) and itm = 1 if m > 0, 1/2 if m == 0 (at the money), else 0:
       price = max(m, 0); delta = w e^{-qt} itm; gamma = +inf at the money, else 0;
       vega = S e^{-qt} sqrt(t) / sqrt(2 pi) at the money, else 0 (so 0 at t == 0);
       theta = w (q S e^{-qt} - r K e^{-rt}) itm, minus S e^{-qt} sigma / (2 sqrt(2 pi t)) at the
@@ -101,12 +101,20 @@ def bsm_greeks_kernel(
 
     sqt = libdevice.sqrt(t)
     sst = sig * sqt                       # total vol sigma sqrt(t)
-    limit = valid & ~(sst > 0)            # zero total variance: the t -> 0 limits below
+    # Zero total variance (t == 0, or sigma sqrt(t) so small that its reciprocal overflows): the
+    # t -> 0 limits below. IEEE division so that a subnormal sst is judged exactly as on the CPU
+    # (float64 "/" is IEEE in Triton; float32 "/" is the 2-ulp approximation, hence div_rn).
+    sst_pos = tl.where(sst > 0, sst, 1.0)
+    if S.dtype == tl.float32:
+        inv_sst = tl.math.div_rn(tl.full(sst.shape, 1.0, sst.dtype), sst_pos)
+    else:
+        inv_sst = 1.0 / sst_pos
+    limit = valid & ~((sst > 0) & (inv_sst < inf))
     # Limit lanes run the general formulas with stand-in divisors so nothing divides by zero.
     sqt_g = tl.where(limit, 1.0, sqt)
     t_g = tl.where(limit, 1.0, t)
     sst_g = tl.where(limit, sig, sst)
-    inv_sst = 1.0 / sst_g
+    inv_sst = tl.where(limit, 1.0 / sig, inv_sst)
 
     Dq = libdevice.exp(-q * t)
     Dr = libdevice.exp(-r * t)

@@ -73,12 +73,12 @@ def vol_surface_kernel(
     # Count the grid points at or below each query: that count locates its interval. (While loops
     # rather than range(nk): the Triton interpreter cannot take a run-time bound in range() under
     # NumPy 2; the compiled loop is the same.)
-    nk_le = tl.zeros([BLOCK_SIZE], dtype=tl.int32)
+    nk_le = tl.full([BLOCK_SIZE], 0, dtype=tl.int32)
     ik = 0
     while ik < nk:
         nk_le += (tl.load(strikes_ptr + ik) <= k).to(tl.int32)
         ik += 1
-    nt_le = tl.zeros([BLOCK_SIZE], dtype=tl.int32)
+    nt_le = tl.full([BLOCK_SIZE], 0, dtype=tl.int32)
     it = 0
     while it < nt:
         nt_le += (tl.load(expiries_ptr + it) <= t).to(tl.int32)
