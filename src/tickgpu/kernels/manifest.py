@@ -109,11 +109,15 @@ class Kernel:
 
     @property
     def param_bytes(self) -> int:
-        """Size of the packed parameter buffer (end of the last parameter, rounded up to 8)."""
+        """Size of the packed parameter buffer: the end of the last parameter, not rounded up.
+
+        Pass exactly this as CU_LAUNCH_PARAM_BUFFER_SIZE: the driver refuses any other size
+        (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES was seen for a buffer rounded up to 8 bytes).
+        """
         if not self.params:
             return 0
         last = self.params[-1]
-        return (last.offset + last.size + 7) // 8 * 8
+        return last.offset + last.size
 
 
 @dataclass(frozen=True)
