@@ -98,6 +98,9 @@ int tg_implied_vol_f32(int64_t n, const tg_iv_inputs *in, float *vol, int8_t *st
    undiscounted option, x = ln(F/K), s = sigma sqrt(T), theta = +1 call / -1 put; s = 0 gives the
    intrinsic value, NaN for s < 0, NaN inputs or theta not +-1. Exposed for tests. */
 double tg_normalised_black(double x, double s, double theta);
+/* Its inverse: s from beta = b(x, s, theta), status a tg_iv_status (intrinsic 2 sinh(|x|/2) in the
+   money, maximum e^{theta x/2}). Exposed for tests. */
+double tg_normalised_implied_vol(double beta, double x, double theta, int *status);
 
 /* ---- Volatility surface (csrc/cpu/surface.c) ----------------------------------------------
  * Grid: nk strictly increasing strikes, nt strictly increasing positive expiries (years),

@@ -89,3 +89,12 @@ double tg_normalised_black(double x, double s, double theta)
 {
     return tg_lbr_normalised_black(x, s, theta);
 }
+
+double tg_normalised_implied_vol(double beta, double x, double theta, int *status)
+{
+    int st;
+    double s = tg_lbr_normalised_implied_vol(beta, x, theta, &st);
+    if (status)
+        *status = st;
+    return s;
+}

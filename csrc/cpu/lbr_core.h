@@ -531,6 +531,35 @@ TG_HD static inline double tg_lbr_solve(double price, double fwd, double strike,
     return s / sqrt(T);
 }
 
+/* Total implied vol s = sigma sqrt(T) from a normalised price beta = b(x, s, theta), x = ln(F/K),
+   theta = +1 call / -1 put; statuses as tg_lbr_implied_black_vol, with the intrinsic value
+   2 sinh(|x|/2) in the money and the maximum e^{theta x / 2}. */
+TG_HD static inline double tg_lbr_normalised_implied_vol(double beta, double x, double theta,
+                                                         int *status)
+{
+    if (!(isfinite(beta) && isfinite(x)) || beta < 0.0 || (theta != 1.0 && theta != -1.0)) {
+        *status = TG_IV_BAD_INPUT;
+        return NAN;
+    }
+    double iota = theta * x > 0.0 ? 2.0 * sinh(0.5 * fabs(x)) : 0.0;
+    double b_max = exp(-0.5 * fabs(x));   /* of the out-of-the-money twin */
+    if (beta < iota) {
+        *status = TG_IV_BELOW_INTRINSIC;
+        return NAN;
+    }
+    if (beta == iota) {
+        *status = TG_IV_AT_INTRINSIC;
+        return 0.0;
+    }
+    double otm = beta - iota;
+    if (otm >= b_max) {
+        *status = TG_IV_ABOVE_MAXIMUM;
+        return NAN;
+    }
+    *status = TG_IV_OK;
+    return tg_lbr_normalised_vol_otm(otm, -fabs(x), b_max);
+}
+
 /* Implied Black vol of an undiscounted price (forward measure): F forward, K strike, T years,
    theta +1 call / -1 put. Returns sigma (NaN if none, 0 at intrinsic) and sets *status to a
    tg_iv_status: BAD_INPUT (non-finite, F <= 0, K <= 0, T <= 0, price < 0, theta not +-1),
