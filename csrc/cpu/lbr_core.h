@@ -384,7 +384,7 @@ TG_HD static inline double tg_lbr_normalised_vol_otm(double beta, double x, doub
                 double q = beta / b_l;
                 f = beta + (f_l - b_l) * q * q;
             }
-            double p = cbrt(f / c);
+            double p = cbrt(f) / cbrt(c);  /* f / c would underflow for subnormal f */
             double zi = tg_lbr_inv_norm_cdf(p);
             s = ax / (TG_LBR_SQRT_3 * fabs(zi));
             branch = 0;
@@ -552,7 +552,7 @@ TG_HD static inline double tg_lbr_normalised_implied_vol(double beta, double x, 
         return 0.0;
     }
     double otm = beta - iota;
-    if (otm >= b_max) {
+    if (beta >= exp(0.5 * theta * x) || otm >= b_max) {
         *status = TG_IV_ABOVE_MAXIMUM;
         return NAN;
     }

@@ -7,7 +7,6 @@ everywhere the price determines the vol. One C source (csrc/cpu/lbr_core.h) runs
 from __future__ import annotations
 
 import enum
-import math
 
 import numpy as np
 
@@ -192,8 +191,9 @@ def _check_status(args: dict, shape: tuple, status) -> None:
     where = f"price[{index}]" if shape else "price"
     v = {k: float(np.broadcast_to(_to_host(args[k]), shape).ravel()[flat]) for k in _NAMES}
     is_call = bool(np.broadcast_to(_to_host(args["call"]), shape).ravel()[flat])
-    fwd = v["spot"] * math.exp(-v["div"] * v["t"])
-    strike = v["strike"] * math.exp(-v["rate"] * v["t"])
+    with np.errstate(over="ignore", invalid="ignore"):
+        fwd = float(v["spot"] * np.exp(-v["div"] * v["t"]))
+        strike = float(v["strike"] * np.exp(-v["rate"] * v["t"]))
     intrinsic = max(fwd - strike if is_call else strike - fwd, 0.0)
     cap = fwd if is_call else strike
     code = IVStatus(int(status.ravel()[flat]))
