@@ -178,9 +178,14 @@ def test_matches_py_lets_be_rational(rng):
     well = reliable & (EPS * price / vega_sigma < 1e-12)
     assert well.mean() > 0.2
     assert np.max(np.abs(ours - sigma)[well] / sigma[well]) <= 1e-10
-    # Elsewhere both extract the same vol from the same (less informative) price.
-    rest = ~reliable & (status == IVStatus.OK) & (theirs > 0)
-    assert np.max(np.abs(ours - theirs)[rest] / theirs[rest], initial=0) <= 1e-6
+    # Elsewhere both extract the same vol from the same (less informative) price, up to what a
+    # few ulps of the price (the two compute intrinsic values differently) move the vol.
+    # Subnormal premiums (a few significant bits) are left out.
+    rest = ~reliable & (status == IVStatus.OK) & (theirs > 0) & (price > 1e-300)
+    sd = theirs * np.sqrt(T)
+    vega_sigma = F * np.exp(-0.5 * (x / sd + sd / 2) ** 2) / np.sqrt(2 * np.pi) * sd
+    slack = 1e-12 + 64 * EPS * price / vega_sigma
+    assert np.all((np.abs(ours - theirs) / theirs <= slack)[rest])
 
 
 def test_normalised_black_against_mpmath(rng):
