@@ -302,7 +302,7 @@ TG_HD static inline double tg_lbr_rational_cubic_r(double xl, double xr, double 
 TG_HD static inline double tg_lbr_householder_step(double s, double nu, double h2, double h3,
                                                    double lo, double hi)
 {
-    double num = 1.0 + 0.5 * h2 * nu, den = 1.0 + nu * (h2 + h3 * nu / 6.0);
+    double num = 1.0 + 0.5 * h2 * nu, den = 1.0 + nu * (h2 + h3 * nu * (1.0 / 6.0));
     double step = nu * num / den;
     if (!(num > 0.0 && den > 0.0) || !isfinite(step))
         step = nu;
@@ -384,7 +384,8 @@ TG_HD static inline double tg_lbr_normalised_vol_otm(double beta, double x, doub
                 double q = beta / b_l;
                 f = beta + (f_l - b_l) * q * q;
             }
-            double p = cbrt(f) / cbrt(c);  /* f / c would underflow for subnormal f */
+            /* f / c may underflow where f is subnormal: then take the roots apart */
+            double p = f > 1e-290 ? cbrt(f / c) : cbrt(f) / cbrt(c);
             double zi = tg_lbr_inv_norm_cdf(p);
             s = ax / (TG_LBR_SQRT_3 * fabs(zi));
             branch = 0;
@@ -439,9 +440,10 @@ iterate:;
     double ln_beta = branch == 0 ? log(beta) : 0.0;
     double ln_room = branch == 3 ? log(b_max - beta) : 0.0;
     for (int iter = 0; iter < 2; iter++) {
-        double h = x / s, t = 0.5 * s;
-        double w2 = (h - t) * (h + t) / s;
-        double w3 = w2 * w2 - 3.0 * (h / s) * (h / s) - 0.25;
+        double inv_s = 1.0 / s;
+        double h = x * inv_s, t = 0.5 * s, h_s = h * inv_s;
+        double w2 = (h - t) * (h + t) * inv_s;
+        double w3 = w2 * w2 - 3.0 * h_s * h_s - 0.25;
         double nu, h2, h3;
         int above;  /* b(s) > beta */
         if (branch == 0) {
@@ -515,7 +517,8 @@ TG_HD static inline double tg_lbr_solve(double price, double fwd, double strike,
     scale = scale > 1e-300 && scale < 1e300 ? sqrt(scale) : sqrt(fwd) * sqrt(strike);
     double beta = (price - intrinsic) / scale;
     double xn = -fabs(x);
-    double b_max = exp(0.5 * xn);
+    /* e^{-|x|/2} = min(F, K) / sqrt(F K), without an exp */
+    double b_max = fmin(fwd, strike) / scale;
     if (!(beta > 0.0)) {
         /* Positive time value too small for a normalised double: vol 0 at this resolution. */
         *status = TG_IV_AT_INTRINSIC;

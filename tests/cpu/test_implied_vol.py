@@ -121,7 +121,7 @@ def test_round_trip_through_quantlib(rng):
     from quantlib_oracle import QuantLibEuropean
 
     n = 300
-    o, sigma = random_options(rng, n, vol=(0.03, 1.5))
+    o, sigma = random_options(rng, n, moneyness=(0.5, 2.0), vol=(0.03, 1.5))
     days = np.maximum(np.rint(o["t"] * 365), 1).astype(int)
     o["t"] = days / 365.0
     ql = QuantLibEuropean()
@@ -133,7 +133,7 @@ def test_round_trip_through_quantlib(rng):
     # QuantLib's premiums are accurate to ~1e-15 of the spot, not relative to small premiums:
     # keep the options where such an absolute error moves the vol by less than 1e-11.
     well = (price > 0) & (64 * EPS * (fwd + strike) / (vega * sigma) < 1e-11)
-    assert well.mean() > 0.3
+    assert well.sum() >= 40
     vol = tickgpu.implied_vol(price[well], **{k: v[well] for k, v in o.items()}, backend="cpu")
     assert np.max(np.abs(vol - sigma[well]) / sigma[well]) <= 1e-10
 
