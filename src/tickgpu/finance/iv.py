@@ -74,6 +74,12 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
 
     Notes
     -----
+    Method: P. Jaeckel, "Let's Be Rational" (Wilmott, 2015). The premium is reduced to the
+    normalised price of an out-of-the-money option, a rational initial guess is taken on one of
+    four branches, and two Householder(3) iterations follow: a fixed cost (about 0.3 us per option
+    on one CPU core), no tolerance to tune and no iteration limit to hit. The same C source
+    (csrc/cpu/lbr_core.h) runs on the GPU.
+
     No-arbitrage bounds are taken on the discounted quantities ``S e^{-qt}`` and ``K e^{-rt}``:
     a call's premium must lie in ``[max(S e^{-qt} - K e^{-rt}, 0), S e^{-qt})``, a put's in
     ``[max(K e^{-rt} - S e^{-qt}, 0), K e^{-rt})``. Below that range the status is
@@ -81,6 +87,8 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     ABOVE_MAXIMUM. In between the vol is found to about machine precision in the normalised
     price; how much of that survives in the vol depends on vega: deep in the money, the time
     value ``price - intrinsic`` carries only the digits the price has beyond the intrinsic value.
+    A time value too small for a normalised double once divided by ``sqrt(S e^{-qt} K e^{-rt})``
+    (below ~1e-308 of it) is reported as AT_INTRINSIC, vol 0.
 
     float32: the float32 inputs are promoted to double, solved exactly as in float64 and the vol is
     rounded to float32. The status is PRECISION (NaN) where float32 inputs cannot carry the
