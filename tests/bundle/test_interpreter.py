@@ -4,7 +4,7 @@ differences.
 
 The interpreter (TRITON_INTERPRET=1) runs a kernel's Python source on the CPU with NumPy; it takes
 torch tensors as arguments, so these tests need torch (CPU) as well as Triton, and skip without
-them. It has no libdevice: the kernels' libdevice calls (exp, log, sqrt, erfc) are routed here to
+them. It has no libdevice: the kernels' libdevice calls (exp, log, log1p, sqrt, erfc) are routed here to
 NumPy / SciPy float64 functions rounded to the element type, which stand for libdevice's
 (documented to within a few ulps). Everything else the kernels do runs as written.
 """
@@ -33,7 +33,7 @@ def _on_numpy(f):
 
 
 LIBDEVICE_ON_NUMPY = types.SimpleNamespace(exp=_on_numpy(np.exp), log=_on_numpy(np.log),
-                                           sqrt=_on_numpy(np.sqrt), erfc=_on_numpy(special.erfc))
+                                           log1p=_on_numpy(np.log1p), sqrt=_on_numpy(np.sqrt), erfc=_on_numpy(special.erfc))
 
 
 def _load_interpreted(name):
@@ -67,14 +67,14 @@ def _arg(a, dtype):
     return torch.from_numpy(a.copy()), (0 if a.size == 1 else 1)
 
 
-def run_greeks(mod, dtype, S, K, t, r, sig, q, call, block=256):
+def run_greeks(mod, dtype, S, K, t, r, sig, q, call, block=256, programs=None):
     n = max(np.size(a) for a in (S, K, t, r, sig, q, call))
     args = []
     for a in (S, K, t, r, sig, q):
         args += _arg(a, dtype)
     args += _arg(np.asarray(call, dtype=np.uint8), np.uint8)
     outs = [torch.full((n,), 12345.0, dtype=TORCH_DTYPE[dtype]) for _ in ref.GREEKS]
-    grid = (triton.cdiv(n, block),)
+    grid = (programs or triton.cdiv(n, block),)
     mod.bsm_greeks_kernel[grid](*args, *outs, n, BLOCK_SIZE=block)
     return {g: o.numpy() for g, o in zip(ref.GREEKS, outs)}
 
@@ -277,6 +277,20 @@ def test_greeks_kernel_agrees_with_cpu_backend(greeks_mod, rng, dtype):
     got = run_greeks(greeks_mod, dtype, *cols, call)
     tol = F64 if dtype == np.float64 else {**F32, "rtol": 2 * F32["rtol"], "input_eps": 2 * F32["input_eps"]}
     assert_greeks_close(got, *cols, call, want=cpu, **tol)
+
+
+@pytest.mark.parametrize("programs", [1, 3])
+def test_greeks_kernel_persistent_grid(greeks_mod, rng, programs):
+    """Fewer programs than tiles (a persistent grid): each steps through the tiles, and the
+    results are those of one program per tile, bad inputs and limits included."""
+    chain = np.column_stack(random_chain(rng, 1000)[:6])
+    X = np.concatenate([chain, np.array(EDGE_INPUTS, dtype=np.float64)])
+    call = rng.integers(0, 2, len(X)).astype(bool)
+    cols = [X[:, i] for i in range(6)]
+    want = run_greeks(greeks_mod, np.float64, *cols, call, block=128)
+    got = run_greeks(greeks_mod, np.float64, *cols, call, block=128, programs=programs)
+    for g in ref.GREEKS:
+        np.testing.assert_array_equal(got[g], want[g], err_msg=g)
 
 
 def test_greeks_kernel_single_element(greeks_mod):

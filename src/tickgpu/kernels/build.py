@@ -186,13 +186,15 @@ def _check_against_cubin(entry: dict[str, Any], facts: dict[str, Any]) -> None:
 
 def _triton_signature(fn, family: str, dtype: str, aligned16: bool):
     names = list(fn.arg_names)
+    # Compile-time parameters (BLOCK_SIZE and tuning switches with defaults) are not launch arguments.
+    constexprs = {p.name for p in fn.params if p.is_constexpr}
     expected = [n for n, _ in FAMILY_PARAMS[family]]
-    if [n for n in names if n != "BLOCK_SIZE"] != expected:
+    if [n for n in names if n not in constexprs] != expected:
         raise BuildError(f"{family}: kernel arguments {names} are not the contract's order {expected}")
     kinds = dict(FAMILY_PARAMS[family])
     signature, attrs = {}, {}
     for i, name in enumerate(names):
-        if name == "BLOCK_SIZE":
+        if name in constexprs:
             signature[name] = "constexpr"
             continue
         if kinds[name] == "ptr":
@@ -222,7 +224,10 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
             for aligned16 in (True, False):
                 variant = f"{fam.family}_{dtype}_b{block_size}" + ("_a16" if aligned16 else "")
                 signature, attrs = _triton_signature(fn, fam.family, dtype, aligned16)
-                src = ASTSource(fn=fn, signature=signature, constexprs={"BLOCK_SIZE": block_size}, attrs=attrs)
+                # Tuning switches other than BLOCK_SIZE take the kernel's defaults.
+                constants = {p.name: p.default for p in fn.params if p.is_constexpr and p.name != "BLOCK_SIZE"}
+                src = ASTSource(fn=fn, signature=signature, constexprs={**constants, "BLOCK_SIZE": block_size},
+                                attrs=attrs)
                 with triton.knobs.cache.scope(), triton.knobs.compilation.scope(), triton.knobs.runtime.scope():
                     triton.knobs.cache.dir = str(cache_dir)
                     # Line info would put this checkout's absolute paths into the cubin.

@@ -1,9 +1,26 @@
 """Black-Scholes-Merton price and greeks, fused in one Triton kernel.
 
-One program handles ``BLOCK_SIZE`` consecutive options: it reads each of the seven inputs once,
-computes the price and the nine greeks in registers and writes each of the ten outputs once, so a
-large chain costs one pass over memory (on an H200 the kernel is bound by launch latency below
-about 1e5 options and by bandwidth, at 3.2-3.6 TB/s, from a few million).
+One program handles tiles of ``BLOCK_SIZE`` consecutive options: it reads each of the seven inputs
+once, computes the price and the nine greeks in registers and writes each of the ten outputs once,
+so a large chain costs one pass over memory. Launched with ``ceil(n / BLOCK_SIZE)`` programs each
+program does one tile; launched with fewer (a persistent grid, a few programs per SM) each steps
+through the tiles with a stride of the grid size. Same code, same results either way.
+
+What the code does for speed, each checked in the SASS (``cuobjdump -sass``):
+
+* Each input's stride (0: one value for the whole chain, 1: contiguous) is a branch, not a
+  multiplier: ``ptr + offs * stride`` hides the contiguity from the compiler, which then issues
+  one 4- or 8-byte load per element; with the branch, the contiguous case of the aligned16
+  variants is vector loads (LDG.E.64 / LDG.E.128), like the stores.
+* Options that are bad input or at zero total variance are rare and need the limit formulas and
+  twenty selects; a program whose tile has none (nearly always) takes a branch that computes the
+  general formulas only.
+* Divisions are few (1/(sigma sqrt t), 1/sigma, (S - K)/K, 1/S): sigma/sqrt(t) and 1/(2t) are
+  formed from the reciprocal already at hand. Each replaced division moves a result by an ulp or
+  two, far inside the 1e-12 (float64) / 1e-5 (float32) agreement with the CPU backend.
+* Inputs are read once and outputs written once: with STREAM the loads are marked evict-first and
+  the stores streaming (.cs), so they do not push other data out of the caches for nothing. A
+  broadcast input (stride 0) is read by every program and keeps the default policy.
 
 The same source is compiled for float32 and float64: the element type comes from the pointer types
 of the signature (``*fp32`` or ``*fp64``), and every transcendental function goes to libdevice
@@ -11,8 +28,9 @@ of the signature (``*fp32`` or ``*fp64``), and every transcendental function goe
 their stated accuracy over the whole argument range (Triton's own ``tl.exp`` in float32 is the
 hardware approximation, whose relative error grows with the argument).
 
-This module imports Triton; only the bundle builder (``tickgpu.kernels.build``) and the tests
-import it. The runtime launches the compiled cubins and never imports this file.
+This module imports Triton; only the bundle builder (``tickgpu.kernels.build``), the tests and
+scripts/kernel-sweep import it. The runtime launches the compiled cubins and never imports this
+file.
 """
 import triton
 import triton.language as tl
@@ -22,6 +40,76 @@ from triton.language.extra.cuda import libdevice
 # body can be materialised as a float32 constant first.
 INV_SQRT_2PI = tl.constexpr(0.398942280401432677939946059934)
 INV_SQRT_2 = tl.constexpr(0.707106781186547524400844362105)
+
+
+@triton.jit
+def _load_input(ptr, stride, offs, mask, other, STREAM: tl.constexpr):
+    """The tile's values of one input of element stride 0 or 1 (see the module docstring)."""
+    if stride == 0:
+        # Every lane reads element 0; the hardware serves a warp's identical addresses at once.
+        x = tl.load(ptr + offs * 0, mask=mask, other=other)
+    else:
+        if STREAM:
+            x = tl.load(ptr + offs, mask=mask, other=other, eviction_policy="evict_first")
+        else:
+            x = tl.load(ptr + offs, mask=mask, other=other)
+    return x
+
+
+@triton.jit
+def _store_output(ptr, offs, value, mask, STREAM: tl.constexpr):
+    if STREAM:
+        tl.store(ptr + offs, value, mask=mask, cache_modifier=".cs")
+    else:
+        tl.store(ptr + offs, value, mask=mask)
+
+
+@triton.jit
+def _either(a, b):
+    return a | b
+
+
+@triton.jit
+def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst):
+    """Price and greeks by the closed forms, for sigma sqrt(t) > 0 with a finite reciprocal."""
+    Dq = libdevice.exp(-q * t)
+    Dr = libdevice.exp(-r * t)
+    SDq = S * Dq
+    KDr = K * Dr
+    if S.dtype == tl.float32:
+        # ln(S/K) as log1p((S - K)/K), as the CPU backend: near the money S - K is exact and the
+        # log keeps its relative accuracy, where log(S / K) would carry the rounding of S / K (an
+        # absolute error of an ulp of 1, amplified by 1/(sigma sqrt t): visible in float32 vanna).
+        log_moneyness = libdevice.log1p((S - K) / K)
+    else:
+        # In float64 that ulp of 1 (2.2e-16) is far below the 1e-12 agreement, and libdevice's
+        # log1p costs twice log's 30 float64 operations.
+        log_moneyness = libdevice.log(S / K)
+    d1 = (log_moneyness + (r - q) * t) * inv_sst + 0.5 * sst
+    d2 = d1 - sst
+    # N(w d) through erfc: no 1 - N cancellation in either tail.
+    Nd1 = 0.5 * libdevice.erfc(-w * d1 * INV_SQRT_2)
+    Nd2 = 0.5 * libdevice.erfc(-w * d2 * INV_SQRT_2)
+    pdf = INV_SQRT_2PI * libdevice.exp(-0.5 * d1 * d1)
+    SDq_N1 = SDq * Nd1
+    KDr_N2 = KDr * Nd2
+    Dq_pdf = Dq * pdf
+    SDq_pdf = SDq * pdf
+    vega = SDq_pdf * sqt
+    # 1/sigma and 1/sqrt(t) from 1/(sigma sqrt t): two multiplications instead of two divisions.
+    inv_sig = sqt * inv_sst
+    inv_sqt = sig * inv_sst
+
+    price = w * (SDq_N1 - KDr_N2)
+    delta = w * Dq * Nd1
+    gamma = Dq_pdf * inv_sst / S
+    theta = -0.5 * SDq_pdf * sig * inv_sqt + w * (q * SDq_N1 - r * KDr_N2)
+    rho = w * t * KDr_N2
+    phi = -w * t * SDq_N1
+    vanna = -Dq_pdf * d2 * inv_sig
+    volga = vega * d1 * d2 * inv_sig
+    charm = w * q * Dq * Nd1 - Dq_pdf * (2.0 * (r - q) * t - d2 * sst) * inv_sst * (0.5 * inv_sqt * inv_sqt)
+    return price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm
 
 
 @triton.jit
@@ -37,6 +125,7 @@ def bsm_greeks_kernel(
     charm_ptr,
     n,
     BLOCK_SIZE: tl.constexpr,
+    STREAM: tl.constexpr = True,
 ):
     """Price and greeks of ``n`` European options under Black-Scholes-Merton.
 
@@ -54,9 +143,12 @@ def bsm_greeks_kernel(
         (dividend rho) per 1.00 change, theta per year of calendar time (-dV/dt_expiry), vanna
         = d delta / d sigma, volga = d vega / d sigma, charm = -d delta / d t per year.
     n : int32
-        Number of options; the grid is ``ceil(n / BLOCK_SIZE)`` programs.
+        Number of options. Any grid covers them: ``ceil(n / BLOCK_SIZE)`` programs do one tile
+        each, fewer step through the tiles.
     BLOCK_SIZE : constexpr
-        Options per program.
+        Options per tile.
+    STREAM : constexpr
+        Evict-first loads and streaming stores (see the module docstring).
 
     Bad input and limits (the convention of the CPU kernel, csrc/cpu/greeks_kernel.h)
     --------------------------------------------------------------------------------
@@ -74,117 +166,109 @@ def bsm_greeks_kernel(
       These are the one-sided limits as t -> 0 (along S == K at the money).
     """
     pid = tl.program_id(axis=0)
-    offs = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offs < n
+    # ceil(n / BLOCK_SIZE) without the overflow of n + BLOCK_SIZE - 1 near 2^31 (n == 0: one
+    # fully masked tile, as C division truncates -1 // BLOCK_SIZE to 0)
+    num_tiles = (n - 1) // BLOCK_SIZE + 1
+    tile = pid
+    # A while loop, not range(): the Triton interpreter (tests/bundle) cannot run a range over
+    # run-time bounds.
+    while tile < num_tiles:
+        offs = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offs < n
 
-    # A stride of 0 makes every lane read element 0 (one value broadcast to the whole chain);
-    # the hardware serves a warp's identical addresses with one transaction.
-    S = tl.load(spot_ptr + offs * s_spot, mask=mask, other=1.0)
-    K = tl.load(strike_ptr + offs * s_strike, mask=mask, other=1.0)
-    t = tl.load(t_ptr + offs * s_t, mask=mask, other=1.0)
-    r = tl.load(rate_ptr + offs * s_rate, mask=mask, other=0.0)
-    sig = tl.load(vol_ptr + offs * s_vol, mask=mask, other=1.0)
-    q = tl.load(div_ptr + offs * s_div, mask=mask, other=0.0)
-    is_call = tl.load(call_ptr + offs * s_call, mask=mask, other=1) != 0
+        S = _load_input(spot_ptr, s_spot, offs, mask, 1.0, STREAM)
+        K = _load_input(strike_ptr, s_strike, offs, mask, 1.0, STREAM)
+        t = _load_input(t_ptr, s_t, offs, mask, 1.0, STREAM)
+        r = _load_input(rate_ptr, s_rate, offs, mask, 0.0, STREAM)
+        sig = _load_input(vol_ptr, s_vol, offs, mask, 1.0, STREAM)
+        q = _load_input(div_ptr, s_div, offs, mask, 0.0, STREAM)
+        is_call = _load_input(call_ptr, s_call, offs, mask, 1, STREAM) != 0
+        w = tl.where(is_call, 1.0, -1.0).to(S.dtype)
 
-    inf = float("inf")
-    # Comparisons are false for NaN, so these also reject NaN.
-    valid = (S > 0) & (S < inf) & (K > 0) & (K < inf) & (t >= 0) & (t < inf)
-    valid = valid & (sig > 0) & (sig < inf) & (tl.abs(r) < inf) & (tl.abs(q) < inf)
-    # Invalid lanes compute on harmless values; their outputs are replaced by NaN at the end.
-    S = tl.where(valid, S, 1.0)
-    K = tl.where(valid, K, 1.0)
-    t = tl.where(valid, t, 1.0)
-    r = tl.where(valid, r, 0.0)
-    sig = tl.where(valid, sig, 1.0)
-    q = tl.where(valid, q, 0.0)
-    w = tl.where(is_call, 1.0, -1.0).to(S.dtype)
+        inf = float("inf")
+        # Comparisons are false for NaN, so these also reject NaN.
+        valid = (S > 0) & (S < inf) & (K > 0) & (K < inf) & (t >= 0) & (t < inf)
+        valid = valid & (sig > 0) & (sig < inf) & (tl.abs(r) < inf) & (tl.abs(q) < inf)
+        sqt = libdevice.sqrt(t)
+        sst = sig * sqt                       # total vol sigma sqrt(t)
+        # Zero total variance (t == 0, or sigma sqrt(t) so small that its reciprocal overflows):
+        # the t -> 0 limits, judged exactly as on the CPU (which tests 1/sst < inf).
+        sst_pos = tl.where(sst > 0, sst, 1.0)
+        if S.dtype == tl.float32:
+            # The IEEE float32 reciprocal of x >= 0 overflows exactly when x <= 2^-128 (2^128
+            # rounds up to inf; the next float up, 2^-128 (1 + 2^-21), has a finite one), so the
+            # limit is judged as on the CPU by a comparison, and the reciprocal itself may be
+            # Triton's 2-ulp division.
+            limit = valid & ~(sst > tl.full(sst.shape, 2.0**-128, tl.float32))
+            inv_sst = 1.0 / sst_pos
+        else:
+            # float64 "/" is IEEE in Triton: the reciprocal overflows exactly as on the CPU.
+            inv_sst = 1.0 / sst_pos
+            limit = valid & ~((sst > 0) & (inv_sst < inf))
+        special = mask & (limit | ~valid)
 
-    sqt = libdevice.sqrt(t)
-    sst = sig * sqt                       # total vol sigma sqrt(t)
-    # Zero total variance (t == 0, or sigma sqrt(t) so small that its reciprocal overflows): the
-    # t -> 0 limits below. IEEE division so that a subnormal sst is judged exactly as on the CPU
-    # (float64 "/" is IEEE in Triton; float32 "/" is the 2-ulp approximation, hence div_rn).
-    sst_pos = tl.where(sst > 0, sst, 1.0)
-    if S.dtype == tl.float32:
-        inv_sst = tl.math.div_rn(tl.full(sst.shape, 1.0, sst.dtype), sst_pos)
-    else:
-        inv_sst = 1.0 / sst_pos
-    limit = valid & ~((sst > 0) & (inv_sst < inf))
-    # Limit lanes run the general formulas with stand-in divisors so nothing divides by zero.
-    sqt_g = tl.where(limit, 1.0, sqt)
-    t_g = tl.where(limit, 1.0, t)
-    sst_g = tl.where(limit, sig, sst)
-    inv_sst = tl.where(limit, 1.0 / sig, inv_sst)
+        # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter
+        # (tests/bundle) cannot run triton.language's own @jit helpers.
+        if tl.reduce(special.to(tl.int32), 0, _either) == 0:
+            # Every option of the tile is valid and has positive total variance.
+            price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
+                S, K, t, r, sig, q, w, sqt, sst, inv_sst)
+        else:
+            # Invalid lanes compute on harmless values; their outputs are replaced by NaN below.
+            S = tl.where(valid, S, 1.0)
+            K = tl.where(valid, K, 1.0)
+            t = tl.where(valid, t, 1.0)
+            r = tl.where(valid, r, 0.0)
+            sig = tl.where(valid, sig, 1.0)
+            q = tl.where(valid, q, 0.0)
+            sqt = tl.where(valid, sqt, 1.0)
+            sst = tl.where(valid, sst, 1.0)
+            inv_sst = tl.where(valid, inv_sst, 1.0)
+            # Limit lanes run the general formulas with stand-ins (t = 1, sst = sigma) so that
+            # nothing divides by zero; their results are replaced by the limits below.
+            price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
+                S, K, tl.where(limit, 1.0, t), r, sig, q, w, tl.where(limit, 1.0, sqt),
+                tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst))
 
-    Dq = libdevice.exp(-q * t)
-    Dr = libdevice.exp(-r * t)
-    SDq = S * Dq
-    KDr = K * Dr
+            # Zero-total-variance limits (see the docstring).
+            Dq = libdevice.exp(-q * t)
+            SDq = S * Dq
+            KDr = K * libdevice.exp(-r * t)
+            m = w * (SDq - KDr)
+            atm = m == 0
+            itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
+            # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
+            t_pos = sqt > 0
+            sqt_l = tl.where(t_pos, sqt, 1.0)
+            drift = (r - q) + 0.5 * sig * sig
+            atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
+            atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l),
+                                 tl.where(drift > 0, inf, -inf))
+            atm_charm = tl.where(drift != 0, atm_charm, 0.0)
+            nan = float("nan")
+            price = tl.where(valid, tl.where(limit, tl.maximum(m, 0.0), price), nan)
+            delta = tl.where(valid, tl.where(limit, w * Dq * itm, delta), nan)
+            gamma = tl.where(valid, tl.where(limit, tl.where(atm, inf, 0.0), gamma), nan)
+            vega = tl.where(valid, tl.where(limit, tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0), vega), nan)
+            lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
+            theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
+            rho = tl.where(valid, tl.where(limit, w * t * KDr * itm, rho), nan)
+            phi = tl.where(valid, tl.where(limit, -w * t * SDq * itm, phi), nan)
+            vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
+            volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
+            lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
+            charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
 
-    d1 = (libdevice.log(S / K) + (r - q) * t) * inv_sst + 0.5 * sst_g
-    d2 = d1 - sst_g
-    # N(w d) through erfc: no 1 - N cancellation in either tail.
-    Nd1 = 0.5 * libdevice.erfc(-w * d1 * INV_SQRT_2)
-    Nd2 = 0.5 * libdevice.erfc(-w * d2 * INV_SQRT_2)
-    pdf = INV_SQRT_2PI * libdevice.exp(-0.5 * d1 * d1)
-    SDq_N1 = SDq * Nd1
-    KDr_N2 = KDr * Nd2
-    Dq_pdf = Dq * pdf
-    vega = SDq * pdf * sqt_g
-    inv_sig = 1.0 / sig
-
-    price = w * (SDq_N1 - KDr_N2)
-    delta = w * Dq * Nd1
-    gamma = Dq_pdf * inv_sst / S
-    theta = -0.5 * SDq * pdf * sig / sqt_g + w * (q * SDq_N1 - r * KDr_N2)
-    rho = w * t * KDr_N2
-    phi = -w * t * SDq_N1
-    vanna = -Dq_pdf * d2 * inv_sig
-    volga = vega * d1 * d2 * inv_sig
-    charm = w * q * Dq * Nd1 - Dq_pdf * (2.0 * (r - q) * t - d2 * sst_g) * inv_sst / (2.0 * t_g)
-
-    # Zero-total-variance limits (see the docstring).
-    m = w * (SDq - KDr)
-    atm = m == 0
-    itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
-    # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
-    t_pos = sqt > 0
-    sqt_l = tl.where(t_pos, sqt, 1.0)
-    drift = (r - q) + 0.5 * sig * sig
-    atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
-    atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l), tl.where(drift > 0, inf, -inf))
-    atm_charm = tl.where(drift != 0, atm_charm, 0.0)
-    lim_price = tl.maximum(m, 0.0)
-    lim_delta = w * Dq * itm
-    lim_gamma = tl.where(atm, inf, 0.0)
-    lim_vega = tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0)
-    lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
-    lim_rho = w * t * KDr * itm
-    lim_phi = -w * t * SDq * itm
-    lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
-
-    nan = float("nan")
-    price = tl.where(valid, tl.where(limit, lim_price, price), nan)
-    delta = tl.where(valid, tl.where(limit, lim_delta, delta), nan)
-    gamma = tl.where(valid, tl.where(limit, lim_gamma, gamma), nan)
-    vega = tl.where(valid, tl.where(limit, lim_vega, vega), nan)
-    theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
-    rho = tl.where(valid, tl.where(limit, lim_rho, rho), nan)
-    phi = tl.where(valid, tl.where(limit, lim_phi, phi), nan)
-    vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
-    volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
-    charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
-
-    # Outputs are contiguous: with 16-byte aligned pointers and n % 16 == 0 (the aligned16
-    # variants) and two or more elements per thread these become vector stores.
-    tl.store(price_ptr + offs, price, mask=mask)
-    tl.store(delta_ptr + offs, delta, mask=mask)
-    tl.store(gamma_ptr + offs, gamma, mask=mask)
-    tl.store(vega_ptr + offs, vega, mask=mask)
-    tl.store(theta_ptr + offs, theta, mask=mask)
-    tl.store(rho_ptr + offs, rho, mask=mask)
-    tl.store(phi_ptr + offs, phi, mask=mask)
-    tl.store(vanna_ptr + offs, vanna, mask=mask)
-    tl.store(volga_ptr + offs, volga, mask=mask)
-    tl.store(charm_ptr + offs, charm, mask=mask)
+        # Outputs are contiguous: with 16-byte aligned pointers and n % 16 == 0 (the aligned16
+        # variants) and two or more elements per thread these are vector stores.
+        _store_output(price_ptr, offs, price, mask, STREAM)
+        _store_output(delta_ptr, offs, delta, mask, STREAM)
+        _store_output(gamma_ptr, offs, gamma, mask, STREAM)
+        _store_output(vega_ptr, offs, vega, mask, STREAM)
+        _store_output(theta_ptr, offs, theta, mask, STREAM)
+        _store_output(rho_ptr, offs, rho, mask, STREAM)
+        _store_output(phi_ptr, offs, phi, mask, STREAM)
+        _store_output(vanna_ptr, offs, vanna, mask, STREAM)
+        _store_output(volga_ptr, offs, volga, mask, STREAM)
+        _store_output(charm_ptr, offs, charm, mask, STREAM)
+        tile += tl.num_programs(axis=0)
