@@ -314,9 +314,20 @@ TG_HD static inline double tg_lbr_householder_step(double s, double nu, double h
     return next;
 }
 
-/* Total implied vol s of a normalised out-of-the-money call: b(x, s) = beta for x <= 0 and
-   0 < beta < e^{x/2}. */
-TG_HD static inline double tg_lbr_normalised_vol_otm(double beta, double x, double b_max)
+/* The solver's state between its two stages: the initial guess s, the bracket (lo, hi) around the
+   root and the branch (0 lowest, 1 lower middle, 2 upper middle, 3 upper) that picks the
+   objective, for beta = b(x, s) with x <= 0 and b_max = e^{x/2}. The stages are separate functions
+   so that a GPU kernel can regroup its threads by branch between them (threads of one warp then
+   run one objective's code, not all of them in turn); run back to back they are the plain solver. */
+typedef struct {
+    double beta, x, b_max;
+    double s, lo, hi;
+    int branch;
+} tg_lbr_otm_state;
+
+/* Stage 1: the branch and the initial guess, from rational cubic interpolation of s(beta) or of
+   the asymptotic forms (see the header comment). */
+TG_HD static inline void tg_lbr_otm_guess(double beta, double x, double b_max, tg_lbr_otm_state *st)
 {
     double s_c = sqrt(-2.0 * x);
     /* At s_c: h = -t, b' = b_max / sqrt(2 pi), b'' = 0 (the inflection point), and
@@ -435,8 +446,22 @@ TG_HD static inline double tg_lbr_normalised_vol_otm(double beta, double x, doub
     }
     if (!(s > lo && s < hi))
         s = hi < INFINITY ? 0.5 * (lo + hi) : 2.0 * lo;
-iterate:;
+iterate:
+    st->beta = beta;
+    st->x = x;
+    st->b_max = b_max;
+    st->s = s;
+    st->lo = lo;
+    st->hi = hi;
+    st->branch = branch;
+}
 
+/* Stage 2: two Householder(3) steps on the branch's objective; returns the total vol s. */
+TG_HD static inline double tg_lbr_otm_refine(const tg_lbr_otm_state *st)
+{
+    double beta = st->beta, x = st->x, b_max = st->b_max;
+    double s = st->s, lo = st->lo, hi = st->hi;
+    int branch = st->branch;
     double ln_beta = branch == 0 ? log(beta) : 0.0;
     double ln_room = branch == 3 ? log(b_max - beta) : 0.0;
     for (int iter = 0; iter < 2; iter++) {
@@ -482,56 +507,98 @@ iterate:;
     return s;
 }
 
-/* The shared solver behind both entry points. fwd and strike are the forward and strike in one
-   currency unit of the same date (discounted or not), x = ln(fwd/strike), price in that unit.
-   float32_resolution != 0 adds the float32 resolvability rule (see tg_lbr_implied_vol_bsm_f32). */
-TG_HD static inline double tg_lbr_solve(double price, double fwd, double strike, double x, double T,
-                                        double theta, int float32_resolution, int *status)
+/* Total implied vol s of a normalised out-of-the-money call: b(x, s) = beta for x <= 0 and
+   0 < beta < e^{x/2}. */
+TG_HD static inline double tg_lbr_normalised_vol_otm(double beta, double x, double b_max)
+{
+    tg_lbr_otm_state st;
+    tg_lbr_otm_guess(beta, x, b_max, &st);
+    return tg_lbr_otm_refine(&st);
+}
+
+/* Time values within TG_LBR_INTRINSIC_BAND * max(fwd, strike) of zero, either side, are "at the
+   intrinsic value" (status AT_INTRINSIC, vol 0). The intrinsic value fwd - strike is computed from
+   rounded exponentials and products: libm's and CUDA's exp differ by up to an ulp or so, and a
+   fused multiply-add may skip a rounding, so two correct implementations disagree on it by an ulp
+   or two of max(fwd, strike) typically, 4 * 2^-52 max(fwd, strike) at worst. A price that one of
+   them finds exactly at the intrinsic value (common: deep in the money near expiry the time value
+   is below the resolution of a double) is then inside the band for both, and CPU and GPU give it
+   the same status instead of AT_INTRINSIC on one and BELOW_INTRINSIC or a noise vol on the other.
+   A time value that small has no correct digit: its vol would be set by the rounding of the
+   inputs. Out of the money (intrinsic 0) there is no band: a small price there is known to its own
+   relative precision. */
+#define TG_LBR_INTRINSIC_BAND 0x1p-50
+
+/* The no-arbitrage checks and the normalisation of the shared solver (below). Returns 1 when the
+   price has a vol to solve for: the normalised out-of-the-money price *beta at *xn = -|x| with
+   maximum *b_max. Otherwise returns 0 with *status set and *vol the answer (NaN, or 0 at the
+   intrinsic value). */
+TG_HD static inline int tg_lbr_solve_setup(double price, double fwd, double strike, double x, double theta,
+                                           int float32_resolution, double *vol, int *status,
+                                           double *beta, double *xn, double *b_max)
 {
     double intrinsic = theta > 0.0 ? fwd - strike : strike - fwd;
     double cap = theta > 0.0 ? fwd : strike;
     if (!(intrinsic > 0.0))
         intrinsic = 0.0;
+    if (price == intrinsic
+        || (intrinsic > 0.0 && fabs(price - intrinsic) <= TG_LBR_INTRINSIC_BAND * fmax(fwd, strike))) {
+        *status = TG_IV_AT_INTRINSIC;
+        *vol = 0.0;
+        return 0;
+    }
     if (price < intrinsic) {
         *status = TG_IV_BELOW_INTRINSIC;
-        return NAN;
-    }
-    if (price == intrinsic) {
-        *status = TG_IV_AT_INTRINSIC;
-        return 0.0;
+        *vol = NAN;
+        return 0;
     }
     if (price >= cap) {
         *status = TG_IV_ABOVE_MAXIMUM;
-        return NAN;
+        *vol = NAN;
+        return 0;
     }
     if (float32_resolution) {
         double resolution = 0x1p-21 * fmax(fwd, strike);
         if ((intrinsic > 0.0 && price - intrinsic < resolution) || cap - price < resolution) {
             *status = TG_IV_PRECISION;
-            return NAN;
+            *vol = NAN;
+            return 0;
         }
     }
     /* By parity, an in-the-money option's time value is the price of its out-of-the-money twin;
        by symmetry that twin is an out-of-the-money call at x = -|x|. */
     double scale = fwd * strike;
     scale = scale > 1e-300 && scale < 1e300 ? sqrt(scale) : sqrt(fwd) * sqrt(strike);
-    double beta = (price - intrinsic) / scale;
-    double xn = -fabs(x);
+    *beta = (price - intrinsic) / scale;
+    *xn = -fabs(x);
     /* e^{-|x|/2} = min(F, K) / sqrt(F K), without an exp */
-    double b_max = fmin(fwd, strike) / scale;
-    if (!(beta > 0.0)) {
+    *b_max = fmin(fwd, strike) / scale;
+    if (!(*beta > 0.0)) {
         /* Positive time value too small for a normalised double: vol 0 at this resolution. */
         *status = TG_IV_AT_INTRINSIC;
-        return 0.0;
+        *vol = 0.0;
+        return 0;
     }
-    if (beta >= b_max) {
+    if (*beta >= *b_max) {
         /* Below the maximum by less than its rounding. */
         *status = TG_IV_ABOVE_MAXIMUM;
-        return NAN;
+        *vol = NAN;
+        return 0;
     }
-    double s = tg_lbr_normalised_vol_otm(beta, xn, b_max);
     *status = TG_IV_OK;
-    return s / sqrt(T);
+    return 1;
+}
+
+/* The shared solver behind both entry points. fwd and strike are the forward and strike in one
+   currency unit of the same date (discounted or not), x = ln(fwd/strike), price in that unit.
+   float32_resolution != 0 adds the float32 resolvability rule (see tg_lbr_implied_vol_bsm_f32). */
+TG_HD static inline double tg_lbr_solve(double price, double fwd, double strike, double x, double T,
+                                        double theta, int float32_resolution, int *status)
+{
+    double vol, beta, xn, b_max;
+    if (!tg_lbr_solve_setup(price, fwd, strike, x, theta, float32_resolution, &vol, status, &beta, &xn, &b_max))
+        return vol;
+    return tg_lbr_normalised_vol_otm(beta, xn, b_max) / sqrt(T);
 }
 
 /* Total implied vol s = sigma sqrt(T) from a normalised price beta = b(x, s, theta), x = ln(F/K),
@@ -586,27 +653,43 @@ TG_HD static inline double tg_lbr_implied_black_vol(double price, double F, doub
    dividend yield q. The bounds are taken on discounted quantities, S e^{-qt} and K e^{-rt}:
    intrinsic max(theta (S e^{-qt} - K e^{-rt}), 0), maximum S e^{-qt} (call) or K e^{-rt} (put).
    This is tg_lbr_implied_black_vol with F = S e^{(r-q)t} and the price undiscounted by e^{rt},
-   written so that each bound is the one a user computes from the same inputs. */
-TG_HD static inline double tg_lbr_implied_vol_bsm_impl(double price, double S, double K, double t,
-                                                       double r, double q, double theta,
-                                                       int float32_resolution, int *status)
+   written so that each bound is the one a user computes from the same inputs.
+   tg_lbr_bsm_setup is everything up to the solve: it returns 1 with the normalised problem
+   (beta, xn, b_max; sigma = s / sqrt(t)) when there is a vol to solve for, else 0 with *status and
+   *vol final (as tg_lbr_solve_setup). */
+TG_HD static inline int tg_lbr_bsm_setup(double price, double S, double K, double t, double r, double q,
+                                         double theta, int float32_resolution, double *vol, int *status,
+                                         double *beta, double *xn, double *b_max)
 {
     if (!(isfinite(price) && isfinite(S) && isfinite(K) && isfinite(t) && isfinite(r)
           && isfinite(q)) || price < 0.0 || !(S > 0.0) || !(K > 0.0) || !(t > 0.0)
         || (theta != 1.0 && theta != -1.0)) {
         *status = TG_IV_BAD_INPUT;
-        return NAN;
+        *vol = NAN;
+        return 0;
     }
     /* exp(0) = 1 exactly: skipping it changes no result and saves two exps where r = q = 0 */
     double fwd = q != 0.0 ? S * exp(-q * t) : S, strike = r != 0.0 ? K * exp(-r * t) : K;
     if (!(fwd > 0.0 && strike > 0.0 && fwd < INFINITY && strike < INFINITY)) {
         *status = TG_IV_BAD_INPUT;  /* rate or dividend times t beyond what a double can discount */
-        return NAN;
+        *vol = NAN;
+        return 0;
     }
     double x = log(fwd / strike);
     if (!isfinite(x))
         x = log(fwd) - log(strike);
-    return tg_lbr_solve(price, fwd, strike, x, t, theta, float32_resolution, status);
+    return tg_lbr_solve_setup(price, fwd, strike, x, theta, float32_resolution, vol, status, beta, xn, b_max);
+}
+
+/* tg_lbr_bsm_setup, then the solve: the per-option work of both backends. */
+TG_HD static inline double tg_lbr_implied_vol_bsm_impl(double price, double S, double K, double t,
+                                                       double r, double q, double theta,
+                                                       int float32_resolution, int *status)
+{
+    double vol, beta, xn, b_max;
+    if (!tg_lbr_bsm_setup(price, S, K, t, r, q, theta, float32_resolution, &vol, status, &beta, &xn, &b_max))
+        return vol;
+    return tg_lbr_normalised_vol_otm(beta, xn, b_max) / sqrt(t);
 }
 
 TG_HD static inline double tg_lbr_implied_vol_bsm(double price, double S, double K, double t,

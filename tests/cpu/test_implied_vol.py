@@ -253,17 +253,22 @@ def test_statuses_at_the_bounds(call, strike):
         v, st = tickgpu.implied_vol(p, S, strike, t, r, q, call, return_status=True, backend="cpu")
         return float(v), IVStatus(int(st))
 
+    # In the money, prices within 2^-50 max(S e^{-qt}, K e^{-rt}) of the intrinsic value (a few ulps
+    # of the scale: what two correct exp implementations may disagree on) are at it, either side.
+    band = 2.0**-50 * max(fwd, disc_strike)
     assert solve(intrinsic) == (0.0, IVStatus.AT_INTRINSIC)
     if intrinsic > 0:
-        v, st = solve(math.nextafter(intrinsic, -math.inf))
-        assert st == IVStatus.BELOW_INTRINSIC and math.isnan(v)
-        v, st = solve(0.5 * intrinsic)
-        assert st == IVStatus.BELOW_INTRINSIC and math.isnan(v)
+        for p in (math.nextafter(intrinsic, -math.inf), math.nextafter(intrinsic, math.inf),
+                  intrinsic - 0.9 * band, intrinsic + 0.9 * band):
+            assert solve(p) == (0.0, IVStatus.AT_INTRINSIC), p - intrinsic
+        for p in (intrinsic - 1.5 * band, 0.5 * intrinsic):
+            v, st = solve(p)
+            assert st == IVStatus.BELOW_INTRINSIC and math.isnan(v)
     else:
         v, st = solve(-1e-300)
         assert st == IVStatus.BAD_INPUT and math.isnan(v)
     if intrinsic > 0:
-        v, st = solve(math.nextafter(intrinsic, math.inf))
+        v, st = solve(intrinsic + 1.5 * band)
         assert st == IVStatus.OK and 0 < v < 0.05
     else:
         # A premium of 5e-324 is below what the normalised price (premium / sqrt(F K)) can hold:

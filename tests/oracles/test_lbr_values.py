@@ -76,7 +76,14 @@ def test_implied_vol_statuses_and_stored_values(cases):
     at = ~expired & (iv == 0)
     assert np.all(price[at] == intrinsic[at])
     assert np.all(status[at] == IVStatus.AT_INTRINSIC) and np.all(vol[at] == 0)
-    rest = ~expired & ~at
+    # In the money, a price within 2^-50 max(F, K) of the intrinsic value (a few ulps: below what
+    # the rounding of F - K resolves) is at the intrinsic value; the reference solves it anyway.
+    # One case here: a time value of one ulp of the price, whose stored vol 0.9132 is rounding
+    # noise (the sigma it was priced with is 0.9163).
+    band = ~expired & ~at & (intrinsic > 0) & (np.abs(price - intrinsic) <= 2.0**-50 * np.maximum(F, K))
+    assert band.sum() == 1
+    assert np.all(status[band] == IVStatus.AT_INTRINSIC) and np.all(vol[band] == 0)
+    rest = ~expired & ~at & ~band
     assert np.all(status[rest] == IVStatus.OK)
     # Every stored vol, reliable or not, within the README tolerance: a regression set.
     ok = within(vol[rest], iv[rest], IV_ABS, IV_REL)
