@@ -54,6 +54,16 @@
 #endif
 #endif
 
+/* Building GPU code with -DTG_LBR_OUTLINE keeps erfcx, Delta and Gamma out of line on the device
+   (and the refinement loop rolled): about half the machine code, at the price of calls. Whether
+   that pays depends on instruction-cache pressure; scripts/kernel-sweep measures it. No effect on
+   host code or on results. */
+#if defined(__CUDA_ARCH__) && defined(TG_LBR_OUTLINE)
+#define TG_LBR_DEVICE_NOINLINE __noinline__
+#else
+#define TG_LBR_DEVICE_NOINLINE
+#endif
+
 #define TG_LBR_SQRT_2PI 2.50662827463100050242
 #define TG_LBR_LN_SQRT_2PI 0.91893853320467274178
 #define TG_LBR_SQRT_PI_OVER_2 1.25331413731550025121
@@ -82,7 +92,7 @@ TG_HD static inline double tg_lbr_exp_square(double y)
 
 /* Scaled complementary error function erfcx(x) = exp(x^2) erfc(x), full relative precision.
    For x < -26.6 the result overflows to +inf. */
-TG_HD static inline double tg_lbr_erfcx(double x)
+TG_HD TG_LBR_DEVICE_NOINLINE static inline double tg_lbr_erfcx(double x)
 {
     double y = fabs(x), r;
     if (y <= 0.46875) {
@@ -159,7 +169,7 @@ TG_HD static inline double tg_lbr_mills(double z)
 
 /* Delta(h, t) = M(h+t) - M(h-t) = b(x, s) / b'(x, s) for h = x/s <= 0, t = s/2 > 0, h + t <= 1,
    with full relative precision. */
-TG_HD static inline double tg_lbr_delta(double h, double t)
+TG_HD TG_LBR_DEVICE_NOINLINE static inline double tg_lbr_delta(double h, double t)
 {
     double u = -(h + t);
     if (u >= TG_LBR_ASYMPTOTIC_U) {
@@ -209,7 +219,7 @@ TG_HD static inline double tg_lbr_delta(double h, double t)
 }
 
 /* Gamma(h, t) = M(-(h+t)) + M(h-t) = (b_max - b) / b' for h + t > 0: a sum of positive terms. */
-TG_HD static inline double tg_lbr_gamma(double h, double t)
+TG_HD TG_LBR_DEVICE_NOINLINE static inline double tg_lbr_gamma(double h, double t)
 {
     return TG_LBR_SQRT_PI_OVER_2 * (tg_lbr_erfcx((h + t) * TG_LBR_INV_SQRT_2)
                                     + tg_lbr_erfcx((t - h) * TG_LBR_INV_SQRT_2));
@@ -464,6 +474,9 @@ TG_HD static inline double tg_lbr_otm_refine(const tg_lbr_otm_state *st)
     int branch = st->branch;
     double ln_beta = branch == 0 ? log(beta) : 0.0;
     double ln_room = branch == 3 ? log(b_max - beta) : 0.0;
+#if defined(__CUDA_ARCH__) && defined(TG_LBR_OUTLINE)
+#pragma unroll 1
+#endif
     for (int iter = 0; iter < 2; iter++) {
         double inv_s = 1.0 / s;
         double h = x / s, t = 0.5 * s, h_s = h * inv_s;  /* h rounded once: it sets exp(-h^2/2) */

@@ -2,12 +2,25 @@
  * iv.cu -- Black-Scholes-Merton implied volatility on the GPU, one option per thread.
  *
  * The per-option work is the shared "Let's Be Rational" core, csrc/cpu/lbr_core.h, compiled here
- * as __host__ __device__ code: the CPU backend (csrc/cpu/iv.c) calls the same two functions,
- * tg_lbr_implied_vol_bsm (float64) and tg_lbr_implied_vol_bsm_f32 (float32 inputs solved in
- * double, then narrowed), so both backends give the same vols and the same statuses. Those
- * functions do the discounting step of the contract (forward and strike brought to one date; the
- * bounds taken on S e^{-qt} and K e^{-rt}) and return status BAD_INPUT for t <= 0, non-finite
- * input, S <= 0, K <= 0 or price < 0.
+ * as __host__ __device__ code: the CPU backend (csrc/cpu/iv.c) runs the same functions in the same
+ * order (tg_lbr_bsm_setup, tg_lbr_otm_guess, tg_lbr_otm_refine: what tg_lbr_implied_vol_bsm and
+ * tg_lbr_implied_vol_bsm_f32 call), so both backends give the same vols and the same statuses.
+ * The setup does the discounting step of the contract (forward and strike brought to one date;
+ * the bounds taken on S e^{-qt} and K e^{-rt}) and returns status BAD_INPUT for t <= 0,
+ * non-finite input, S <= 0, K <= 0 or price < 0.
+ *
+ * Why the threads of a block are regrouped. The solver has four branches (where the price lies
+ * against the inflection point and the two tangent points of b(s)), each with its own objective,
+ * and the normalised price b(s) it iterates on is evaluated in three regions (asymptotic series,
+ * Taylor series, erfcx difference). Options of a random chain fall into all of them, so a warp of
+ * 32 runs every branch's and region's code in turn with most lanes idle: a model of the branches
+ * taken (bench inputs: spot and strike 50-150, t up to 3 years, vol 0.05-0.9) puts a warp's cost at
+ * ~3.5x the average lane's. So the block solves in two stages: each thread sets up its own option
+ * and finds its branch and initial guess; then the block sorts its options by (branch, region of
+ * the first evaluation) in shared memory (a counting sort, 16 classes, the options with a final
+ * answer already last) and each thread refines the option at its sorted position, so a warp's
+ * lanes mostly run one objective's code. Same functions per option, same results; only who runs
+ * which option changes. TG_IV_REGROUP=0 builds the plain one-option-per-thread kernel.
  *
  * Built ahead of time by `tickgpu build-kernels` (nvcc -cubin, no fast math: the solver's
  * accuracy rests on IEEE exp/log/erfc) and launched by tickgpu.runtime with
@@ -23,19 +36,139 @@
 
 #include "lbr_core.h"
 
-#define TG_IV_BLOCK 128
+#ifndef TG_IV_BLOCK
+#define TG_IV_BLOCK 256
+#endif
+#ifndef TG_IV_REGROUP
+#define TG_IV_REGROUP 1
+#endif
+/* Minimum resident blocks per SM for __launch_bounds__ (0: let the compiler choose registers). */
+#ifndef TG_IV_MIN_BLOCKS
+#define TG_IV_MIN_BLOCKS 0
+#endif
+
+#if TG_IV_MIN_BLOCKS > 0
+#define TG_IV_LAUNCH_BOUNDS __launch_bounds__(TG_IV_BLOCK, TG_IV_MIN_BLOCKS)
+#else
+#define TG_IV_LAUNCH_BOUNDS __launch_bounds__(TG_IV_BLOCK)
+#endif
 
 /* Strides are 0 or 1, so i * stride never overflows an int. */
 #define TG_IV_AT(p, s, i) ((p)[(i) * (s)])
+
+#if TG_IV_REGROUP
+/* Regrouping classes: 4 branches x 3 evaluation regions, and one for options already answered. */
+#define TG_IV_CLASSES 16
+#define TG_IV_DONE (TG_IV_CLASSES - 1)
+
+/* The class of a refinement: its branch and the region in which tg_lbr_delta (branches 0 and 1,
+   and 2 below h + t = 1) first evaluates b(s), as tg_lbr_delta picks it; branch 3 and the
+   upper part of branch 2 evaluate two erfcx (tg_lbr_gamma), region 2. */
+__device__ static inline int tg_iv_class(const tg_lbr_otm_state *st)
+{
+    double h = st->x / st->s, t = 0.5 * st->s;
+    int region;
+    if (st->branch == 3 || h + t > 1.0)
+        region = 2;
+    else if (-(h + t) >= TG_LBR_ASYMPTOTIC_U)
+        region = 0;
+    else if (t <= TG_LBR_SMALL_T)
+        region = 1;
+    else
+        region = 2;
+    return st->branch * 3 + region;
+}
+#endif
+
+/* One block of options: T is the I/O type (double or float), F32 the float32 resolvability rule
+   of tg_lbr_implied_vol_bsm_f32 (solved in double either way). */
+template <typename T, int F32>
+__device__ static inline void tg_iv_block(const T *__restrict__ price_ptr, int s_price,
+                                          const T *__restrict__ spot_ptr, int s_spot,
+                                          const T *__restrict__ strike_ptr, int s_strike,
+                                          const T *__restrict__ t_ptr, int s_t,
+                                          const T *__restrict__ rate_ptr, int s_rate,
+                                          const T *__restrict__ div_ptr, int s_div,
+                                          const uint8_t *__restrict__ call_ptr, int s_call,
+                                          T *__restrict__ vol_ptr, int8_t *__restrict__ status_ptr, int n)
+{
+    const int tid = threadIdx.x;
+    const int base = blockIdx.x * TG_IV_BLOCK;
+    const int i = base + tid;
+    tg_lbr_otm_state st;
+    double t = 1.0;
+    int pending = 0;
+    if (i < n) {
+        double vol, beta, xn, b_max;
+        int status;
+        t = (double)TG_IV_AT(t_ptr, s_t, i);
+        double theta = TG_IV_AT(call_ptr, s_call, i) ? 1.0 : -1.0;
+        pending = tg_lbr_bsm_setup((double)TG_IV_AT(price_ptr, s_price, i), (double)TG_IV_AT(spot_ptr, s_spot, i),
+                                   (double)TG_IV_AT(strike_ptr, s_strike, i), t,
+                                   (double)TG_IV_AT(rate_ptr, s_rate, i), (double)TG_IV_AT(div_ptr, s_div, i),
+                                   theta, F32, &vol, &status, &beta, &xn, &b_max);
+        if (pending)
+            tg_lbr_otm_guess(beta, xn, b_max, &st);
+        else
+            vol_ptr[i] = (T)vol;
+        status_ptr[i] = (int8_t)status;   /* OK for the pending ones: the refinement cannot fail */
+    }
+
+#if TG_IV_REGROUP
+    /* Structure of arrays: consecutive threads touch consecutive words (no bank conflicts). */
+    __shared__ double sh_beta[TG_IV_BLOCK], sh_x[TG_IV_BLOCK], sh_bmax[TG_IV_BLOCK];
+    __shared__ double sh_s[TG_IV_BLOCK], sh_lo[TG_IV_BLOCK], sh_hi[TG_IV_BLOCK], sh_t[TG_IV_BLOCK];
+    __shared__ short sh_index[TG_IV_BLOCK];
+    __shared__ signed char sh_branch[TG_IV_BLOCK];
+    __shared__ int sh_count[TG_IV_CLASSES];
+
+    if (tid < TG_IV_CLASSES)
+        sh_count[tid] = 0;
+    __syncthreads();
+    int cls = pending ? tg_iv_class(&st) : TG_IV_DONE;
+    /* The order within a class is whatever the atomics give: each option's result depends on its
+       own inputs only, so the outputs are deterministic all the same. */
+    int rank = atomicAdd(&sh_count[cls], 1);
+    __syncthreads();
+    int pos = rank;
+    for (int c = 0; c < cls; c++)
+        pos += sh_count[c];
+    if (pending) {
+        sh_beta[pos] = st.beta;
+        sh_x[pos] = st.x;
+        sh_bmax[pos] = st.b_max;
+        sh_s[pos] = st.s;
+        sh_lo[pos] = st.lo;
+        sh_hi[pos] = st.hi;
+        sh_t[pos] = t;
+        sh_branch[pos] = (signed char)st.branch;
+        sh_index[pos] = (short)tid;
+    }
+    int npending = TG_IV_BLOCK - sh_count[TG_IV_DONE];
+    __syncthreads();
+    if (tid < npending) {
+        st.beta = sh_beta[tid];
+        st.x = sh_x[tid];
+        st.b_max = sh_bmax[tid];
+        st.s = sh_s[tid];
+        st.lo = sh_lo[tid];
+        st.hi = sh_hi[tid];
+        st.branch = sh_branch[tid];
+        int j = base + sh_index[tid];
+        vol_ptr[j] = (T)(tg_lbr_otm_refine(&st) / sqrt(sh_t[tid]));
+    }
+#else
+    if (pending)
+        vol_ptr[i] = (T)(tg_lbr_otm_refine(&st) / sqrt(t));
+#endif
+}
 
 /* The bundle builder compiles one kernel per cubin (-DTG_IV_ONLY_F64 or -DTG_IV_ONLY_F32): each
    inlines the whole solver, a few hundred KB of SASS, so a cubin holding both would double every
    module load. Without either macro both kernels are built. */
 #ifndef TG_IV_ONLY_F32
 
-/* The LBR iteration is register-hungry and branchy; 128 threads keep the register file from
-   capping occupancy below four blocks per SM while letting divergent warps interleave. */
-extern "C" __global__ void __launch_bounds__(TG_IV_BLOCK)
+extern "C" __global__ void TG_IV_LAUNCH_BOUNDS
 tg_implied_vol_f64_kernel(const double *__restrict__ price_ptr, int s_price,
                           const double *__restrict__ spot_ptr, int s_spot,
                           const double *__restrict__ strike_ptr, int s_strike,
@@ -45,26 +178,18 @@ tg_implied_vol_f64_kernel(const double *__restrict__ price_ptr, int s_price,
                           const uint8_t *__restrict__ call_ptr, int s_call,
                           double *__restrict__ vol_ptr, int8_t *__restrict__ status_ptr, int n)
 {
-    int i = blockIdx.x * TG_IV_BLOCK + threadIdx.x;
-    if (i >= n)
-        return;
-    int status;
-    double theta = TG_IV_AT(call_ptr, s_call, i) ? 1.0 : -1.0;
-    double vol = tg_lbr_implied_vol_bsm(TG_IV_AT(price_ptr, s_price, i), TG_IV_AT(spot_ptr, s_spot, i),
-                                        TG_IV_AT(strike_ptr, s_strike, i), TG_IV_AT(t_ptr, s_t, i),
-                                        TG_IV_AT(rate_ptr, s_rate, i), TG_IV_AT(div_ptr, s_div, i),
-                                        theta, &status);
-    vol_ptr[i] = vol;
-    status_ptr[i] = (int8_t)status;
+    tg_iv_block<double, 0>(price_ptr, s_price, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t,
+                           rate_ptr, s_rate, div_ptr, s_div, call_ptr, s_call, vol_ptr, status_ptr, n);
 }
 
 #endif /* TG_IV_ONLY_F32 */
 
 #ifndef TG_IV_ONLY_F64
 
-/* float32 in and out; the solve runs in double (tg_lbr_implied_vol_bsm_f32), which also flags with
-   PRECISION the prices whose float32 rounding leaves no correct digit of time value. */
-extern "C" __global__ void __launch_bounds__(TG_IV_BLOCK)
+/* float32 in and out; the solve runs in double, with the PRECISION rule of
+   tg_lbr_implied_vol_bsm_f32 for prices whose float32 rounding leaves no correct digit of time
+   value. */
+extern "C" __global__ void TG_IV_LAUNCH_BOUNDS
 tg_implied_vol_f32_kernel(const float *__restrict__ price_ptr, int s_price,
                           const float *__restrict__ spot_ptr, int s_spot,
                           const float *__restrict__ strike_ptr, int s_strike,
@@ -74,17 +199,8 @@ tg_implied_vol_f32_kernel(const float *__restrict__ price_ptr, int s_price,
                           const uint8_t *__restrict__ call_ptr, int s_call,
                           float *__restrict__ vol_ptr, int8_t *__restrict__ status_ptr, int n)
 {
-    int i = blockIdx.x * TG_IV_BLOCK + threadIdx.x;
-    if (i >= n)
-        return;
-    int status;
-    float theta = TG_IV_AT(call_ptr, s_call, i) ? 1.0f : -1.0f;
-    float vol = tg_lbr_implied_vol_bsm_f32(TG_IV_AT(price_ptr, s_price, i), TG_IV_AT(spot_ptr, s_spot, i),
-                                           TG_IV_AT(strike_ptr, s_strike, i), TG_IV_AT(t_ptr, s_t, i),
-                                           TG_IV_AT(rate_ptr, s_rate, i), TG_IV_AT(div_ptr, s_div, i),
-                                           theta, &status);
-    vol_ptr[i] = vol;
-    status_ptr[i] = (int8_t)status;
+    tg_iv_block<float, 1>(price_ptr, s_price, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t,
+                          rate_ptr, s_rate, div_ptr, s_div, call_ptr, s_call, vol_ptr, status_ptr, n);
 }
 
 #endif /* TG_IV_ONLY_F64 */

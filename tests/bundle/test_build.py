@@ -114,7 +114,7 @@ def test_fresh_bundle_has_every_variant(fresh):
                 assert (arch, "surface", "f64", block, a16) in got
         if "implied_vol" in families:
             for dt in ("f32", "f64"):
-                assert (arch, "implied_vol", dt, 128, False) in got
+                assert (arch, "implied_vol", dt, 256, False) in got
     assert len(raw["kernels"]) == len(got)
     # Nothing but the manifest and the listed cubins.
     files = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file())

@@ -27,8 +27,9 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
   group). They gained ~5% for float32 at 256 and nothing measurable elsewhere; the runtime may
   pick them when the condition holds.
 
-CUDA C kernels (implied vol) run one option per thread in blocks of 128; the solver is compute-
-bound and branchy (about 130 us for 200,000 options on an H200, launch included).
+CUDA C kernels (implied vol) run one option per thread in blocks of 256 (passed as -DTG_IV_BLOCK);
+the solver is compute-bound and branchy, so each block regroups its options by solver branch between
+the initial guess and the refinement (csrc/cuda/iv.cu says why; scripts/kernel-sweep measures it).
 
 The build is deterministic: rebuilding unchanged sources gives the same manifest apart from
 "created" (Triton's line info, which would embed absolute paths, is turned off).
@@ -95,7 +96,7 @@ TRITON_FAMILIES = (
 CUDA_FAMILIES = (
     CudaFamily("implied_vol", "csrc/cuda/iv.cu", ("lbr_core.h",),
                {"f64": "tg_implied_vol_f64_kernel", "f32": "tg_implied_vol_f32_kernel"},
-               {"f64": "TG_IV_ONLY_F64", "f32": "TG_IV_ONLY_F32"}, 128),
+               {"f64": "TG_IV_ONLY_F64", "f32": "TG_IV_ONLY_F32"}, 256),
 )
 
 
@@ -278,6 +279,7 @@ def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tup
             # Relative paths from the repo root keep the cubin independent of where the checkout is.
             include = os.path.relpath(lbr_dir, REPO_ROOT)
             cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", f"-D{fam.defines[dtype]}",
+                   f"-DTG_IV_BLOCK={fam.block}",
                    "-I", include, "-o", str(cubin_path), fam.source]
             res = _run(cmd, cwd=REPO_ROOT)
             if res.returncode != 0:
