@@ -146,7 +146,9 @@ def test_fresh_manifest_fields(fresh):
         assert set(k) == fields, k.get("variant")
         assert k["file"] == f"{k['arch']}/{k['variant']}.cubin"
         assert isinstance(k["aligned16"], bool) and k["dtype"] in ("f32", "f64")
-        assert k["shared"] == 0
+        # Dynamic shared memory to pass at launch (the greeks kernel's per-tile reduction); the
+        # runtime raises no function attribute, so it must stay within the default 48 KB.
+        assert isinstance(k["shared"], int) and 0 <= k["shared"] <= 48 * 1024, k["variant"]
         assert k["scratch"] == {"global": 0, "global_align": 1, "profile": 0}, k["variant"]
         threads = k["block"][0] * k["block"][1] * k["block"][2]
         assert threads == k["num_warps"] * 32

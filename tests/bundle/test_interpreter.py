@@ -67,7 +67,7 @@ def _arg(a, dtype):
     return torch.from_numpy(a.copy()), (0 if a.size == 1 else 1)
 
 
-def run_greeks(mod, dtype, S, K, t, r, sig, q, call, block=256, programs=None):
+def run_greeks(mod, dtype, S, K, t, r, sig, q, call, block=256, programs=None, **switches):
     n = max(np.size(a) for a in (S, K, t, r, sig, q, call))
     args = []
     for a in (S, K, t, r, sig, q):
@@ -75,7 +75,7 @@ def run_greeks(mod, dtype, S, K, t, r, sig, q, call, block=256, programs=None):
     args += _arg(np.asarray(call, dtype=np.uint8), np.uint8)
     outs = [torch.full((n,), 12345.0, dtype=TORCH_DTYPE[dtype]) for _ in ref.GREEKS]
     grid = (programs or triton.cdiv(n, block),)
-    mod.bsm_greeks_kernel[grid](*args, *outs, n, BLOCK_SIZE=block)
+    mod.bsm_greeks_kernel[grid](*args, *outs, n, BLOCK_SIZE=block, **switches)
     return {g: o.numpy() for g, o in zip(ref.GREEKS, outs)}
 
 
@@ -279,16 +279,19 @@ def test_greeks_kernel_agrees_with_cpu_backend(greeks_mod, rng, dtype):
     assert_greeks_close(got, *cols, call, want=cpu, **tol)
 
 
-@pytest.mark.parametrize("programs", [1, 3])
-def test_greeks_kernel_persistent_grid(greeks_mod, rng, programs):
-    """Fewer programs than tiles (a persistent grid): each steps through the tiles, and the
-    results are those of one program per tile, bad inputs and limits included."""
+@pytest.mark.parametrize("programs,switches", [(1, {"PERSISTENT": True}), (3, {"PERSISTENT": True}),
+                                               (None, {"FAST_PATH": False}), (None, {"STREAM": False})])
+def test_greeks_kernel_switches(greeks_mod, rng, programs, switches):
+    """The tuning switches change nothing in the results: a persistent grid (fewer programs than
+    tiles, each stepping through them), no fast path, no cache hints; bad inputs and limits
+    included, mixed into tiles of ordinary options."""
     chain = np.column_stack(random_chain(rng, 1000)[:6])
     X = np.concatenate([chain, np.array(EDGE_INPUTS, dtype=np.float64)])
+    X = X[rng.permutation(len(X))]
     call = rng.integers(0, 2, len(X)).astype(bool)
     cols = [X[:, i] for i in range(6)]
     want = run_greeks(greeks_mod, np.float64, *cols, call, block=128)
-    got = run_greeks(greeks_mod, np.float64, *cols, call, block=128, programs=programs)
+    got = run_greeks(greeks_mod, np.float64, *cols, call, block=128, programs=programs, **switches)
     for g in ref.GREEKS:
         np.testing.assert_array_equal(got[g], want[g], err_msg=g)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from scipy.special import erfc
 
 import tickgpu
 import tickgpu.runtime as rt
@@ -35,7 +36,9 @@ def _tol(dtype):
     return 1e-12 if np.dtype(dtype) == np.float64 else 1e-5
 
 
-def _agree(gpu, cpu, dtype, what):
+def _agree(gpu, cpu, dtype, what, floor=None):
+    """Within tol relative, or tol times the array's largest magnitude (or, where given, tol times
+    ``floor``: the element's own resolution, for results that cancel; see _cancelling_scale)."""
     gpu, cpu = np.asarray(gpu, dtype=np.float64), np.asarray(cpu, dtype=np.float64)
     assert gpu.shape == cpu.shape, what
     np.testing.assert_array_equal(np.isnan(gpu), np.isnan(cpu), err_msg=f"{what}: NaN positions differ")
@@ -44,7 +47,34 @@ def _agree(gpu, cpu, dtype, what):
     if finite.any():
         tol = _tol(dtype)
         scale = np.max(np.abs(cpu[finite]))
-        np.testing.assert_allclose(gpu[finite], cpu[finite], rtol=tol, atol=tol * scale, err_msg=what)
+        if floor is not None:
+            scale = np.maximum(scale, np.broadcast_to(np.asarray(floor, dtype=np.float64), cpu.shape)[finite])
+        g, c = gpu[finite], cpu[finite]
+        bad = np.flatnonzero(~(np.abs(g - c) <= tol * np.abs(c) + tol * scale))
+        assert bad.size == 0, (f"{what}: {bad.size} of {c.size} beyond rtol {tol} (atol {tol} x scale): "
+                               f"gpu {g[bad[:5]]}, cpu {c[bad[:5]]}")
+
+
+def _cancelling_scale(args):
+    """Per option, the magnitude whose rounding sets the error of vanna and volga.
+
+    Both are proportional to d2 = d1 - sigma sqrt(t), which cancels near the at-the-money-forward
+    point ((r - q) t close to sigma^2 t / 2): any implementation's d2 carries a few ulps of
+    |d1| + sigma sqrt(t), not of d2. So vanna = -e^{-qt} phi(d1) d2 / sigma is known to
+    e^{-qt} phi(d1) (|d1| + sigma sqrt t) / sigma times the working precision, and volga = vega d1 d2 / sigma
+    to vega (|d1| + sigma sqrt t)^2 / sigma times it. (An edge case: S = K = 100, t = 1, sigma = 0.2,
+    r = 0.03, q = 0.01 in float32 has d2 = -5.2e-9 from the float32-rounded inputs, against roundings
+    of ~1e-8; its vanna, 1.0e-8 in float64, came out 2.9e-8 on the CPU and -0.0 on the GPU, both
+    correct to float32 resolution.) Bad inputs and t = 0 get 0 (the plain tolerance)."""
+    a = {k: np.asarray(v, dtype=np.float64) for k, v in args.items() if k != "call"}
+    with np.errstate(all="ignore"):
+        sst = a["vol"] * np.sqrt(a["t"])
+        d1 = (np.log(a["spot"] / a["strike"]) + (a["rate"] - a["div"]) * a["t"]) / sst + 0.5 * sst
+        pdf_q = np.exp(-a["div"] * a["t"] - 0.5 * d1 * d1) / np.sqrt(2 * np.pi)
+        span = np.abs(d1) + sst
+        vanna = pdf_q * span / a["vol"]
+        volga = a["spot"] * pdf_q * np.sqrt(a["t"]) * span * span / a["vol"]
+    return {"vanna": np.nan_to_num(vanna, nan=0.0, posinf=0.0), "volga": np.nan_to_num(volga, nan=0.0, posinf=0.0)}
 
 
 def _bsm(rng, n, dtype):
@@ -88,17 +118,21 @@ def _to_host(x):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n", SIZES)
 def test_greeks_numpy(ctx, rng, dtype, n):
-    g, c = _greeks_both(_bsm(rng, n, dtype), dtype)
+    args = _bsm(rng, n, dtype)
+    g, c = _greeks_both(args, dtype)
+    floors = _cancelling_scale(args)
     for name in GREEKS:
         assert isinstance(getattr(g, name), np.ndarray) and getattr(g, name).dtype == dtype
-        _agree(getattr(g, name), getattr(c, name), dtype, f"{name} n={n}")
+        _agree(getattr(g, name), getattr(c, name), dtype, f"{name} n={n}", floors.get(name))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_greeks_edges_and_broadcast(ctx, rng, dtype):
-    g, c = _greeks_both(_edges(dtype), dtype)
+    edges = _edges(dtype)
+    g, c = _greeks_both(edges, dtype)
+    floors = _cancelling_scale(edges)
     for name in GREEKS:
-        _agree(getattr(g, name), getattr(c, name), dtype, f"edge {name}")
+        _agree(getattr(g, name), getattr(c, name), dtype, f"edge {name}", floors.get(name))
     args = dict(spot=rng.uniform(80, 120, (5, 1)), strike=rng.uniform(80, 120, (1, 7)), t=0.5, rate=0.02,
                 vol=0.25, div=0.0, call=False)
     g, c = _greeks_both(args, dtype)
@@ -126,14 +160,14 @@ def test_every_variant(ctx, rng, monkeypatch):
         dtype = np.float64 if k.spec.dtype == "f64" else np.float32
         n = 3 * k.spec.elements_per_block + 5
         if k.spec.family == "greeks":
-            g, c = _greeks_both(_bsm(rng, n, dtype), dtype)
+            args = _bsm(rng, n, dtype)
+            g, c = _greeks_both(args, dtype)
+            floors = _cancelling_scale(args)
             for name in GREEKS:
-                _agree(getattr(g, name), getattr(c, name), dtype, f"{variant} {name}")
+                _agree(getattr(g, name), getattr(c, name), dtype, f"{variant} {name}", floors.get(name))
         elif k.spec.family == "implied_vol":
             args = _iv_inputs(rng, n, dtype)
-            (vg, sg), (vc, sc) = _iv_both(args, dtype)
-            np.testing.assert_array_equal(sg, sc, err_msg=variant)
-            _agree(vg, vc, dtype, f"{variant} vol")
+            _iv_agree(args, *_iv_both(args, dtype), dtype, variant)
         else:
             surf, k_, t_ = _surface(rng, n)
             _agree(surf.vol(k_, t_, backend="gpu"), surf.vol(k_, t_, backend="cpu"), np.float64, variant)
@@ -150,6 +184,71 @@ def _iv_inputs(rng, n, dtype):
     return {"price": price.astype(dtype), **{k: (v.astype(dtype) if k != "call" else v) for k, v in a.items()}}
 
 
+# The solver's no-arbitrage band (csrc/cpu/lbr_core.h, TG_LBR_INTRINSIC_BAND): in the money, a price
+# within 2^-50 max(S e^{-qt}, K e^{-rt}) of the intrinsic value is AT_INTRINSIC on both backends.
+INTRINSIC_BAND = 2.0**-50
+
+
+def _iv_agree(args, gpu, cpu, dtype, what):
+    """GPU and CPU implied vols agree: the same status and the vol within tolerance, except where
+    the inputs themselves cannot decide.
+
+    * Status: the intrinsic value S e^{-qt} - K e^{-rt} comes from exp, whose CUDA and libm
+      versions differ by up to an ulp, so the backends' intrinsic values differ by up to ~4 units of
+      2^-52 max(S e^{-qt}, K e^{-rt}) (see lbr_core.h). A price within that of the edge of the
+      AT_INTRINSIC band (2^-50 of the same scale) can fall on either side of it: there, and only
+      there (8 units either side of the edge, as this host's NumPy exp is a third opinion), OK /
+      BELOW_INTRINSIC / AT_INTRINSIC may differ (and the vols with them). Everywhere else the
+      statuses must be identical.
+    * Vol: within tol relative, plus what the price's rounding allows. Both backends solve a price
+      whose two legs, S e^{-qt} N(w d1) and K e^{-rt} N(w d2), each carry a few ulps; the vol of a
+      price moved by 16 eps (|leg1| + |leg2|) moves by that over vega. For a healthy option (vega
+      ~10 on a spot of 100) that is ~3e-14 absolute, below the 1e-12 relative tolerance; it only
+      opens up where vega is tiny against the legs (deep in the money, a time value of a few ulps),
+      where the vol has no more digits than that to agree on.
+    """
+    (vg, sg), (vc, sc) = gpu, cpu
+    vg, vc = np.asarray(vg, dtype=np.float64), np.asarray(vc, dtype=np.float64)
+    sg, sc = np.asarray(sg), np.asarray(sc)
+    a = {k: np.broadcast_to(np.asarray(v, dtype=np.float64), sc.shape) for k, v in args.items()}
+    w = np.where(a["call"] > 0, 1.0, -1.0)
+    with np.errstate(all="ignore"):
+        fwd, disc_strike = a["spot"] * np.exp(-a["div"] * a["t"]), a["strike"] * np.exp(-a["rate"] * a["t"])
+        intrinsic = np.maximum(w * (fwd - disc_strike), 0.0)
+        at_band_edge = (intrinsic > 0) & (np.abs(np.abs(a["price"] - intrinsic)
+                                                 - INTRINSIC_BAND * np.maximum(fwd, disc_strike))
+                                          <= 2.0**-49 * np.maximum(fwd, disc_strike))
+    undecided = {int(tickgpu.IVStatus.OK), int(tickgpu.IVStatus.BELOW_INTRINSIC), int(tickgpu.IVStatus.AT_INTRINSIC)}
+    differ = sg != sc
+    excused = differ & at_band_edge & np.isin(sg, list(undecided)) & np.isin(sc, list(undecided))
+    assert not (differ & ~excused).any(), (
+        f"{what}: statuses differ at {np.flatnonzero(differ & ~excused)[:5]}: gpu {sg[differ & ~excused][:5]}, "
+        f"cpu {sc[differ & ~excused][:5]}, price - intrinsic {(a['price'] - intrinsic)[differ & ~excused][:5]}")
+    # The window above holds every price the CPU finds exactly at the intrinsic value (they are
+    # common: deep in the money near expiry); the band exists so that they agree, and they should
+    # all but always: at most 1% of the at-intrinsic options may be excused.
+    at = int(np.count_nonzero(sc == int(tickgpu.IVStatus.AT_INTRINSIC)))
+    assert excused.sum() <= max(2, at // 100), f"{what}: {excused.sum()} statuses differ near the intrinsic value"
+    same = ~differ
+    np.testing.assert_array_equal(np.isnan(vg[same]), np.isnan(vc[same]), err_msg=f"{what}: NaN positions differ")
+    ok = same & np.isfinite(vc) & (vc > 0)
+    np.testing.assert_array_equal(vg[same & (vc == 0)], 0.0, err_msg=f"{what}: vol at intrinsic")
+    if ok.any():
+        sig = vc[ok]
+        t, S, K, r, q = (a[k][ok] for k in ("t", "spot", "strike", "rate", "div"))
+        sst = sig * np.sqrt(t)
+        d1 = (np.log(S / K) + (r - q) * t) / sst + 0.5 * sst
+        legs = (S * np.exp(-q * t) * 0.5 * erfc(-w[ok] * d1 / np.sqrt(2))
+                + K * np.exp(-r * t) * 0.5 * erfc(-w[ok] * (d1 - sst) / np.sqrt(2)))
+        vega = S * np.exp(-q * t - 0.5 * d1 * d1) / np.sqrt(2 * np.pi) * np.sqrt(t)
+        with np.errstate(divide="ignore"):
+            allowed = _tol(dtype) * sig + 16 * 2.0**-52 * legs / vega
+        err = np.abs(vg[ok] - sig)
+        bad = np.flatnonzero(err > allowed)
+        assert bad.size == 0, (f"{what}: {bad.size} vols beyond tolerance, e.g. gpu {vg[ok][bad[:3]]} "
+                               f"cpu {sig[bad[:3]]} allowed {allowed[bad[:3]]}")
+
+
 def _iv_both(args, dtype):
     host = {k: (_to_host(v) if rt.is_device_array(v) else v) for k, v in args.items()}
     g = tickgpu.implied_vol(**args, dtype=dtype, backend="gpu", return_status=True)
@@ -160,10 +259,10 @@ def _iv_both(args, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n", SIZES)
 def test_implied_vol_numpy(ctx, rng, dtype, n):
-    (vg, sg), (vc, sc) = _iv_both(_iv_inputs(rng, n, dtype), dtype)
+    args = _iv_inputs(rng, n, dtype)
+    (vg, sg), (vc, sc) = _iv_both(args, dtype)
     assert vg.dtype == dtype and sg.dtype == np.int8
-    np.testing.assert_array_equal(sg, sc)
-    _agree(vg, vc, dtype, f"iv n={n}")
+    _iv_agree(args, (vg, sg), (vc, sc), dtype, f"iv n={n}")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -176,7 +275,7 @@ def test_implied_vol_edges(ctx, dtype):
     args = dict(price=price.astype(dtype), spot=spot.astype(dtype), strike=strike.astype(dtype),
                 t=t.astype(dtype), rate=0.0, div=0.0, call=True)
     (vg, sg), (vc, sc) = _iv_both(args, dtype)
-    np.testing.assert_array_equal(sg, sc)
+    np.testing.assert_array_equal(sg, sc)      # no price here is near a bound's rounding
     _agree(vg, vc, dtype, "iv edges")
 
 
@@ -234,13 +333,14 @@ def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
             dev["rate"] = 0.015                                    # a scalar rides along
             g, c = _greeks_both(dev, dtype)
             assert type(g.price).__module__.split(".")[0] == name
+            floors = _cancelling_scale({**a, "rate": 0.015})
             for gname in GREEKS:
-                _agree(_to_host(getattr(g, gname)), getattr(c, gname), dtype, f"{name} {gname} n={n}")
+                _agree(_to_host(getattr(g, gname)), getattr(c, gname), dtype, f"{name} {gname} n={n}",
+                       floors.get(gname))
             ivargs = _iv_inputs(rng, n, dtype)
             dev_iv = {k: to_dev(v) for k, v in ivargs.items()}
             (vg, sg), (vc, sc) = _iv_both(dev_iv, dtype)
-            np.testing.assert_array_equal(_to_host(sg), sc)
-            _agree(_to_host(vg), vc, dtype, f"{name} iv")
+            _iv_agree(ivargs, (_to_host(vg), _to_host(sg)), (vc, sc), dtype, f"{name} iv")
             surf, k, t = _surface(rng, n)
             _agree(_to_host(surf.vol(to_dev(k), to_dev(t))), surf.vol(k, t, backend="cpu"), np.float64, name)
 

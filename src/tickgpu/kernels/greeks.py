@@ -65,6 +65,24 @@ def _store_output(ptr, offs, value, mask, STREAM: tl.constexpr):
 
 
 @triton.jit
+def _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr,
+                  charm_ptr, offs, mask, STREAM: tl.constexpr,
+                  price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm):
+    # Outputs are contiguous: with 16-byte aligned pointers and n % 16 == 0 (the aligned16
+    # variants) and two or more elements per thread these are vector stores.
+    _store_output(price_ptr, offs, price, mask, STREAM)
+    _store_output(delta_ptr, offs, delta, mask, STREAM)
+    _store_output(gamma_ptr, offs, gamma, mask, STREAM)
+    _store_output(vega_ptr, offs, vega, mask, STREAM)
+    _store_output(theta_ptr, offs, theta, mask, STREAM)
+    _store_output(rho_ptr, offs, rho, mask, STREAM)
+    _store_output(phi_ptr, offs, phi, mask, STREAM)
+    _store_output(vanna_ptr, offs, vanna, mask, STREAM)
+    _store_output(volga_ptr, offs, volga, mask, STREAM)
+    _store_output(charm_ptr, offs, charm, mask, STREAM)
+
+
+@triton.jit
 def _either(a, b):
     return a | b
 
@@ -113,6 +131,105 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst):
 
 
 @triton.jit
+def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_ptr, s_rate, vol_ptr, s_vol,
+                 div_ptr, s_div, call_ptr, s_call, price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr,
+                 phi_ptr, vanna_ptr, volga_ptr, charm_ptr, n, BLOCK_SIZE: tl.constexpr, STREAM: tl.constexpr,
+                 FAST_PATH: tl.constexpr):
+    """Options [tile * BLOCK_SIZE, (tile + 1) * BLOCK_SIZE) of the chain (see bsm_greeks_kernel)."""
+    offs = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offs < n
+
+    S = _load_input(spot_ptr, s_spot, offs, mask, 1.0, STREAM)
+    K = _load_input(strike_ptr, s_strike, offs, mask, 1.0, STREAM)
+    t = _load_input(t_ptr, s_t, offs, mask, 1.0, STREAM)
+    r = _load_input(rate_ptr, s_rate, offs, mask, 0.0, STREAM)
+    sig = _load_input(vol_ptr, s_vol, offs, mask, 1.0, STREAM)
+    q = _load_input(div_ptr, s_div, offs, mask, 0.0, STREAM)
+    is_call = _load_input(call_ptr, s_call, offs, mask, 1, STREAM) != 0
+    w = tl.where(is_call, 1.0, -1.0).to(S.dtype)
+
+    inf = float("inf")
+    # Comparisons are false for NaN, so these also reject NaN.
+    valid = (S > 0) & (S < inf) & (K > 0) & (K < inf) & (t >= 0) & (t < inf)
+    valid = valid & (sig > 0) & (sig < inf) & (tl.abs(r) < inf) & (tl.abs(q) < inf)
+    sqt = libdevice.sqrt(t)
+    sst = sig * sqt                       # total vol sigma sqrt(t)
+    # Zero total variance (t == 0, or sigma sqrt(t) so small that its reciprocal overflows):
+    # the t -> 0 limits, judged exactly as on the CPU (which tests 1/sst < inf).
+    sst_pos = tl.where(sst > 0, sst, 1.0)
+    if S.dtype == tl.float32:
+        # The IEEE float32 reciprocal of x >= 0 overflows exactly when x <= 2^-128 (2^128
+        # rounds up to inf; the next float up, 2^-128 (1 + 2^-21), has a finite one), so the
+        # limit is judged as on the CPU by a comparison, and the reciprocal itself may be
+        # Triton's 2-ulp division.
+        limit = valid & ~(sst > tl.full(sst.shape, 2.0**-128, tl.float32))
+        inv_sst = 1.0 / sst_pos
+    else:
+        # float64 "/" is IEEE in Triton: the reciprocal overflows exactly as on the CPU.
+        inv_sst = 1.0 / sst_pos
+        limit = valid & ~((sst > 0) & (inv_sst < inf))
+    special = mask & (limit | ~valid)
+
+    # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter
+    # (tests/bundle) cannot run triton.language's own @jit helpers.
+    if FAST_PATH and tl.reduce(special.to(tl.int32), 0, _either) == 0:
+        # Every option of the tile is valid and has positive total variance.
+        price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
+            S, K, t, r, sig, q, w, sqt, sst, inv_sst)
+        _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
+                      volga_ptr, charm_ptr, offs, mask, STREAM,
+                      price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
+    else:
+        # Invalid lanes compute on harmless values; their outputs are replaced by NaN below.
+        S = tl.where(valid, S, 1.0)
+        K = tl.where(valid, K, 1.0)
+        t = tl.where(valid, t, 1.0)
+        r = tl.where(valid, r, 0.0)
+        sig = tl.where(valid, sig, 1.0)
+        q = tl.where(valid, q, 0.0)
+        sqt = tl.where(valid, sqt, 1.0)
+        sst = tl.where(valid, sst, 1.0)
+        inv_sst = tl.where(valid, inv_sst, 1.0)
+        # Limit lanes run the general formulas with stand-ins (t = 1, sst = sigma) so that
+        # nothing divides by zero; their results are replaced by the limits below.
+        price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
+            S, K, tl.where(limit, 1.0, t), r, sig, q, w, tl.where(limit, 1.0, sqt),
+            tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst))
+
+        # Zero-total-variance limits (see the docstring).
+        Dq = libdevice.exp(-q * t)
+        SDq = S * Dq
+        KDr = K * libdevice.exp(-r * t)
+        m = w * (SDq - KDr)
+        atm = m == 0
+        itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
+        # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
+        t_pos = sqt > 0
+        sqt_l = tl.where(t_pos, sqt, 1.0)
+        drift = (r - q) + 0.5 * sig * sig
+        atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
+        atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l),
+                             tl.where(drift > 0, inf, -inf))
+        atm_charm = tl.where(drift != 0, atm_charm, 0.0)
+        nan = float("nan")
+        price = tl.where(valid, tl.where(limit, tl.maximum(m, 0.0), price), nan)
+        delta = tl.where(valid, tl.where(limit, w * Dq * itm, delta), nan)
+        gamma = tl.where(valid, tl.where(limit, tl.where(atm, inf, 0.0), gamma), nan)
+        vega = tl.where(valid, tl.where(limit, tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0), vega), nan)
+        lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
+        theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
+        rho = tl.where(valid, tl.where(limit, w * t * KDr * itm, rho), nan)
+        phi = tl.where(valid, tl.where(limit, -w * t * SDq * itm, phi), nan)
+        vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
+        volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
+        lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
+        charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
+        _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
+                      volga_ptr, charm_ptr, offs, mask, STREAM,
+                      price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
+
+
+@triton.jit
 def bsm_greeks_kernel(
     spot_ptr, s_spot,
     strike_ptr, s_strike,
@@ -126,6 +243,8 @@ def bsm_greeks_kernel(
     n,
     BLOCK_SIZE: tl.constexpr,
     STREAM: tl.constexpr = True,
+    FAST_PATH: tl.constexpr = True,
+    PERSISTENT: tl.constexpr = False,
 ):
     """Price and greeks of ``n`` European options under Black-Scholes-Merton.
 
@@ -143,12 +262,20 @@ def bsm_greeks_kernel(
         (dividend rho) per 1.00 change, theta per year of calendar time (-dV/dt_expiry), vanna
         = d delta / d sigma, volga = d vega / d sigma, charm = -d delta / d t per year.
     n : int32
-        Number of options. Any grid covers them: ``ceil(n / BLOCK_SIZE)`` programs do one tile
-        each, fewer step through the tiles.
+        Number of options; ``ceil(n / BLOCK_SIZE)`` programs, one tile each (with PERSISTENT, any
+        number of programs: each steps through the tiles).
     BLOCK_SIZE : constexpr
         Options per tile.
     STREAM : constexpr
         Evict-first loads and streaming stores (see the module docstring).
+    FAST_PATH : constexpr
+        Branch, per tile, to the general formulas alone when no option needs the limits or NaN
+        (a block-wide OR: a reduction through shared memory and barriers). False: every tile takes
+        the general path. Same results either way.
+    PERSISTENT : constexpr
+        Loop over tiles with a stride of the grid size, so that a grid of a few programs per SM
+        covers any n. Off by default: the loop costs float64 registers (82 -> 100 on sm_90) and
+        the runtime launches one program per tile.
 
     Bad input and limits (the convention of the CPU kernel, csrc/cpu/greeks_kernel.h)
     --------------------------------------------------------------------------------
@@ -166,109 +293,19 @@ def bsm_greeks_kernel(
       These are the one-sided limits as t -> 0 (along S == K at the money).
     """
     pid = tl.program_id(axis=0)
-    # ceil(n / BLOCK_SIZE) without the overflow of n + BLOCK_SIZE - 1 near 2^31 (n == 0: one
-    # fully masked tile, as C division truncates -1 // BLOCK_SIZE to 0)
-    num_tiles = (n - 1) // BLOCK_SIZE + 1
-    tile = pid
-    # A while loop, not range(): the Triton interpreter (tests/bundle) cannot run a range over
-    # run-time bounds.
-    while tile < num_tiles:
-        offs = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offs < n
-
-        S = _load_input(spot_ptr, s_spot, offs, mask, 1.0, STREAM)
-        K = _load_input(strike_ptr, s_strike, offs, mask, 1.0, STREAM)
-        t = _load_input(t_ptr, s_t, offs, mask, 1.0, STREAM)
-        r = _load_input(rate_ptr, s_rate, offs, mask, 0.0, STREAM)
-        sig = _load_input(vol_ptr, s_vol, offs, mask, 1.0, STREAM)
-        q = _load_input(div_ptr, s_div, offs, mask, 0.0, STREAM)
-        is_call = _load_input(call_ptr, s_call, offs, mask, 1, STREAM) != 0
-        w = tl.where(is_call, 1.0, -1.0).to(S.dtype)
-
-        inf = float("inf")
-        # Comparisons are false for NaN, so these also reject NaN.
-        valid = (S > 0) & (S < inf) & (K > 0) & (K < inf) & (t >= 0) & (t < inf)
-        valid = valid & (sig > 0) & (sig < inf) & (tl.abs(r) < inf) & (tl.abs(q) < inf)
-        sqt = libdevice.sqrt(t)
-        sst = sig * sqt                       # total vol sigma sqrt(t)
-        # Zero total variance (t == 0, or sigma sqrt(t) so small that its reciprocal overflows):
-        # the t -> 0 limits, judged exactly as on the CPU (which tests 1/sst < inf).
-        sst_pos = tl.where(sst > 0, sst, 1.0)
-        if S.dtype == tl.float32:
-            # The IEEE float32 reciprocal of x >= 0 overflows exactly when x <= 2^-128 (2^128
-            # rounds up to inf; the next float up, 2^-128 (1 + 2^-21), has a finite one), so the
-            # limit is judged as on the CPU by a comparison, and the reciprocal itself may be
-            # Triton's 2-ulp division.
-            limit = valid & ~(sst > tl.full(sst.shape, 2.0**-128, tl.float32))
-            inv_sst = 1.0 / sst_pos
-        else:
-            # float64 "/" is IEEE in Triton: the reciprocal overflows exactly as on the CPU.
-            inv_sst = 1.0 / sst_pos
-            limit = valid & ~((sst > 0) & (inv_sst < inf))
-        special = mask & (limit | ~valid)
-
-        # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter
-        # (tests/bundle) cannot run triton.language's own @jit helpers.
-        if tl.reduce(special.to(tl.int32), 0, _either) == 0:
-            # Every option of the tile is valid and has positive total variance.
-            price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
-                S, K, t, r, sig, q, w, sqt, sst, inv_sst)
-        else:
-            # Invalid lanes compute on harmless values; their outputs are replaced by NaN below.
-            S = tl.where(valid, S, 1.0)
-            K = tl.where(valid, K, 1.0)
-            t = tl.where(valid, t, 1.0)
-            r = tl.where(valid, r, 0.0)
-            sig = tl.where(valid, sig, 1.0)
-            q = tl.where(valid, q, 0.0)
-            sqt = tl.where(valid, sqt, 1.0)
-            sst = tl.where(valid, sst, 1.0)
-            inv_sst = tl.where(valid, inv_sst, 1.0)
-            # Limit lanes run the general formulas with stand-ins (t = 1, sst = sigma) so that
-            # nothing divides by zero; their results are replaced by the limits below.
-            price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
-                S, K, tl.where(limit, 1.0, t), r, sig, q, w, tl.where(limit, 1.0, sqt),
-                tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst))
-
-            # Zero-total-variance limits (see the docstring).
-            Dq = libdevice.exp(-q * t)
-            SDq = S * Dq
-            KDr = K * libdevice.exp(-r * t)
-            m = w * (SDq - KDr)
-            atm = m == 0
-            itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
-            # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
-            t_pos = sqt > 0
-            sqt_l = tl.where(t_pos, sqt, 1.0)
-            drift = (r - q) + 0.5 * sig * sig
-            atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
-            atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l),
-                                 tl.where(drift > 0, inf, -inf))
-            atm_charm = tl.where(drift != 0, atm_charm, 0.0)
-            nan = float("nan")
-            price = tl.where(valid, tl.where(limit, tl.maximum(m, 0.0), price), nan)
-            delta = tl.where(valid, tl.where(limit, w * Dq * itm, delta), nan)
-            gamma = tl.where(valid, tl.where(limit, tl.where(atm, inf, 0.0), gamma), nan)
-            vega = tl.where(valid, tl.where(limit, tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0), vega), nan)
-            lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
-            theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
-            rho = tl.where(valid, tl.where(limit, w * t * KDr * itm, rho), nan)
-            phi = tl.where(valid, tl.where(limit, -w * t * SDq * itm, phi), nan)
-            vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
-            volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
-            lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
-            charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
-
-        # Outputs are contiguous: with 16-byte aligned pointers and n % 16 == 0 (the aligned16
-        # variants) and two or more elements per thread these are vector stores.
-        _store_output(price_ptr, offs, price, mask, STREAM)
-        _store_output(delta_ptr, offs, delta, mask, STREAM)
-        _store_output(gamma_ptr, offs, gamma, mask, STREAM)
-        _store_output(vega_ptr, offs, vega, mask, STREAM)
-        _store_output(theta_ptr, offs, theta, mask, STREAM)
-        _store_output(rho_ptr, offs, rho, mask, STREAM)
-        _store_output(phi_ptr, offs, phi, mask, STREAM)
-        _store_output(vanna_ptr, offs, vanna, mask, STREAM)
-        _store_output(volga_ptr, offs, volga, mask, STREAM)
-        _store_output(charm_ptr, offs, charm, mask, STREAM)
-        tile += tl.num_programs(axis=0)
+    if PERSISTENT:
+        # ceil(n / BLOCK_SIZE) without the overflow of n + BLOCK_SIZE - 1 near 2^31 (n == 0: one
+        # fully masked tile, as C division truncates -1 // BLOCK_SIZE to 0)
+        num_tiles = (n - 1) // BLOCK_SIZE + 1
+        tile = pid
+        # A while loop, not range(): the Triton interpreter (tests/bundle) cannot run a range over
+        # run-time bounds.
+        while tile < num_tiles:
+            _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_ptr, s_rate, vol_ptr, s_vol,
+                         div_ptr, s_div, call_ptr, s_call, price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr,
+                         rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, n, BLOCK_SIZE, STREAM, FAST_PATH)
+            tile += tl.num_programs(axis=0)
+    else:
+        _greeks_tile(pid, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_ptr, s_rate, vol_ptr, s_vol,
+                     div_ptr, s_div, call_ptr, s_call, price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr,
+                     rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, n, BLOCK_SIZE, STREAM, FAST_PATH)
