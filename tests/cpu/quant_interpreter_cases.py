@@ -18,6 +18,40 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
+
+
+def _interpreter_scalars_index_on_numpy_2_4():
+    """Let the interpreter use a runtime int as a loop bound (``range(0, K, BLOCK_K)``) on NumPy >= 2.4.
+
+    Triton 3.6's interpreter holds every scalar argument as a one-element 1-d array and gives
+    ``tl.tensor`` an ``__index__`` of ``int(data)``; NumPy 2.4 turned that conversion of a 1-d array
+    into a TypeError ("only 0-dimensional arrays can be converted to Python scalars"). Compiled kernels
+    are unaffected (no NumPy involved), so the fix belongs here: wrap the interpreter's tensor patching
+    and replace ``__index__`` with ``data.item()`` for one-element arrays (the same value).
+    """
+    try:
+        int(np.array([1]))
+        return  # older NumPy: nothing to do
+    except TypeError:
+        pass
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_tickgpu_index_fix", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0])
+                       if np.size(self.handle.data) == 1 else int(self.handle.data))
+
+    patch_lang_tensor._tickgpu_index_fix = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+if DEVICE == "cpu":
+    _interpreter_scalars_index_on_numpy_2_4()
+
 from tickgpu.kernels import quant as kq  # noqa: E402
 from tickgpu.quant import QuantLinear, QuantMLP, gemm  # noqa: E402
 from tickgpu.quant import _gpu  # noqa: E402
