@@ -13,8 +13,11 @@ are launched through a *kernel runtime*: an object with
 sources under the interpreter. Nothing here imports torch or triton.
 
 Layout on the device: int8 weight rows and int8 activation rows are padded to a multiple of 16
-elements (16-byte aligned rows for vectorized loads; the kernels mask the padding), float16 rows to a
-multiple of 8; outputs are dense (M, N).
+elements (16-byte aligned rows for vectorized loads), float16 rows to a multiple of 8; outputs are
+dense (M, N). The int8 GEMMs run over the padded K: the weights' padding is zero, so whatever the
+activations' padding holds adds nothing to the integer sums (their variants are compiled assuming K
+and both row strides are multiples of 16). W8A16 runs over the true K and takes its aligned
+variant ("_a16") where K and the activations' row stride happen to be multiples of 16.
 """
 from __future__ import annotations
 
@@ -96,13 +99,14 @@ class GpuPlan:
         gelu = "_gelu" if layer.gelu else ""
         tag = _OUT_TAG[out_dtype]
         if self.scheme == "w8a16":
-            self.rt.launch(f"quant_w8a16{gelu}_{tag}_{tile}", grid,
+            aligned = "_a16" if layer.k % 16 == 0 and stride_a % 16 == 0 else ""
+            self.rt.launch(f"quant_w8a16{gelu}_{tag}_{tile}{aligned}", grid,
                            [a, layer.b, layer.scale, layer.bias, out,
                             m, layer.n, layer.k, stride_a, layer.k_pad, layer.n])
         else:
             self.rt.launch(f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,
                            [a, a_scale, a_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
-                            layer.bias, out, m, layer.n, layer.k, stride_a, layer.k_pad, layer.n])
+                            layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, layer.n])
         return out
 
     def run(self, x: np.ndarray) -> np.ndarray:
