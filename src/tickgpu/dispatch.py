@@ -7,14 +7,27 @@ was measured for that operation on the device (``tickgpu bench --suite gpu`` wri
 from __future__ import annotations
 
 import functools
+import json
 import os
+from importlib import resources
 
 from tickgpu.errors import BackendUnavailable
 
-# Element counts at and above which the GPU beat the CPU backend for NumPy-in/NumPy-out calls,
-# transfers included. Measured on the H200 machine; see benchmarks/results/. A missing entry
-# means "never auto-select the GPU for host data".
-CROSSOVER: dict[str, int] = {}
+
+@functools.lru_cache(maxsize=1)
+def crossover() -> dict[str, int]:
+    """Element counts from which the GPU beat the CPU backend, NumPy in and NumPy out.
+
+    Measured on the GPU machine by ``tickgpu bench --suite gpu`` and shipped as data/crossover.json
+    (see benchmarks/results/ for the sweep behind it). An operation without an entry never goes to the
+    GPU for host data under "auto".
+    """
+    try:
+        text = resources.files("tickgpu").joinpath("data/crossover.json").read_text()
+    except (FileNotFoundError, OSError):
+        return {}
+    table = json.loads(text).get("crossover_n", {})
+    return {op: int(n) for op, n in table.items() if n is not None}
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,7 +57,7 @@ def choose(op: str, n: int, backend: str, on_device: bool = False) -> str:
         return "gpu"
     if on_device:
         return "gpu"
-    threshold = CROSSOVER.get(op)
+    threshold = crossover().get(op)
     if threshold is not None and n >= threshold and gpu_available():
         return "gpu"
     return "cpu"

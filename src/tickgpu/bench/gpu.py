@@ -1,0 +1,408 @@
+"""`tickgpu bench --suite gpu`: the GPU backend side by side with what a user would otherwise run.
+
+Everything is measured in one run on one machine: the floor programs' figures (parsed from their output,
+passed with --floor), the device copy bandwidth, tickgpu's kernels and hot path, PyTorch eager and CuPy
+versions of the same work, and the CPU backend. Torch and CuPy are imported here only, never by the
+library. Results are printed and saved as JSON (date, GPU, commit, figures, ratios).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tickgpu
+
+GREEK_KEYS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
+
+
+# ---- timing ---------------------------------------------------------------------------------------
+
+def stats_us(samples_ns) -> dict:
+    a = np.asarray(samples_ns, dtype=np.float64) / 1e3
+    return {
+        "n": int(a.size),
+        "p50_us": float(np.percentile(a, 50)),
+        "p99_us": float(np.percentile(a, 99)),
+        "p999_us": float(np.percentile(a, 99.9)),
+        "min_us": float(a.min()),
+    }
+
+
+def time_calls(fn, repeats: int, warmup: int = 50) -> dict:
+    for _ in range(warmup):
+        fn()
+    out = np.empty(repeats, dtype=np.int64)
+    clock = time.perf_counter_ns
+    for i in range(repeats):
+        t0 = clock()
+        fn()
+        out[i] = clock() - t0
+    return stats_us(out)
+
+
+def time_device(fn, sync, repeats: int = 10, warmup: int = 2) -> float:
+    """Median seconds of fn() followed by a device synchronisation (for work of milliseconds)."""
+    for _ in range(warmup):
+        fn()
+        sync()
+    ts = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+# ---- floor ----------------------------------------------------------------------------------------
+
+_FLOOR_RE = re.compile(r"^NATIVE (.+?)\s+p50=\s*([\d.]+) us\s+p99=\s*([\d.]+) us")
+_MAILBOX_RE = re.compile(r"^MAILBOX n=\s*(\d+) round trip p50=\s*([\d.]+) us p99=\s*([\d.]+) us")
+_BW_RE = re.compile(r"^NATIVE (.+?)\s+([\d.]+) (GB/s|us/launch)")
+
+
+def parse_floor(path: str | None) -> dict:
+    if not path or not Path(path).is_file():
+        return {}
+    floor: dict = {}
+    for line in Path(path).read_text().splitlines():
+        if m := _FLOOR_RE.match(line):
+            floor[m.group(1).strip()] = {"p50_us": float(m.group(2)), "p99_us": float(m.group(3))}
+        elif m := _MAILBOX_RE.match(line):
+            floor[f"mailbox round trip {m.group(1)} floats"] = {"p50_us": float(m.group(2)), "p99_us": float(m.group(3))}
+        elif m := _BW_RE.match(line):
+            floor[m.group(1).strip()] = {m.group(3): float(m.group(2))}
+    return floor
+
+
+# ---- inputs ---------------------------------------------------------------------------------------
+
+def option_inputs(xp, n: int, dtype, seed: int = 7) -> dict:
+    rng = np.random.default_rng(seed)
+    host = {
+        "spot": rng.uniform(50, 150, n),
+        "strike": rng.uniform(50, 150, n),
+        "t": rng.uniform(1 / 365, 3.0, n),
+        "rate": rng.uniform(0.0, 0.05, n),
+        "vol": rng.uniform(0.05, 0.9, n),
+        "div": rng.uniform(0.0, 0.03, n),
+    }
+    out = {k: xp.asarray(v.astype(dtype)) for k, v in host.items()}
+    out["call"] = xp.asarray(rng.random(n) < 0.5)
+    return out
+
+
+def greeks_bytes(n: int, itemsize: int) -> int:
+    return n * (6 * itemsize + 1 + 10 * itemsize)
+
+
+# ---- competitors ----------------------------------------------------------------------------------
+
+def torch_greeks(torch, spot, strike, t, rate, vol, div, call):
+    """BSM price and the ten greeks in PyTorch eager (what a user would write)."""
+    sqrt_t = torch.sqrt(t)
+    vs = vol * sqrt_t
+    d1 = (torch.log(spot / strike) + (rate - div + 0.5 * vol * vol) * t) / vs
+    d2 = d1 - vs
+    nd1 = torch.exp(-0.5 * d1 * d1) / math.sqrt(2 * math.pi)
+    df_r = torch.exp(-rate * t)
+    df_q = torch.exp(-div * t)
+    w = torch.where(call, 1.0, -1.0).to(spot.dtype)
+    cdf = lambda x: 0.5 * torch.special.erfc(-x / math.sqrt(2))  # noqa: E731
+    nw1, nw2 = cdf(w * d1), cdf(w * d2)
+    price = w * (spot * df_q * nw1 - strike * df_r * nw2)
+    delta = w * df_q * nw1
+    gamma = df_q * nd1 / (spot * vs)
+    vega = spot * df_q * nd1 * sqrt_t
+    theta = -spot * df_q * nd1 * vol / (2 * sqrt_t) + w * (div * spot * df_q * nw1 - rate * strike * df_r * nw2)
+    rho = w * strike * t * df_r * nw2
+    phi = -w * spot * t * df_q * nw1
+    vanna = -df_q * nd1 * d2 / vol
+    volga = vega * d1 * d2 / vol
+    charm = w * div * df_q * nw1 - df_q * nd1 * (2 * (rate - div) * t - d2 * vs) / (2 * t * vs)
+    return price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm
+
+
+CUPY_GREEKS_SRC = r"""
+    T sq = sqrt(t); T vs = vol * sq;
+    T d1 = (log(spot / strike) + (rate - div + (T)0.5 * vol * vol) * t) / vs; T d2 = d1 - vs;
+    T nd1 = exp((T)-0.5 * d1 * d1) * (T)0.3989422804014327;
+    T dfr = exp(-rate * t), dfq = exp(-div * t); T w = call ? (T)1 : (T)-1;
+    T nw1 = (T)0.5 * erfc(-w * d1 * (T)0.7071067811865476), nw2 = (T)0.5 * erfc(-w * d2 * (T)0.7071067811865476);
+    price = w * (spot * dfq * nw1 - strike * dfr * nw2); delta = w * dfq * nw1;
+    gamma = dfq * nd1 / (spot * vs); vega = spot * dfq * nd1 * sq;
+    theta = -spot * dfq * nd1 * vol / ((T)2 * sq) + w * (div * spot * dfq * nw1 - rate * strike * dfr * nw2);
+    rho = w * strike * t * dfr * nw2; phi = -w * spot * t * dfq * nw1;
+    vanna = -dfq * nd1 * d2 / vol; volga = vega * d1 * d2 / vol;
+    charm = w * div * dfq * nw1 - dfq * nd1 * ((T)2 * (rate - div) * t - d2 * vs) / ((T)2 * t * vs);
+"""
+
+
+# ---- sections -------------------------------------------------------------------------------------
+
+def device_copy_bandwidth(cp, nbytes: int) -> float:
+    """Device-to-device copy, bytes read + written per second (same counting as the kernels)."""
+    a = cp.empty(nbytes // 4, dtype=cp.float32)
+    b = cp.empty_like(a)
+    a.fill(1)
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    best = []
+    for _ in range(10):
+        start.record()
+        cp.copyto(b, a)
+        stop.record()
+        stop.synchronize()
+        best.append(cp.cuda.get_elapsed_time(start, stop) / 1e3)
+    return 2 * nbytes / float(np.median(best[2:]))
+
+
+def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
+    res = {}
+    sync = cp.cuda.runtime.deviceSynchronize
+    for dtype, name in ((np.float32, "f32"), (np.float64, "f64")):
+        x = option_inputs(cp, n, dtype)
+        nbytes = greeks_bytes(n, np.dtype(dtype).itemsize)
+        t_tick = time_device(lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"), sync)
+        # correctness on a slice against the CPU backend
+        g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+        sl = slice(0, 100_000)
+        ref = tickgpu.greeks(**{k: cp.asnumpy(v[sl]) for k, v in x.items()}, dtype=dtype, backend="cpu")
+        worst = max(
+            float(np.nanmax(np.abs(cp.asnumpy(getattr(g, k)[sl]) - getattr(ref, k))
+                            / np.maximum(np.abs(getattr(ref, k)), 1e-30 if name == "f64" else 1e-6)))
+            for k in GREEK_KEYS
+        )
+        del g
+        ek = cp.ElementwiseKernel(
+            "T spot, T strike, T t, T rate, T vol, T div, bool call",
+            "T price, T delta, T gamma, T vega, T theta, T rho, T phi, T vanna, T volga, T charm",
+            CUPY_GREEKS_SRC, f"cupy_bsm_greeks_{name}")
+        t_cupy = time_device(lambda: ek(x["spot"], x["strike"], x["t"], x["rate"], x["vol"], x["div"], x["call"]), sync)
+        tx = {k: torch.as_tensor(v, device="cuda") for k, v in x.items()}
+        t_torch = time_device(lambda: torch_greeks(torch, **tx), torch.cuda.synchronize, repeats=5)
+        del tx
+        res[name] = {
+            "n": n,
+            "bytes": nbytes,
+            "tickgpu_s": t_tick,
+            "tickgpu_GBps": nbytes / t_tick / 1e9,
+            "fraction_of_copy_bw": nbytes / t_tick / copy_bw,
+            "cupy_elementwise_s": t_cupy,
+            "torch_eager_s": t_torch,
+            "speedup_vs_torch": t_torch / t_tick,
+            "speedup_vs_cupy": t_cupy / t_tick,
+            "max_rel_err_vs_cpu": worst,
+        }
+        del x
+        cp.get_default_memory_pool().free_all_blocks()
+        torch.cuda.empty_cache()
+    return res
+
+
+def bench_latency(torch, repeats: int) -> dict:
+    n = 1024
+    x = option_inputs(np, n, np.float32, seed=11)
+    res = {}
+    res["tickgpu_greeks_f32_numpy_1024"] = time_calls(
+        lambda: tickgpu.greeks(**x, dtype=np.float32, backend="gpu"), repeats)
+    x64 = option_inputs(np, n, np.float64, seed=11)
+    res["tickgpu_greeks_f64_numpy_1024"] = time_calls(
+        lambda: tickgpu.greeks(**x64, dtype=np.float64, backend="gpu"), repeats)
+    res["cpu_backend_greeks_f64_numpy_1024"] = time_calls(
+        lambda: tickgpu.greeks(**x64, dtype=np.float64, backend="cpu"), repeats)
+
+    def torch_call():
+        tx = {k: torch.from_numpy(v).to("cuda") for k, v in x.items()}
+        outs = torch_greeks(torch, **tx)
+        return [o.cpu().numpy() for o in outs]
+
+    res["torch_eager_greeks_f32_numpy_1024"] = time_calls(torch_call, max(repeats // 5, 1000))
+    return res
+
+
+def bench_implied_vol(cp, n: int) -> dict:
+    sync = cp.cuda.runtime.deviceSynchronize
+    x = option_inputs(np, n, np.float64, seed=5)
+    price = tickgpu.greeks(**x, backend="cpu").price
+    args = {k: cp.asarray(v) for k, v in x.items() if k != "vol"}
+    cprice = cp.asarray(price)
+    t = time_device(lambda: tickgpu.implied_vol(cprice, **args, backend="gpu"), sync)
+    vol_gpu = cp.asnumpy(tickgpu.implied_vol(cprice, **args, backend="gpu"))
+    sl = slice(0, 200_000)
+    vol_cpu = tickgpu.implied_vol(price[sl], **{k: v[sl] for k, v in x.items() if k != "vol"}, backend="cpu")
+    ok = np.isfinite(vol_cpu)
+    rel = np.abs(vol_gpu[sl][ok] - vol_cpu[ok]) / vol_cpu[ok]
+    res = {"n": n, "seconds": t, "options_per_s": n / t, "max_rel_diff_vs_cpu": float(rel.max()),
+           "nan_mismatch": int(np.sum(np.isfinite(vol_gpu[sl]) != ok))}
+    x32 = {k: cp.asarray(v.astype(np.float32)) if v.dtype != bool else cp.asarray(v) for k, v in x.items() if k != "vol"}
+    p32 = cp.asarray(price.astype(np.float32))
+    t32 = time_device(lambda: tickgpu.implied_vol(p32, **x32, dtype=np.float32, backend="gpu"), sync)
+    res["f32_options_per_s"] = n / t32
+    return res
+
+
+def bench_warm_start(repeats: int) -> dict:
+    """Cold start in a fresh process, then first call after warmup() against steady state."""
+    code = (
+        "import time, numpy as np; t0 = time.perf_counter(); import tickgpu; t1 = time.perf_counter();"
+        "tickgpu.warmup(); t2 = time.perf_counter();"
+        "x = dict(spot=np.full(1024, 100.0), strike=np.linspace(50, 150, 1024), t=0.5, rate=0.01, vol=0.2);"
+        "c0 = time.perf_counter_ns(); tickgpu.greeks(**x, backend='gpu'); c1 = time.perf_counter_ns();"
+        "ts = []\n"
+        "for _ in range(2000):\n"
+        "    a = time.perf_counter_ns(); tickgpu.greeks(**x, backend='gpu'); ts.append(time.perf_counter_ns() - a)\n"
+        "import json; print(json.dumps(dict(import_s=t1 - t0, warmup_s=t2 - t1, first_call_us=(c1 - c0) / 1e3,"
+        " steady_p50_us=float(np.median(ts)) / 1e3)))"
+    )
+    runs = []
+    for _ in range(3):
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            return {"error": p.stderr[-2000:]}
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    first = float(np.median([r["first_call_us"] for r in runs]))
+    steady = float(np.median([r["steady_p50_us"] for r in runs]))
+    return {"runs": runs, "first_call_us_median": first, "steady_p50_us": steady, "first_over_steady": first / steady,
+            "import_s": float(np.median([r["import_s"] for r in runs])),
+            "warmup_s": float(np.median([r["warmup_s"] for r in runs]))}
+
+
+def crossover_sweep(quick: bool) -> dict:
+    """Smallest n (power of two) from which the GPU backend beats the CPU backend, NumPy in and out."""
+    sizes = [2 ** k for k in range(4, 23 if not quick else 18)]
+    rng = np.random.default_rng(3)
+    surf = tickgpu.VolSurface(np.linspace(50, 150, 21), np.array([0.1, 0.25, 0.5, 1.0, 2.0]),
+                              0.2 + 0.05 * rng.random((5, 21)))
+    out = {}
+    for op in ("greeks", "implied_vol", "surface"):
+        rows = []
+        for n in sizes:
+            x = option_inputs(np, n, np.float64, seed=n)
+            if op == "greeks":
+                f = lambda b: tickgpu.greeks(**x, backend=b)  # noqa: E731
+            elif op == "implied_vol":
+                price = tickgpu.greeks(**x, backend="cpu").price
+                xv = {k: v for k, v in x.items() if k != "vol"}
+                f = lambda b: tickgpu.implied_vol(price, **xv, backend=b)  # noqa: E731
+            else:
+                f = lambda b: surf.vol(x["strike"], x["t"], backend=b)  # noqa: E731
+            reps = max(20, min(2000, int(2e7 // max(n, 1) // 10)))
+            cpu = time_calls(lambda: f("cpu"), reps, warmup=5)["p50_us"]
+            gpu = time_calls(lambda: f("gpu"), reps, warmup=5)["p50_us"]
+            rows.append({"n": n, "cpu_p50_us": cpu, "gpu_p50_us": gpu})
+        cross = None
+        for i, r in enumerate(rows):
+            if all(rr["gpu_p50_us"] < rr["cpu_p50_us"] for rr in rows[i:]):
+                cross = r["n"]
+                break
+        out[op] = {"crossover_n": cross, "sweep": rows}
+    return out
+
+
+# ---- driver ---------------------------------------------------------------------------------------
+
+def machine_info() -> dict:
+    info = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
+            "numpy": np.__version__, "tickgpu": tickgpu.__version__,
+            "commit": os.environ.get("TICKGPU_COMMIT") or _git_commit(), "cpu_cores": os.cpu_count()}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                           capture_output=True, text=True, timeout=20)
+        info["gpu"] = q.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        info["gpu"] = None
+    return info
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run(args) -> int:
+    import cupy as cp
+    import torch
+
+    quick = bool(getattr(args, "quick", False))
+    floor = parse_floor(getattr(args, "floor", None))
+    res: dict = {"suite": "gpu", "machine": machine_info(), "floor": floor}
+    t0 = time.perf_counter()
+    tickgpu.warmup()
+    res["warmup_s"] = time.perf_counter() - t0
+
+    sections = [
+        ("copy_bandwidth_Bps", lambda: device_copy_bandwidth(cp, (1 << 28) if quick else (1 << 31))),
+    ]
+    for name, fn in sections:
+        res[name] = fn()
+    copy_bw = res["copy_bandwidth_Bps"]
+    steps = {
+        "throughput": lambda: bench_throughput(cp, torch, 10_000_000 if quick else 100_000_000, copy_bw),
+        "latency": lambda: bench_latency(torch, 2_000 if quick else 10_000),
+        "implied_vol": lambda: bench_implied_vol(cp, 1_000_000 if quick else 10_000_000),
+        "warm_start": lambda: bench_warm_start(2000),
+        "crossover": lambda: crossover_sweep(quick),
+    }
+    for name, fn in steps.items():
+        t1 = time.perf_counter()
+        try:
+            res[name] = fn()
+        except Exception as e:  # a failing section is reported, the others still run
+            res[name] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"[{name}] {time.perf_counter() - t1:.1f} s", flush=True)
+        print(json.dumps(res[name], indent=1, default=float)[:3000], flush=True)
+
+    res["targets"] = evaluate_targets(res)
+    out = Path(getattr(args, "out", "benchmarks/results"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"gpu-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
+    path.write_text(json.dumps(res, indent=1, default=float))
+    print_summary(res)
+    print(f"saved {path}")
+    return 0
+
+
+def evaluate_targets(res: dict) -> dict:
+    t: dict = {}
+    thr = res.get("throughput", {})
+    for name in ("f32", "f64"):
+        if name in thr:
+            t[f"greeks_{name}_fraction_of_copy_bw>=0.9"] = thr[name]["fraction_of_copy_bw"]
+    lat = res.get("latency", {})
+    floor = res.get("floor", {}).get("graph H2D+kernel+D2H 1024 floats")
+    if "tickgpu_greeks_f32_numpy_1024" in lat:
+        p50 = lat["tickgpu_greeks_f32_numpy_1024"]["p50_us"]
+        if floor:
+            t["latency_1024_over_floor_graph<=1.3"] = p50 / floor["p50_us"]
+        t["torch_eager_over_tickgpu_1024>=3"] = lat["torch_eager_greeks_f32_numpy_1024"]["p50_us"] / p50
+    iv = res.get("implied_vol", {})
+    if "options_per_s" in iv:
+        t["iv_f64_Gopts_per_s>=2"] = iv["options_per_s"] / 1e9
+        t["iv_max_rel_diff_vs_cpu<=1e-12"] = iv["max_rel_diff_vs_cpu"]
+    ws = res.get("warm_start", {})
+    if "first_over_steady" in ws:
+        t["first_call_over_steady<=1.5"] = ws["first_over_steady"]
+    return t
+
+
+def print_summary(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"tickgpu GPU suite on {res['machine'].get('gpu')}")
+    table.add_column("target")
+    table.add_column("measured", justify="right")
+    for k, v in res["targets"].items():
+        table.add_row(k, f"{v:.4g}")
+    Console().print(table)
