@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--suite", choices=(*SUITES, "all"), default="cpu")
     b.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
     b.add_argument("--out", default="benchmarks/results", help="result directory (default benchmarks/results)")
+    b.add_argument("--floor", metavar="FLOOR_TXT",
+                   help="gpu suite: output of the floor programs, to compare tickgpu against the hardware floor")
 
     sub.add_parser("build-kernels", add_help=False,
                    help="compile the Triton and CUDA C kernels into a bundle (arguments go to the builder)")
@@ -114,7 +116,7 @@ def cmd_bench(args) -> int:
     for name in names:
         mod, why = _load_suite(name)
         if mod is None:
-            print(f"tickgpu bench: {why}; skipped", file=sys.stderr)
+            print(f"tickgpu bench: {why}" + ("; skipped" if args.suite == "all" else ""), file=sys.stderr)
             if args.suite != "all":
                 return EXIT_UNAVAILABLE
             continue
@@ -123,12 +125,16 @@ def cmd_bench(args) -> int:
         except Exception as e:
             from tickgpu.errors import BackendUnavailable
 
-            if isinstance(e, BackendUnavailable):
-                print(f"tickgpu bench: suite '{name}' cannot run here: {e}", file=sys.stderr)
-                if args.suite != "all":
-                    return EXIT_UNAVAILABLE
-                continue
-            raise
+            if isinstance(e, ModuleNotFoundError):
+                why = f"needs the module '{e.name}', which is not installed here"
+            elif isinstance(e, BackendUnavailable):
+                why = str(e)
+            else:
+                raise
+            print(f"tickgpu bench: suite '{name}' cannot run here: {why}", file=sys.stderr)
+            if args.suite != "all":
+                return EXIT_UNAVAILABLE
+            continue
         codes.append(int(code or 0))
     return max(codes) if codes else EXIT_UNAVAILABLE
 
