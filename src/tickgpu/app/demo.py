@@ -118,20 +118,48 @@ def build_surface() -> tickgpu.VolSurface:
 # ---- the book -------------------------------------------------------------------------------------
 
 class BookFeed:
-    """The book, fed one message at a time, with its features after each message."""
+    """The book, fed one message at a time, with its features after each message.
+
+    A level-L LOBSTER file cannot carry everything a book needs (the opening book; a level that
+    moves into the window from outside it), so where an orderbook file is given each message is
+    followed by a check of the book's L-level window against the file's row, and a resync from
+    the row where they differ (counted). A message the book rejects is counted, not fatal.
+    """
 
     def __init__(self, data):
-        self.data = data
-        self.n = len(data.messages)
+        from tickgpu.finance.book import BookError
+
+        self._book_error = BookError
         self.book = tickgpu.Book()
+        m = data.messages
+        self.n = len(m)
+        # Python lists: indexing a NumPy array per message costs more than the book update.
+        self._fields = [m[k].tolist() for k in ("type", "size", "price", "direction", "order_id", "time")]
+        self.rows = data.orderbook
+        self.levels = int(data.levels) if data.orderbook is not None else 0
+        self.resyncs = 0
+        self.rejected = 0
+        self.last = None
 
     def step(self, i: int) -> float:
-        """Apply message i; return the mid in ticks (NaN if a side is empty)."""
-        self.book.apply(self.data.messages[i:i + 1])
-        return float(self.book.features().mid)
+        """Apply message i and compute the features; return the mid in dollars (NaN if a side
+        is empty)."""
+        ty, size, price, direction, oid, tm = (f[i] for f in self._fields)
+        book = self.book
+        try:
+            book.apply_one(ty, size, price, direction, order_id=oid, time=tm)
+        except self._book_error:
+            self.rejected += 1
+        if self.levels:
+            row = self.rows[i]
+            if not np.array_equal(book.snapshot(self.levels).ravel(), row):
+                book.sync_from_orderbook_row(row)
+                self.resyncs += 1
+        self.last = book.features()
+        return float(self.last.mid)
 
     def time_of(self, i: int) -> float:
-        return float(self.data.messages["time"][i])
+        return float(self._fields[5][i])
 
 
 # ---- the loop -------------------------------------------------------------------------------------
@@ -169,16 +197,15 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
 
     # The opening mid sets the listed strikes and the surface's moneyness axis: find it by
     # running the book until both sides are quoted, then start the replay from the top.
-    open_mid_ticks = math.nan
+    open_mid = math.nan
     probe = BookFeed(data)
     for i in range(feed.n):
-        open_mid_ticks = probe.step(i)
-        if math.isfinite(open_mid_ticks):
+        open_mid = probe.step(i)
+        if math.isfinite(open_mid):
             break
-    if not math.isfinite(open_mid_ticks):
+    if not math.isfinite(open_mid):
         raise ValueError(f"{message_path}: the book never has both sides quoted")
     del probe
-    open_mid = open_mid_ticks / 10_000.0
     chain = build_chain(open_mid, n_expiries, n_strikes)
     surface = build_surface()
     n_opt = chain.size
@@ -253,11 +280,10 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     i = 0
     while i < n_msg:
         b0 = time.perf_counter_ns()
-        mid_ticks = feed.step(i)
+        mid = feed.step(i)
         b1 = time.perf_counter_ns()
         book_ns[i] = b1 - b0
-        if math.isfinite(mid_ticks) and mid_ticks != prev_mid and math.isfinite(prev_mid):
-            mid = mid_ticks / 10_000.0
+        if math.isfinite(mid) and mid != prev_mid and math.isfinite(prev_mid):
             stage, vol, g, iv, status = reprice(mid, feed.time_of(i) - t0_day, n_ticks)
             chain_ns[n_ticks, :4] = stage
             chain_ns[n_ticks, 4] = (time.perf_counter_ns() - b0)
@@ -266,8 +292,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
             n_ticks += 1
             if ticks > 0 and progress is not None:
                 progress(n_ticks, total)
-        if math.isfinite(mid_ticks):
-            prev_mid = mid_ticks
+        if math.isfinite(mid):
+            prev_mid = mid
         i += 1
         if ticks > 0 and n_ticks >= ticks:
             break
@@ -313,7 +339,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         "data": {"message_file": message_path.name, "orderbook_file": orderbook_path.name if orderbook_path else None,
                  "source": "LOBSTER sample (lobsterdata.com), NASDAQ" if message_path.parent == bundled_data(
                      DEFAULT_MESSAGES).parent else "user file",
-                 "messages": n_replayed, "messages_in_file": n_msg, "open_mid": open_mid},
+                 "messages": n_replayed, "messages_in_file": n_msg, "open_mid": open_mid,
+                 "book_resyncs_from_orderbook": feed.resyncs, "messages_rejected_by_book": feed.rejected},
         "definitions": {"underlying_tick": UNDERLYING_TICK,
                         "stages": {"book": "apply one message and compute the book features",
                                    "surface": "moneyness K/mid and VolSurface.vol for every option",
@@ -335,8 +362,10 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                        "tick_capacity_per_s": 1e6 / stages["tick_total"]["mean_us"] if n_ticks else math.nan},
         "iv_check": check,
         "last_tick": None if last is None else {
-            "mid": last[0], "atm_call_delta_front": float(last[2].delta[np.argmin(
-                np.abs(strike[:2 * n_strikes] - last[0]) + (~call[:2 * n_strikes]) * 1e9)])},
+            "mid": last[0], "microprice": float(feed.last.microprice), "spread": float(feed.last.spread),
+            "imbalance": float(feed.last.imbalance),
+            "front_atm_call_delta": float(last[2].delta[np.argmin(
+                np.abs(strike[:2 * n_strikes] - last[0]) + put[:2 * n_strikes] * 1e9)])},
         "machine": machine_info(),
     }
     return DemoResult(report, samples)
