@@ -190,6 +190,12 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     `ticks` underlying ticks are replayed (0: the whole file). `progress(done, total)` is called
     now and then. Raises BackendUnavailable if `backend` is "gpu" and no GPU is usable.
     """
+    # Decided first: an unusable backend should fail before any data is read.
+    n_opt = n_expiries * n_strikes * 2
+    backends = {"book": "cpu",
+                "surface": dispatch.choose("surface", n_opt, backend),
+                "greeks": dispatch.choose("greeks", n_opt, backend),
+                "implied_vol": dispatch.choose("implied_vol", n_opt, backend)}
     data = tickgpu.read_lobster(str(message_path), str(orderbook_path) if orderbook_path else None)
     feed = BookFeed(data)
     if feed.n == 0:
@@ -208,12 +214,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     del probe
     chain = build_chain(open_mid, n_expiries, n_strikes)
     surface = build_surface()
-    n_opt = chain.size
+    assert chain.size == n_opt
 
-    backends = {"book": "cpu",
-                "surface": dispatch.choose("surface", n_opt, backend),
-                "greeks": dispatch.choose("greeks", n_opt, backend),
-                "implied_vol": dispatch.choose("implied_vol", n_opt, backend)}
     if "gpu" in backends.values() and hasattr(tickgpu, "warmup"):
         tickgpu.warmup()
 

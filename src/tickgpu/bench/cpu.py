@@ -259,6 +259,8 @@ def run(args) -> int:
     from rich.console import Console
 
     console = Console()
+    if not console.is_terminal:  # logs and pipes: wide enough that the tables do not wrap
+        console = Console(width=130)
     quick = bool(getattr(args, "quick", False))
     res = {"suite": "cpu", "quick": quick, "machine": machine_info(), "sections": {}, "targets": []}
     console.print(f"[bold]tickgpu CPU suite[/bold] on {res['machine']['cpu_model']}, "

@@ -209,34 +209,46 @@ def python_replay(types, sizes, prices, directions, orderbook=None) -> tuple[int
 
 def synthetic_stream(n: int, seed: int = 11) -> dict[str, np.ndarray]:
     """`n` consistent LOBSTER-style messages (submit, partial cancel, delete, execute) around a
-    drifting mid of $100 (ticks of $0.0001, price grid of $0.01): every cancel, delete and
-    execution refers to a live order, so a correct book never rejects one."""
+    drifting mid of $100 (ticks of $0.0001, price grid of $0.01).
+
+    Every cancel, delete and execution refers to a live order, and no order crosses the other
+    side's best price (a PythonBook follows the stream to know it), so a correct book never
+    rejects a message and never crosses.
+    """
     rng = np.random.default_rng(seed)
     live: dict[int, list] = {}       # order id -> [price, size, direction]
     ids: list[int] = []
     next_id = 1
     mid = 1_000_000
+    book = PythonBook()
     out = {k: np.empty(n, dtype=np.int64) for k in ("type", "order_id", "size", "price", "direction")}
     out["time"] = np.linspace(34200.0, 57600.0, n)
     u = rng.random(n)
     offs = rng.integers(1, 20, n)
     qty = rng.integers(1, 10, n) * 100
+    side = rng.random(n) < 0.5
+    pick = rng.random(n)
     for i in range(n):
         if u[i] < 0.5 or len(ids) < 50:
-            direction = 1 if rng.random() < 0.5 else -1
-            price = mid - 100 * offs[i] if direction == 1 else mid + 100 * offs[i]
+            direction = 1 if side[i] else -1
+            if direction == 1:
+                price = mid - 100 * int(offs[i])
+                if book.best_ask is not None:
+                    price = min(price, book.best_ask - 100)
+            else:
+                price = mid + 100 * int(offs[i])
+                if book.best_bid is not None:
+                    price = max(price, book.best_bid + 100)
             live[next_id] = [price, int(qty[i]), direction]
             ids.append(next_id)
             row = (1, next_id, int(qty[i]), price, direction)
             next_id += 1
         else:
-            j = int(rng.integers(len(ids)))
+            j = int(pick[i] * len(ids))
             oid = ids[j]
             price, size, direction = live[oid]
             kind = 2 if (u[i] < 0.7 and size > 100) else (3 if u[i] < 0.9 else 4)
-            take = 100 if kind == 2 else size
-            if kind == 4 and size > 100 and rng.random() < 0.5:
-                take = 100
+            take = 100 if (kind == 2 or (kind == 4 and size > 100 and pick[i] * 1000 % 1 < 0.5)) else size
             if take >= size:
                 del live[oid]
                 ids[j] = ids[-1]
@@ -244,6 +256,7 @@ def synthetic_stream(n: int, seed: int = 11) -> dict[str, np.ndarray]:
             else:
                 live[oid][1] = size - take
             row = (kind, oid, take, price, direction)
+        book.apply(row[0], row[2], row[3], row[4])
         for k, v in zip(("type", "order_id", "size", "price", "direction"), row):
             out[k][i] = v
         if i % 1000 == 999:
