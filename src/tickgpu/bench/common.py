@@ -211,15 +211,16 @@ def _duration(ns: float) -> str:
 
 def print_section(console, title: str, cases: list[dict], unit: str) -> None:
     """A rich table of one section: median, p99, throughput and speed-up against the baseline."""
+    from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left")
+    t = Table(title=escape(title), title_justify="left")
     for col in ("implementation", "n", "threads", "median", "p99", f"{unit}/s", "speed-up"):
         t.add_column(col, justify="left" if col == "implementation" else "right")
     for c in cases:
         sp = c.get("speedup", float("nan"))
         sp_txt = "-" if not np.isfinite(sp) else f"{sp:.2f}x"
-        t.add_row(c["impl"] + (f" [dim]({c['note']})[/dim]" if c.get("note") else ""), f"{c['n']:,}",
+        t.add_row(escape(c["impl"]) + (f" [dim]({escape(c['note'])})[/dim]" if c.get("note") else ""), f"{c['n']:,}",
                   "-" if c.get("threads") is None else str(c["threads"]),
                   _duration(c["median_ns"]), _duration(c["p99_ns"]), _human(c["items_per_s"]), sp_txt)
     if cases and cases[0].get("speedup_vs"):
@@ -228,6 +229,7 @@ def print_section(console, title: str, cases: list[dict], unit: str) -> None:
 
 
 def print_targets(console, targets: list[dict]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title="targets", title_justify="left")
@@ -235,5 +237,5 @@ def print_targets(console, targets: list[dict]) -> None:
         t.add_column(col)
     for g in targets:
         mark = "[green]PASS[/green]" if g["passed"] else "[red]FAIL[/red]"
-        t.add_row(g["name"], _human(g["measured"], " " + g["unit"]), _human(g["goal"], " " + g["unit"]), mark)
+        t.add_row(escape(g["name"]), _human(g["measured"], " " + g["unit"]), _human(g["goal"], " " + g["unit"]), mark)
     console.print(t)
