@@ -1,8 +1,8 @@
 """Build each C test (tests/native/test_*.c) with the native core under sanitizers, and run it.
 
 AddressSanitizer + UndefinedBehaviorSanitizer for every test; ThreadSanitizer in addition for the
-tests that start threads (they call tg_parallel_for or pthreads). A test passes when its binary
-exits 0 with no sanitizer report.
+tests that may start threads (their source mentions threads: tg_parallel_for, pthreads, or a
+kernel's `nthreads` argument). A test passes when its binary exits 0 with no sanitizer report.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ CSRC = ROOT / "csrc"
 HERE = Path(__file__).resolve().parent
 
 C_TESTS = sorted(HERE.glob("test_*.c"))
-THREADED = [p for p in C_TESTS if any(w in p.read_text() for w in ("tg_parallel_for", "pthread_create"))]
+THREADED = [p for p in C_TESTS if "thread" in p.read_text().lower()]
 
 COMMON_FLAGS = ["-std=c11", "-g", "-O1", "-fno-omit-frame-pointer", f"-I{CSRC}"]
 ASAN_FLAGS = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
