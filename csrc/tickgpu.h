@@ -45,7 +45,14 @@ int tg_num_cores(void);
  * rho (per 1.00 rate), phi (dividend rho, per 1.00 q), vanna (d delta / d sigma),
  * volga (d vega / d sigma), charm (d delta / d t, per year of calendar time, i.e. -d/dT).
  * Invalid elements (non-finite, S <= 0, K <= 0, t < 0, sigma <= 0) give NaN in every output.
- * t == 0 gives intrinsic value and its limit greeks. */
+ * t == 0 (or sigma sqrt(t) too small for its reciprocal to be finite) gives the zero-total-
+ * variance limit: price max(w (S e^{-qt} - K e^{-rt}), 0) with w = +1 call / -1 put; in the money:
+ * delta w e^{-qt}, theta w (q S e^{-qt} - r K e^{-rt}), rho w t K e^{-rt}, phi -w t S e^{-qt},
+ * charm w q e^{-qt}; out of the money all of these 0; gamma, vega, vanna, volga 0. Exactly at
+ * the money the limits along S == K as t -> 0: delta w/2, gamma +inf, theta -inf, charm
+ * -sign(r - q + sigma^2/2) inf (w q / 2 where that is 0), the rest half the ITM values or 0.
+ * Valid inputs whose results exceed the type's range (S e^{-qt} overflowing) give inf or NaN.
+ * Any stride < 0, a NULL input pointer (n > 0) or n < 0 is TG_EINVAL. */
 typedef struct {
     const void *spot;   int64_t s_spot;
     const void *strike; int64_t s_strike;
@@ -95,8 +102,12 @@ double tg_normalised_black(double x, double s, double theta);
  * Grid: nk strictly increasing strikes, nt strictly increasing positive expiries (years),
  * vols[it * nk + ik]. mode 0: bilinear in total variance sigma^2 t with an implicit zero at t = 0
  * (QuantLib BlackVarianceSurface); mode 1: bilinear in vol. Extrapolation: flat in strike,
- * flat vol beyond the last expiry, and (mode 0) variance linear in t before the first expiry.
- * what 0: vol, 1: total variance. */
+ * flat vol beyond the last expiry, and (mode 0) variance linear in t before the first expiry
+ * (mode 1: flat vol there). what 0: vol, 1: total variance sigma^2 t.
+ * A query with a non-finite strike or t, or t < 0, gives NaN; at t == 0 the variance is 0 and the
+ * vol its limit (the first expiry's). The grid is checked on every call: nk, nt >= 1, finite
+ * strictly increasing strikes, finite strictly increasing expiries > 0, finite vols >= 0, mode
+ * and what 0 or 1, strides >= 0; anything else is TG_EINVAL (no calendar-arbitrage check). */
 typedef struct {
     int32_t nk, nt;
     const double *strikes;

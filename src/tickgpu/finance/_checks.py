@@ -53,7 +53,7 @@ def require(name: str, a, ok: np.ndarray, reason: str) -> None:
     if not np.all(ok):
         a = np.asarray(a)
         flat = int(np.flatnonzero(~np.broadcast_to(ok, a.shape).ravel())[0])
-        value = a.ravel()[flat]
+        value = a.ravel()[flat].item()   # a Python number: "got -0.1", not "np.float64(-0.1)"
         where = f"{name}[{_index(a, flat)}]" if a.ndim else name
         raise ValueError(f"{where}: {reason}, got {value!r}")
 

@@ -1,0 +1,141 @@
+/*
+ * The Black-Scholes-Merton greeks kernel, written once and instantiated by greeks.c for double
+ * and for float (so that the float version computes in float: expf, erfcf, ... and does not pay
+ * for conversions). Not a public header: greeks.c defines, before each inclusion,
+ *   REAL            the element type
+ *   M(name)         the libm function of that type (M(exp) is exp or expf)
+ *   C(x)            a literal of that type
+ *   KERNEL_RANGE    the name of the range function to define
+ *   KERNEL_LIMIT    the name of the zero-total-variance function to define
+ */
+
+/* The zero-total-variance limit (t == 0, or 1 / (sigma sqrt t) overflowing): the option is
+   worth its (forward) intrinsic value. ITM / OTM are judged on the discounted forward, which at
+   t == 0 is spot against strike. Exactly at the money the greeks take their one-sided limits as
+   t -> 0 along S == K: delta +-1/2, gamma +inf, theta -inf, charm +-inf. Rare, so out of line. */
+static void KERNEL_LIMIT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL w, REAL *o)
+{
+    const REAL n0 = C(0.398942280401432677939946059934);    /* 1 / sqrt(2 pi) */
+    REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
+    REAL SDq = S * Dq, KDr = K * Dr;
+    REAL m = w * (SDq - KDr);
+    int atm = (m == 0);
+    REAL itm = m > 0 ? C(1.0) : (atm ? C(0.5) : C(0.0));
+    REAL sqt = M(sqrt)(t);
+    REAL drift = (r - q) + C(0.5) * sig * sig;
+
+    o[0] = m > 0 ? m : C(0.0);
+    o[1] = w * Dq * itm;
+    o[2] = atm ? (REAL)INFINITY : C(0.0);
+    o[3] = atm ? SDq * n0 * sqt : C(0.0);
+    /* sqt == 0 makes the time-decay term -inf, the true limit at the money. */
+    o[4] = (atm ? -SDq * n0 * sig / (C(2.0) * sqt) : C(0.0)) + w * (q * SDq - r * KDr) * itm;
+    o[5] = w * t * KDr * itm;
+    o[6] = -w * t * SDq * itm;
+    o[7] = C(0.0);
+    o[8] = C(0.0);
+    o[9] = w * q * Dq * itm;
+    if (atm && drift != 0)
+        o[9] -= n0 * Dq * drift / (C(2.0) * sig * sqt);
+}
+
+/* Elements [begin, end) of one call, in blocks of TG_GREEKS_BLOCK: outputs the caller did not ask
+   for go to a scratch block, so the element loop has no per-output NULL tests. */
+static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
+{
+    const greeks_ctx *ctx = (const greeks_ctx *)ctx_;
+    const tg_bsm_inputs *in = ctx->in;
+    const REAL inv_sqrt2 = C(0.707106781186547524400844362105);
+    const REAL n0 = C(0.398942280401432677939946059934);
+    const REAL nan = (REAL)NAN;
+    const REAL huge = (REAL)INFINITY;
+    REAL scratch[TG_GREEKS_BLOCK];
+
+    for (int64_t b0 = begin; b0 < end; b0 += TG_GREEKS_BLOCK) {
+        int64_t len = end - b0 < TG_GREEKS_BLOCK ? end - b0 : TG_GREEKS_BLOCK;
+        REAL *o[10];
+        for (int k = 0; k < 10; k++)
+            o[k] = ctx->out[k] ? (REAL *)ctx->out[k] + b0 : scratch;
+        int64_t nlimit = 0;
+
+        for (int64_t j = 0; j < len; j++) {
+            int64_t i = b0 + j;
+            REAL S = TG_AT(REAL, in->spot, in->s_spot, i);
+            REAL K = TG_AT(REAL, in->strike, in->s_strike, i);
+            REAL t = TG_AT(REAL, in->t, in->s_t, i);
+            REAL r = TG_AT(REAL, in->rate, in->s_rate, i);
+            REAL sig = TG_AT(REAL, in->vol, in->s_vol, i);
+            REAL q = TG_AT(REAL, in->div, in->s_div, i);
+            REAL w = TG_AT(uint8_t, in->call, in->s_call, i) ? C(1.0) : C(-1.0);
+
+            /* Comparisons are false for NaN, so this also rejects NaN. */
+            int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
+                      & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
+
+            REAL sqt = M(sqrt)(t);
+            REAL sst = sig * sqt;                       /* total vol sigma sqrt(t) */
+            REAL inv_sst = C(1.0) / sst;
+            REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
+            REAL SDq = S * Dq, KDr = K * Dr;
+            /* ln(S/K) as log1p((S - K)/K): near the money S - K is exact and the log keeps its
+               relative accuracy, where log(S / K) would carry the rounding of S / K (an absolute
+               error of one ulp of 1, amplified by 1/sst: visible in float32 vanna). */
+            REAL d1 = (M(log1p)((S - K) / K) + (r - q) * t) * inv_sst + C(0.5) * sst;
+            REAL d2 = d1 - sst;
+            /* N(w d) through erfc: no 1 - N cancellation in either tail. */
+            REAL Nd1 = C(0.5) * M(erfc)(-w * d1 * inv_sqrt2);
+            REAL Nd2 = C(0.5) * M(erfc)(-w * d2 * inv_sqrt2);
+            REAL pdf = n0 * M(exp)(C(-0.5) * d1 * d1);
+            REAL SDq_N1 = SDq * Nd1, KDr_N2 = KDr * Nd2;
+            REAL Dq_pdf = Dq * pdf;
+            REAL vega = SDq * pdf * sqt;
+            REAL inv_sig = C(1.0) / sig;
+
+            REAL price = w * (SDq_N1 - KDr_N2);
+            REAL delta = w * Dq * Nd1;
+            REAL gamma = Dq_pdf * inv_sst / S;
+            REAL theta = C(-0.5) * SDq * pdf * sig / sqt + w * (q * SDq_N1 - r * KDr_N2);
+            REAL rho = w * t * KDr_N2;
+            REAL phi = -w * t * SDq_N1;
+            REAL vanna = -Dq_pdf * d2 * inv_sig;
+            REAL volga = vega * d1 * d2 * inv_sig;
+            REAL charm = w * q * Dq * Nd1
+                       - Dq_pdf * (C(2.0) * (r - q) * t - d2 * sst) * inv_sst / (C(2.0) * t);
+
+            o[0][j] = valid ? price : nan;
+            o[1][j] = valid ? delta : nan;
+            o[2][j] = valid ? gamma : nan;
+            o[3][j] = valid ? vega : nan;
+            o[4][j] = valid ? theta : nan;
+            o[5][j] = valid ? rho : nan;
+            o[6][j] = valid ? phi : nan;
+            o[7][j] = valid ? vanna : nan;
+            o[8][j] = valid ? volga : nan;
+            o[9][j] = valid ? charm : nan;
+            /* 1/sst overflows where sst is 0 (t == 0) or subnormal: take the limit there. */
+            nlimit += valid & !(inv_sst < huge);
+        }
+
+        /* Zero total variance is rare: fix those elements up after the block rather than
+           branching for them inside the loop above. */
+        for (int64_t j = 0; nlimit > 0 && j < len; j++) {
+            int64_t i = b0 + j;
+            REAL S = TG_AT(REAL, in->spot, in->s_spot, i);
+            REAL K = TG_AT(REAL, in->strike, in->s_strike, i);
+            REAL t = TG_AT(REAL, in->t, in->s_t, i);
+            REAL r = TG_AT(REAL, in->rate, in->s_rate, i);
+            REAL sig = TG_AT(REAL, in->vol, in->s_vol, i);
+            REAL q = TG_AT(REAL, in->div, in->s_div, i);
+            REAL w = TG_AT(uint8_t, in->call, in->s_call, i) ? C(1.0) : C(-1.0);
+            int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
+                      & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
+            if (!valid || C(1.0) / (sig * M(sqrt)(t)) < huge)
+                continue;
+            REAL lim[10];
+            KERNEL_LIMIT(S, K, t, r, sig, q, w, lim);
+            for (int k = 0; k < 10; k++)
+                o[k][j] = lim[k];
+            nlimit--;
+        }
+    }
+}
