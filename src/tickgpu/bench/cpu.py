@@ -129,7 +129,7 @@ def bench_greeks(quick: bool) -> dict:
     for n in sizes:
         x = option_inputs(n, seed=n)
         reps = _reps(n, quick)
-        budget = 1.0 if quick else 4.0
+        budget = 1.0 if quick else 2.0
         native = NativeGreeks(x)
         cases.append(case("greeks", "numpy/scipy float64", n, time_call(
             lambda: ref.numpy_greeks(**x), repeats=reps, budget_s=budget), threads=1))
