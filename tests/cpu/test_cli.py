@@ -52,6 +52,21 @@ def test_demo_missing_data_file_names_it(tmp_path):
     assert "nope.csv" in r.stderr
 
 
+def test_version():
+    import tickgpu
+
+    r = tickgpu_cmd("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"tickgpu {tickgpu.__version__}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tickgpu.bench.quant") is not None,
+                    reason="the quant suite is installed here")
+def test_bench_suite_not_installed_exits_3():
+    r = tickgpu_cmd("bench", "--suite", "quant")
+    assert r.returncode == 3
+    assert "quant" in r.stderr and "not part of this installation" in r.stderr
+
+
 def test_unknown_bench_suite_module_is_reported():
     from tickgpu import cli
 
