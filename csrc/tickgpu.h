@@ -120,7 +120,179 @@ int tg_surface_eval(const tg_surface *surf, int64_t n, const double *strike, int
                     const double *t, int64_t s_t, double *out, int32_t what, int nthreads);
 
 /* ---- Order book (csrc/cpu/book.c) -------------------------------------------------------- */
-/* see the BOOK section, owned by book.c */
+/* BOOK section, owned by csrc/cpu/book.c and csrc/cpu/lobster.c.
+ *
+ * A price-level book for many instruments. Prices are int64 ticks (LOBSTER: dollars x 10000;
+ * prices must lie in (0, 2^62)), sizes int64 shares. Each side is a sorted array of aggregated
+ * levels with the best level at the end, so updates near the top move few bytes. Level arrays
+ * are preallocated (initial_levels per side) and grow by realloc up to max_levels; nothing else
+ * on the per-message path allocates.
+ *
+ * Messages follow LOBSTER's event types. A message the book cannot apply consistently (a
+ * cancel larger than its level, a cancel at a price with no level, a bad field) leaves the
+ * book unchanged and is reported by a tg_book_code; nothing is clamped.
+ *
+ * Empty levels in snapshots use LOBSTER's encoding: ask price 9999999999, bid price
+ * -9999999999, size 0. A level is empty exactly when its size is 0. */
+
+typedef struct tg_book tg_book;
+
+typedef struct {
+    double time;          /* seconds after midnight; carried, not used by the book */
+    int32_t type;         /* tg_message_type */
+    int64_t order_id;
+    int64_t size;         /* shares */
+    int64_t price;        /* ticks; halts (type 7): -1 halt, 0 quoting resumes, 1 trading resumes */
+    int32_t direction;    /* 1 buy order (bid side), -1 sell order (ask side) */
+    int32_t instrument;   /* index into the book's instruments */
+} tg_message;
+
+typedef enum {
+    TG_MSG_SUBMIT = 1,           /* new limit order: adds size at price */
+    TG_MSG_CANCEL = 2,           /* partial cancel: removes size, the order (so the level) stays */
+    TG_MSG_DELETE = 3,           /* total deletion of an order */
+    TG_MSG_EXECUTE = 4,          /* execution of a visible order */
+    TG_MSG_EXECUTE_HIDDEN = 5,   /* execution of a hidden order: book unchanged */
+    TG_MSG_CROSS = 6,            /* cross / auction trade: book unchanged */
+    TG_MSG_HALT = 7              /* trading state change, see tg_trading_state */
+} tg_message_type;
+
+typedef enum {
+    TG_BOOK_OK = 0,
+    TG_BOOK_BAD_TYPE = 1,         /* type not in 1..7 */
+    TG_BOOK_BAD_DIRECTION = 2,    /* direction not +1/-1 (types 1-5) */
+    TG_BOOK_BAD_INSTRUMENT = 3,   /* instrument index outside [0, n_instruments) */
+    TG_BOOK_BAD_SIZE = 4,         /* size <= 0 (types 1-4), < 0 (5, 6), or a level would overflow */
+    TG_BOOK_BAD_PRICE = 5,        /* price outside (0, 2^62) (types 1-4); halt price not -1/0/1 */
+    TG_BOOK_NO_LEVEL = 6,         /* cancel/delete/execution at a price with no level on that side */
+    TG_BOOK_OVERSIZE = 7,         /* cancel/delete/execution larger than its level's size */
+    TG_BOOK_PARTIAL_EMPTIES = 8,  /* partial cancel (type 2) of the whole level: the order would be gone */
+    TG_BOOK_TOO_DEEP = 9,         /* a new level beyond max_levels on that side */
+    TG_BOOK_NO_MEMORY = 10        /* level growth failed */
+} tg_book_code;
+
+typedef enum {
+    TG_TRADING = 0,   /* normal trading (the initial state) */
+    TG_HALTED = 1,    /* halt message (price -1) seen */
+    TG_QUOTING = 2    /* quoting resumed (price 0), trading not yet */
+} tg_trading_state;
+
+/* Per-state features, in ticks and shares. Any pointer may be NULL to skip that output; the
+ * per-level arrays hold `levels` values per row (row-major, best level first, 0 beyond the book).
+ *   mid             (best bid + best ask) / 2; NaN when a side is empty
+ *   microprice      (bid px * ask size + ask px * bid size) / (bid size + ask size), best levels;
+ *                   NaN when a side is empty
+ *   spread          best ask - best bid; NaN when a side is empty (negative if the book is crossed)
+ *   imbalance       (bid size - ask size) / (bid size + ask size) at the best levels, an empty side
+ *                   counting 0; NaN when both sides are empty
+ *   depth_imbalance the same over the `levels` best levels of each side
+ *   bid_size, ask_size   size at each of the `levels` best levels */
+typedef struct {
+    int32_t levels;
+    double *mid;
+    double *microprice;
+    double *spread;
+    double *imbalance;
+    double *depth_imbalance;
+    int64_t *bid_size;
+    int64_t *ask_size;
+} tg_book_features;
+
+/* n_instruments >= 1; initial_levels >= 1 levels preallocated per side; max_levels >= initial. */
+int tg_book_create(int32_t n_instruments, int32_t initial_levels, int32_t max_levels, tg_book **out);
+void tg_book_destroy(tg_book *book);
+int32_t tg_book_instruments(const tg_book *book);
+
+/* Applies msgs[0..n) in order, each to its own instrument. codes[n] (may be NULL) receives a
+ * tg_book_code per message; a rejected message leaves the book unchanged. With stop_on_error
+ * nonzero, processing stops at the first rejected message (later messages are not applied and
+ * their codes are not written). features (may be NULL) receives one row per applied message:
+ * the features of that message's instrument after it. *n_rejected and *first_rejected (index,
+ * -1 if none; either may be NULL) summarise. Returns TG_OK when every message applied, TG_EDATA
+ * when one was rejected, TG_ENOMEM when growth failed, TG_EINVAL for bad arguments. */
+int tg_book_apply(tg_book *book, int64_t n, const tg_message *msgs, int32_t stop_on_error,
+                  int8_t *codes, const tg_book_features *features,
+                  int64_t *n_rejected, int64_t *first_rejected);
+
+/* One message from its fields, for tick-by-tick callers (order id and time are not needed by a
+ * level book). *code (may be NULL) receives the tg_book_code. Returns TG_OK, TG_EDATA (rejected,
+ * book unchanged) or TG_ENOMEM. */
+int tg_book_apply_fields(tg_book *book, int32_t instrument, int32_t type, int64_t size, int64_t price,
+                         int32_t direction, int8_t *code);
+
+/* The `levels` best levels of each side (best first), LOBSTER's empty encoding beyond the book.
+ * Element k of each output goes to [k * stride]: stride 1 for four separate arrays, stride 4 with
+ * pointers row, row+1, row+2, row+3 for a LOBSTER orderbook row. Any output may be NULL. */
+int tg_book_snapshot(const tg_book *book, int32_t instrument, int32_t levels,
+                     int64_t *ask_price, int64_t *ask_size, int64_t *bid_price, int64_t *bid_size,
+                     int64_t stride);
+
+/* Replaces one side (direction 1 bid, -1 ask) with `levels` snapshot levels, best first, element
+ * k at [k * stride]. Size 0 marks an empty level; only empty levels may follow one. Prices must
+ * get strictly worse, sizes be >= 0. Levels beyond the snapshot are dropped: a level-L snapshot
+ * says nothing about them. On TG_EDATA (an inconsistent snapshot) the side is unchanged. */
+int tg_book_set_side(tg_book *book, int32_t instrument, int32_t direction, int32_t levels,
+                     const int64_t *price, const int64_t *size, int64_t stride);
+/* Both sides from one LOBSTER orderbook row of 4 * levels values. All or nothing. */
+int tg_book_sync_row(tg_book *book, int32_t instrument, int32_t levels, const int64_t *row);
+/* Empties an instrument's book (instrument -1: all) and sets its state to TG_TRADING. */
+int tg_book_clear(tg_book *book, int32_t instrument);
+
+/* Features of one instrument's current state: row 0 of each output in `out`. */
+int tg_book_features_now(const tg_book *book, int32_t instrument, const tg_book_features *out);
+/* Number of levels held per side and the trading state (tg_trading_state); any may be NULL. */
+int tg_book_info(const tg_book *book, int32_t instrument, int32_t *bid_levels, int32_t *ask_levels,
+                 int32_t *state);
+
+/* ---- LOBSTER replay and parsing (csrc/cpu/lobster.c) ---- */
+typedef enum {
+    TG_RESYNC_NONE = 0,            /* row reproduced from row i-1 and message i */
+    TG_RESYNC_INITIAL = 1,         /* row 0: the initial book is not in the message file */
+    TG_RESYNC_WINDOW_REFILL = 2,   /* a level in the window emptied; the level that moved into the
+                                      window from outside it is taken from the row */
+    TG_RESYNC_OUTSIDE_WINDOW = 3,  /* cancel/delete/execution at a price beyond a full window */
+    TG_RESYNC_MISMATCH = 4         /* anything else: a real inconsistency (resynchronised to go on) */
+} tg_resync_reason;
+
+typedef struct {
+    int64_t messages;       /* rows replayed */
+    int64_t exact;          /* transitions reproduced from the message alone (no resync) */
+    int64_t resyncs[5];     /* by tg_resync_reason ([0] stays 0) */
+    int64_t mismatches;     /* resyncs[TG_RESYNC_MISMATCH] */
+    int64_t first_mismatch; /* row index, -1 if none */
+} tg_replay_stats;
+
+/* Replays a LOBSTER message file against its level-`levels` orderbook rows (n rows of
+ * 4 * levels values) on `instrument` (the messages' own instrument field is ignored): message i
+ * is applied to the state of row i-1 and the result compared with row i's window; where a
+ * level-L file cannot carry the information (tg_resync_reason) the book is set from row i and the
+ * resync counted. row_reason[n] (may be NULL) receives each row's tg_resync_reason. The book ends
+ * holding the last row's window. */
+int tg_lobster_replay(tg_book *book, int32_t instrument, int64_t n, const tg_message *msgs,
+                      int32_t levels, const int64_t *orderbook, int8_t *row_reason,
+                      tg_replay_stats *stats);
+
+typedef enum {
+    TG_CSV_OK = 0,
+    TG_CSV_FIELDS = 1,     /* wrong number of fields on a line */
+    TG_CSV_NUMBER = 2,     /* a field is not a number (of its column's kind) */
+    TG_CSV_RANGE = 3,      /* an integer beyond int64 */
+    TG_CSV_ROWS = 4        /* more rows than max_rows */
+} tg_csv_error_kind;
+
+typedef struct {
+    int32_t kind;     /* tg_csv_error_kind */
+    int64_t line;     /* 1-based, counted from the start of `text` */
+    int32_t column;   /* 1-based */
+    int32_t fields;   /* fields found on the line (TG_CSV_FIELDS) */
+} tg_csv_error;
+
+/* Parses comma-separated numbers: ncols fields per line; column c is a decimal float when
+ * is_float[c] else an int64. Float columns go to f_out (row-major over the float columns only),
+ * int columns to i_out (row-major over the int columns). Blank lines are skipped; \r\n accepted.
+ * Returns TG_OK with *n_rows, or TG_EDATA with *err describing the first bad field. */
+int tg_csv_parse(const char *text, int64_t len, int32_t ncols, const uint8_t *is_float,
+                 int64_t max_rows, double *f_out, int64_t *i_out, int64_t *n_rows, tg_csv_error *err);
 
 /* ---- Hot path: CUDA driver through function pointers (csrc/hot/) --------------------------- */
 /* see the HOT section, owned by csrc/hot */

@@ -1,3 +1,442 @@
-"""PLACEHOLDER: replaced by the book implementation."""
-class Book: ...
-class BookFeatures: ...
+"""A price-level limit order book for many instruments, on the native core.
+
+Prices are integer ticks inside the book (LOBSTER: dollars x 10,000) and sizes are shares; the
+features a user reads (mid, microprice, spread) are converted to currency at this edge by
+dividing by ``price_scale``. Messages are a NumPy structured array with ``MESSAGE_DTYPE``, which
+mirrors the C struct ``tg_message`` byte for byte, so a batch crosses into C without a copy.
+
+Message types follow LOBSTER (see ``tickgpu.finance.messages``). A message that the book cannot apply consistently (a cancel larger than its level, a cancel at a
+price with no level, a bad field) is never clamped: it leaves the book unchanged and is reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+import numpy as np
+
+from tickgpu._native import check, ffi, lib
+from tickgpu.finance.messages import (
+    _CODE_REASON,
+    EMPTY_ASK_PRICE,
+    EMPTY_BID_PRICE,
+    LOBSTER_PRICE_SCALE,
+    MESSAGE_DTYPE,
+    BookError,
+    MessageCode,
+    MessageType,
+    message_array,
+)
+
+__all__ = [
+    "Book",
+    "BookError",
+    "BookFeatures",
+    "EMPTY_ASK_PRICE",
+    "EMPTY_BID_PRICE",
+    "LOBSTER_PRICE_SCALE",
+    "MESSAGE_DTYPE",
+    "MessageCode",
+    "MessageType",
+    "ReplayStats",
+    "ResyncReason",
+    "TradingState",
+    "message_array",
+]
+
+
+class TradingState(IntEnum):
+    TRADING = 0
+    HALTED = 1
+    QUOTING = 2
+
+
+class ResyncReason(IntEnum):
+    """Why a LOBSTER replay took a row from the orderbook file (mirrors ``tg_resync_reason``)."""
+
+    NONE = 0
+    INITIAL = 1
+    WINDOW_REFILL = 2
+    OUTSIDE_WINDOW = 3
+    MISMATCH = 4
+
+
+@dataclass(frozen=True)
+class BookFeatures:
+    """Order-book features, one row per state (per message from ``Book.apply``).
+
+    Attributes
+    ----------
+    mid : float64, currency
+        (best bid + best ask) / 2; NaN when a side is empty.
+    microprice : float64, currency
+        (bid * ask size + ask * bid size) / (bid size + ask size) at the best levels; NaN when a
+        side is empty.
+    spread : float64, currency
+        best ask - best bid; NaN when a side is empty, negative when the book is crossed.
+    imbalance : float64 in [-1, 1]
+        (bid size - ask size) / (bid size + ask size) at the best levels, an empty side counting 0;
+        NaN when both sides are empty.
+    depth_imbalance : float64 in [-1, 1]
+        The same over the ``levels`` best levels of each side.
+    bid_depth, ask_depth : int64, shares, shape (..., levels)
+        Size at each of the ``levels`` best levels, best first, 0 beyond the book.
+    levels : int
+    codes : int8 MessageCode per message, or None
+        Set by ``Book.apply``: a rejected message's row describes the unchanged book.
+    """
+
+    mid: np.ndarray
+    microprice: np.ndarray
+    spread: np.ndarray
+    imbalance: np.ndarray
+    depth_imbalance: np.ndarray
+    bid_depth: np.ndarray
+    ask_depth: np.ndarray
+    levels: int
+    codes: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class ReplayStats:
+    """What a LOBSTER replay found.
+
+    Attributes
+    ----------
+    messages : int
+        Rows replayed.
+    exact : int
+        Transitions (row i-1 + message i -> row i) reproduced from the message alone.
+    resyncs : dict[str, int]
+        Rows taken from the orderbook file because a level-L file cannot carry them, by reason:
+        ``initial`` (row 0: the initial book is not in the message file), ``window_refill`` (a
+        level inside the window emptied and one from outside it moved in), ``outside_window`` (a
+        cancel/delete/execution beyond a full window).
+    mismatches : int
+        Any other disagreement: a real inconsistency between the two files.
+    mismatch_rows : int64 array
+        Row indices of the mismatches.
+    row_reasons : int8 array
+        ResyncReason of every row.
+    """
+
+    messages: int
+    exact: int
+    resyncs: dict[str, int]
+    mismatches: int
+    mismatch_rows: np.ndarray
+    row_reasons: np.ndarray = field(repr=False)
+
+
+def _nonnegative_int(name: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: must be an integer, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name}: must be >= 0, got {value}")
+    return int(value)
+
+
+class Book:
+    """Aggregated price levels per side for ``n_instruments`` instruments.
+
+    Parameters
+    ----------
+    n_instruments : int
+        Instruments are addressed by index ``0 .. n_instruments - 1`` (the messages'
+        ``instrument`` field).
+    price_scale : int or float
+        Ticks per currency unit, used only to convert features (LOBSTER: 10,000).
+    initial_levels, max_levels : int
+        Levels preallocated per side, and the most a side may hold (a new level beyond it is
+        rejected with ``MessageCode.TOO_DEEP``).
+    """
+
+    def __init__(self, n_instruments: int = 1, *, price_scale=LOBSTER_PRICE_SCALE,
+                 initial_levels: int = 64, max_levels: int = 1 << 20):
+        n_instruments = _nonnegative_int("n_instruments", n_instruments)
+        if not 1 <= n_instruments < 2**31:
+            raise ValueError(f"n_instruments: must be in [1, 2**31), got {n_instruments}")
+        initial_levels = _nonnegative_int("initial_levels", initial_levels)
+        max_levels = _nonnegative_int("max_levels", max_levels)
+        if not 1 <= initial_levels <= max_levels < 2**31:
+            raise ValueError(
+                f"initial_levels, max_levels: need 1 <= initial_levels <= max_levels < 2**31, "
+                f"got {initial_levels}, {max_levels}")
+        if not np.isfinite(price_scale) or price_scale <= 0:
+            raise ValueError(f"price_scale: must be finite and > 0, got {price_scale!r}")
+        out = ffi.new("tg_book **")
+        check(lib.tg_book_create(n_instruments, initial_levels, max_levels, out), "tg_book_create")
+        self._book = ffi.gc(out[0], lib.tg_book_destroy)
+        self.n_instruments = n_instruments
+        self.price_scale = float(price_scale)
+        self.max_levels = max_levels
+        # Preallocated so that a call allocates nothing it can avoid: apply_one's code, the counters.
+        self._apply_fields = lib.tg_book_apply_fields
+        self._one_code = ffi.new("int8_t *")
+        self._n_rejected = ffi.new("int64_t *")
+        self._first_rejected = ffi.new("int64_t *")
+
+    # ---- messages ------------------------------------------------------------------------
+
+    def apply(self, messages, *, features: int = 0, on_error: str = "raise"):
+        """Apply a batch of messages in order, each to its own instrument.
+
+        Parameters
+        ----------
+        messages : MESSAGE_DTYPE array (any shape; read in C order) or one record
+        features : int
+            If > 0, also compute the features over that many levels after every message.
+        on_error : "raise" or "skip"
+            "raise": the first rejected message raises BookError (naming its index and reason);
+            the messages before it stay applied, it and those after it are not.
+            "skip": rejected messages leave the book unchanged and processing goes on; their
+            codes say why.
+
+        Returns
+        -------
+        int8 array of MessageCode values (``features == 0``), or BookFeatures with ``codes``.
+        """
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error: must be 'raise' or 'skip', got {on_error!r}")
+        features = _nonnegative_int("features", features)
+        msgs = self._as_messages(messages)
+        n = msgs.size
+        codes = np.zeros(n, np.int8)
+        fout = None
+        if features:
+            fout = _FeatureBuffers(n, features)
+        stop = on_error == "raise"
+        cmsgs = ffi.from_buffer("tg_message[]", msgs) if n else ffi.NULL
+        status = lib.tg_book_apply(self._book, n, cmsgs, int(stop), ffi.from_buffer("int8_t[]", codes),
+                                   fout.c if fout else ffi.NULL, self._n_rejected, self._first_rejected)
+        if status == lib.TG_ENOMEM:
+            raise MemoryError("Book.apply: level growth failed")
+        if status not in (lib.TG_OK, lib.TG_EDATA):
+            check(status, "tg_book_apply")
+        if status == lib.TG_EDATA and stop:
+            row = self._first_rejected[0]
+            raise self._error(msgs.reshape(-1)[row], row, MessageCode(codes[row]), "messages")
+        if fout is None:
+            return codes
+        return fout.result(self.price_scale, codes)
+
+    def apply_one(self, type: int, size: int, price: int, direction: int, instrument: int = 0) -> None:
+        """Apply one message (tick-by-tick use; no array is built). Raises BookError if rejected.
+
+        ``price`` is in integer ticks (a halt's -1/0/1 for type 7). On rejection the book is
+        unchanged. Order id and time are not needed: the book aggregates levels.
+        """
+        if self._apply_fields(self._book, instrument, type, size, price, direction, self._one_code):
+            code = MessageCode(self._one_code[0])
+            if code == MessageCode.NO_MEMORY:
+                raise MemoryError("Book.apply_one: level growth failed")
+            rec = message_array(type, size, price, direction, instrument=instrument)[()]
+            raise self._error(rec, 0, code, "message")
+
+    def _as_messages(self, messages) -> np.ndarray:
+        if isinstance(messages, np.void):
+            messages = np.array(messages)
+        if not isinstance(messages, np.ndarray):
+            raise TypeError(f"messages: must be a MESSAGE_DTYPE array, got {type(messages).__name__}")
+        if messages.dtype != MESSAGE_DTYPE:
+            names = messages.dtype.names or ()
+            if set(MESSAGE_DTYPE.names) - {"instrument", "time", "order_id"} - set(names):
+                raise TypeError(f"messages: must have dtype MESSAGE_DTYPE, got {messages.dtype}")
+            converted = np.zeros(messages.shape, MESSAGE_DTYPE)
+            for name in names:
+                if name in MESSAGE_DTYPE.names:
+                    converted[name] = messages[name]
+            messages = converted
+        return np.ascontiguousarray(messages)
+
+    def _error(self, rec, row: int, code: MessageCode, what: str) -> BookError:
+        where = f"{what}[{row}]" if what == "messages" else what
+        inst = int(rec["instrument"])
+        if code == MessageCode.BAD_INSTRUMENT:
+            detail = f"instrument {inst} out of range [0, {self.n_instruments})"
+        elif code == MessageCode.BAD_TYPE:
+            detail = f"unknown message type {int(rec['type'])} (must be 1..7)"
+        else:
+            detail = _CODE_REASON[code]
+        return BookError(
+            f"{where}: {detail} ({code.name}): type {int(rec['type'])}, instrument {inst}, "
+            f"price {int(rec['price'])}, size {int(rec['size'])}, direction {int(rec['direction'])}",
+            row, code)
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def _instrument(self, instrument) -> int:
+        if isinstance(instrument, (bool, np.bool_)) or not isinstance(instrument, (int, np.integer)):
+            raise TypeError(f"instrument: must be an integer, got {instrument!r}")
+        if not 0 <= instrument < self.n_instruments:
+            raise IndexError(f"instrument: {instrument} out of range [0, {self.n_instruments})")
+        return int(instrument)
+
+    def snapshot(self, levels: int, instrument: int = 0) -> np.ndarray:
+        """The ``levels`` best levels: int64 array (levels, 4) of ask price, ask size, bid price,
+        bid size per level, best first; prices in ticks; empty levels as LOBSTER encodes them
+        (EMPTY_ASK_PRICE / EMPTY_BID_PRICE, size 0). ``.ravel()`` is a LOBSTER orderbook row."""
+        levels = _nonnegative_int("levels", levels)
+        instrument = self._instrument(instrument)
+        out = np.empty((levels, 4), np.int64)
+        p = ffi.from_buffer("int64_t[]", out)
+        check(lib.tg_book_snapshot(self._book, instrument, levels, p, p + 1, p + 2, p + 3, 4),
+              "tg_book_snapshot")
+        return out
+
+    def features(self, levels: int = 1, instrument: int = 0) -> BookFeatures:
+        """Features of one instrument's current state (0-d arrays; depths of shape (levels,))."""
+        levels = _nonnegative_int("levels", levels)
+        instrument = self._instrument(instrument)
+        buf = _FeatureBuffers(1, levels)
+        check(lib.tg_book_features_now(self._book, instrument, buf.c), "tg_book_features_now")
+        return buf.result(self.price_scale, None, scalar=True)
+
+    def sync_from_orderbook_row(self, row, instrument: int = 0) -> None:
+        """Set both sides from a LOBSTER orderbook row (4 * L int64 values: ask price, ask size,
+        bid price, bid size per level, prices in ticks). Levels beyond the row are dropped.
+        Raises ValueError, leaving the book unchanged, if the row is not a valid book."""
+        instrument = self._instrument(instrument)
+        row = np.asarray(row)
+        if row.ndim != 1 or row.size % 4:
+            raise ValueError(f"row: must be one row of 4 * levels values, got shape {row.shape}")
+        if not np.issubdtype(row.dtype, np.integer):
+            raise TypeError(f"row: must hold integers (ticks and shares), got {row.dtype}")
+        row = np.ascontiguousarray(row, np.int64)
+        status = lib.tg_book_sync_row(self._book, instrument, row.size // 4, ffi.from_buffer("int64_t[]", row))
+        if status == lib.TG_EDATA:
+            raise ValueError(f"row: not a valid book: {_explain_bad_row(row)}")
+        if status == lib.TG_ERANGE:
+            raise ValueError(f"row: more than max_levels={self.max_levels} levels")
+        check(status, "tg_book_sync_row")
+
+    def set_side(self, direction: int, prices, sizes, instrument: int = 0) -> None:
+        """Replace one side (1 bid, -1 ask) with levels best first (prices in ticks, size 0 marks an
+        empty level and only empty levels may follow it). Raises ValueError on an invalid side."""
+        instrument = self._instrument(instrument)
+        if direction not in (1, -1):
+            raise ValueError(f"direction: must be 1 (bid) or -1 (ask), got {direction!r}")
+        prices = np.ascontiguousarray(prices, np.int64).reshape(-1)
+        sizes = np.ascontiguousarray(sizes, np.int64).reshape(-1)
+        if prices.shape != sizes.shape:
+            raise ValueError(f"prices, sizes: lengths differ ({prices.size} and {sizes.size})")
+        status = lib.tg_book_set_side(self._book, instrument, direction, prices.size,
+                                      ffi.from_buffer("int64_t[]", prices), ffi.from_buffer("int64_t[]", sizes), 1)
+        if status == lib.TG_EDATA:
+            row = np.zeros(4 * prices.size, np.int64)
+            row[0 if direction == -1 else 2::4] = prices
+            row[1 if direction == -1 else 3::4] = sizes
+            raise ValueError(f"prices, sizes: not a valid side: {_explain_bad_row(row)}")
+        if status == lib.TG_ERANGE:
+            raise ValueError(f"prices: more than max_levels={self.max_levels} levels")
+        check(status, "tg_book_set_side")
+
+    def clear(self, instrument: int | None = None) -> None:
+        """Empty one instrument's book (all with None) and set it trading."""
+        inst = -1 if instrument is None else self._instrument(instrument)
+        check(lib.tg_book_clear(self._book, inst), "tg_book_clear")
+
+    def trading_state(self, instrument: int = 0) -> TradingState:
+        instrument = self._instrument(instrument)
+        state = ffi.new("int32_t *")
+        check(lib.tg_book_info(self._book, instrument, ffi.NULL, ffi.NULL, state), "tg_book_info")
+        return TradingState(state[0])
+
+    def level_counts(self, instrument: int = 0) -> tuple[int, int]:
+        """Number of (bid, ask) levels the book holds for an instrument."""
+        instrument = self._instrument(instrument)
+        nb, na = ffi.new("int32_t *"), ffi.new("int32_t *")
+        check(lib.tg_book_info(self._book, instrument, nb, na, ffi.NULL), "tg_book_info")
+        return nb[0], na[0]
+
+    # ---- LOBSTER ---------------------------------------------------------------------------
+
+    def replay_lobster(self, data, instrument: int = 0) -> ReplayStats:
+        """Replay a LobsterData (messages and orderbook) on one instrument and check every row.
+
+        Message i is applied to the state of row i-1 and the result compared with row i's
+        L-level window. Where a level-L file cannot carry the information (the initial book; a
+        level refilled from outside the window; a cancel beyond a full window) the book is set
+        from row i and the resync counted; any other disagreement is a mismatch (also resynced,
+        so the replay goes on). The book ends holding the last row's window. The messages'
+        ``instrument`` field is ignored.
+        """
+        instrument = self._instrument(instrument)
+        if getattr(data, "orderbook", None) is None:
+            raise ValueError("data: replay needs the orderbook file (read_lobster(..., orderbook_path))")
+        msgs = self._as_messages(data.messages).reshape(-1)
+        book_rows = np.ascontiguousarray(data.orderbook, np.int64)
+        levels = int(data.levels)
+        n = msgs.size
+        if book_rows.shape != (n, 4 * levels):
+            raise ValueError(f"data: orderbook shape {book_rows.shape}, expected ({n}, {4 * levels})")
+        reasons = np.zeros(n, np.int8)
+        stats = ffi.new("tg_replay_stats *")
+        status = lib.tg_lobster_replay(
+            self._book, instrument, n, ffi.from_buffer("tg_message[]", msgs) if n else ffi.NULL, levels,
+            ffi.from_buffer("int64_t[]", book_rows) if n else ffi.NULL, ffi.from_buffer("int8_t[]", reasons),
+            stats)
+        if status == lib.TG_EDATA:
+            row = stats.first_mismatch
+            raise ValueError(f"orderbook row {row}: not a valid book: {_explain_bad_row(book_rows[row])}")
+        if status == lib.TG_ENOMEM:
+            raise MemoryError("Book.replay_lobster: level growth failed")
+        check(status, "tg_lobster_replay")
+        return ReplayStats(
+            messages=int(stats.messages),
+            exact=int(stats.exact),
+            resyncs={r.name.lower(): int(stats.resyncs[r]) for r in
+                     (ResyncReason.INITIAL, ResyncReason.WINDOW_REFILL, ResyncReason.OUTSIDE_WINDOW)},
+            mismatches=int(stats.mismatches),
+            mismatch_rows=np.flatnonzero(reasons == ResyncReason.MISMATCH),
+            row_reasons=reasons,
+        )
+
+
+class _FeatureBuffers:
+    """Output arrays for n states and the tg_book_features struct pointing at them."""
+
+    def __init__(self, n: int, levels: int):
+        self.levels = levels
+        # NaN, not garbage, in a row the core leaves unwritten (a message for no valid instrument).
+        self.scalars = {k: np.full(n, np.nan) for k in
+                        ("mid", "microprice", "spread", "imbalance", "depth_imbalance")}
+        self.bid = np.zeros((n, levels), np.int64)
+        self.ask = np.zeros((n, levels), np.int64)
+        c = ffi.new("tg_book_features *")
+        c.levels = levels
+        for k, a in self.scalars.items():
+            setattr(c, k, ffi.from_buffer("double[]", a))
+        c.bid_size = ffi.from_buffer("int64_t[]", self.bid)
+        c.ask_size = ffi.from_buffer("int64_t[]", self.ask)
+        self.c = c
+
+    def result(self, price_scale: float, codes, scalar: bool = False) -> BookFeatures:
+        s = self.scalars
+        for k in ("mid", "microprice", "spread"):
+            s[k] /= price_scale
+        pick = (lambda a: a.reshape(a.shape[1:])) if scalar else (lambda a: a)
+        return BookFeatures(
+            mid=pick(s["mid"]), microprice=pick(s["microprice"]), spread=pick(s["spread"]),
+            imbalance=pick(s["imbalance"]), depth_imbalance=pick(s["depth_imbalance"]),
+            bid_depth=pick(self.bid), ask_depth=pick(self.ask), levels=self.levels, codes=codes)
+
+
+def _explain_bad_row(row: np.ndarray) -> str:
+    """Why a LOBSTER orderbook row is not a book (called only after the C core rejected it)."""
+    for side, off, better in (("ask", 0, np.less), ("bid", 2, np.greater)):
+        price, size = row[off::4], row[off + 1::4]
+        seen_empty = False
+        for k in range(price.size):
+            if size[k] < 0:
+                return f"{side} level {k + 1}: negative size {size[k]}"
+            if size[k] == 0:
+                seen_empty = True
+                continue
+            if seen_empty:
+                return f"{side} level {k + 1}: occupied after an empty level"
+            if not 0 < price[k] < 2**62:
+                return f"{side} level {k + 1}: price {price[k]} outside (0, 2**62)"
+            if k and not better(price[k - 1], price[k]):
+                return f"{side} level {k + 1}: price {price[k]} not worse than level {k}'s {price[k - 1]}"
+    return "rejected by the native core"

@@ -1,0 +1,397 @@
+"""Book against an independent pure-Python level book on synthetic streams, and bad input.
+
+The synthetic generator tracks individual orders (so every cancel and execution it emits refers
+to a resting order); the reference book is a dict of price -> size per side. Neither shares code
+with the native core.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tickgpu import Book, BookFeatures
+from tickgpu.finance.book import (
+    EMPTY_ASK_PRICE,
+    EMPTY_BID_PRICE,
+    MESSAGE_DTYPE,
+    BookError,
+    MessageCode,
+    TradingState,
+    message_array,
+)
+from tickgpu._native import ffi
+
+SCALE = 10_000
+
+
+# ---- an independent reference ---------------------------------------------------------------
+
+class RefBook:
+    """dict price -> size per side per instrument; LOBSTER semantics, no validation shortcuts."""
+
+    def __init__(self, n):
+        self.bids = [dict() for _ in range(n)]
+        self.asks = [dict() for _ in range(n)]
+        self.state = [TradingState.TRADING] * n
+
+    def apply(self, m):
+        t, inst = int(m["type"]), int(m["instrument"])
+        if t == 7:
+            self.state[inst] = {-1: TradingState.HALTED, 0: TradingState.QUOTING, 1: TradingState.TRADING}[int(m["price"])]
+            return
+        if t in (5, 6):
+            return
+        side = self.bids[inst] if m["direction"] == 1 else self.asks[inst]
+        p, z = int(m["price"]), int(m["size"])
+        if t == 1:
+            side[p] = side.get(p, 0) + z
+        else:
+            assert side[p] >= z
+            side[p] -= z
+            if side[p] == 0:
+                del side[p]
+
+    def snapshot(self, levels, inst):
+        out = np.zeros((levels, 4), np.int64)
+        out[:, 0] = EMPTY_ASK_PRICE
+        out[:, 2] = EMPTY_BID_PRICE
+        for k, p in enumerate(sorted(self.asks[inst])[:levels]):
+            out[k, 0:2] = p, self.asks[inst][p]
+        for k, p in enumerate(sorted(self.bids[inst], reverse=True)[:levels]):
+            out[k, 2:4] = p, self.bids[inst][p]
+        return out
+
+
+def synthetic_stream(seed: int, n: int, n_instruments: int = 8) -> np.ndarray:
+    """Submits, partial cancels, deletes, executions at the best level, hidden executions, cross
+    trades and halts over many instruments; full depth (levels up to ~300 ticks from the mid)."""
+    rng = np.random.default_rng(seed)
+    mids = 100_000 + 5_000 * np.arange(n_instruments)
+    orders: dict[int, list] = {}          # id -> [instrument, direction, price, remaining]
+    ids = [[[], []] for _ in range(n_instruments)]   # per instrument, per side (0 bid, 1 ask): order ids
+    halt_cycle = [0] * n_instruments
+    out = np.zeros(n, MESSAGE_DTYPE)
+    next_id = 1
+    for i in range(n):
+        inst = int(rng.integers(n_instruments))
+        direction = 1 if rng.random() < 0.5 else -1
+        s = 0 if direction == 1 else 1
+        live = ids[inst][s]
+        r = rng.random()
+        rec = out[i]
+        rec["time"] = 34_200 + i * 1e-3
+        rec["instrument"] = inst
+        rec["direction"] = direction
+        if not live or r < 0.42:
+            # Mostly near the top, sometimes deep (forces growth past the preallocated levels).
+            k = int(rng.geometric(0.25)) if rng.random() < 0.9 else int(rng.integers(1, 300))
+            price = int(mids[inst] - direction * k * 10)
+            size = int(rng.integers(1, 500))
+            orders[next_id] = [inst, direction, price, size]
+            live.append(next_id)
+            rec["type"], rec["order_id"], rec["size"], rec["price"] = 1, next_id, size, price
+            next_id += 1
+        elif r < 0.92:
+            if r < 0.57:
+                kind = 2
+                oid = live[int(rng.integers(len(live)))]
+            elif r < 0.74:
+                kind = 3
+                oid = live[int(rng.integers(len(live)))]
+            else:
+                kind = 4
+                best = max if direction == 1 else min
+                top = best(orders[o][2] for o in live)
+                at_top = [o for o in live if orders[o][2] == top]
+                oid = at_top[int(rng.integers(len(at_top)))]
+            price, rem = orders[oid][2], orders[oid][3]
+            if kind == 2 and rem < 2:
+                kind = 3
+            size = rem if kind == 3 else int(rng.integers(1, rem)) if kind == 2 else int(rng.integers(1, rem + 1))
+            orders[oid][3] -= size
+            if orders[oid][3] == 0:
+                live.remove(oid)
+                del orders[oid]
+            rec["type"], rec["order_id"], rec["size"], rec["price"] = kind, oid, size, price
+        elif r < 0.97:
+            rec["type"], rec["size"], rec["price"] = 5, int(rng.integers(1, 300)), int(mids[inst])
+        elif r < 0.985:
+            rec["type"], rec["size"], rec["price"] = 6, int(rng.integers(0, 1000)), int(mids[inst])
+        else:
+            rec["type"], rec["direction"] = 7, -1
+            rec["price"] = (-1, 0, 1)[halt_cycle[inst] % 3]
+            halt_cycle[inst] += 1
+    return out
+
+
+def features_from_snapshots(snaps: np.ndarray, levels: int) -> dict[str, np.ndarray]:
+    """NumPy float64 features from snapshots (n, levels, 4), the definitions in BookFeatures."""
+    ap, az = snaps[:, 0, 0].astype(float), snaps[:, 0, 1].astype(float)
+    bp, bz = snaps[:, 0, 2].astype(float), snaps[:, 0, 3].astype(float)
+    both = (az > 0) & (bz > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mid = np.where(both, (ap + bp) / 2 / SCALE, np.nan)
+        spread = np.where(both, (ap - bp) / SCALE, np.nan)
+        micro = np.where(both, (bp * az + ap * bz) / (az + bz) / SCALE, np.nan)
+        imb = np.where(az + bz > 0, (bz - az) / (az + bz), np.nan)
+        bsum = snaps[:, :levels, 3].sum(1).astype(float)
+        asum = snaps[:, :levels, 1].sum(1).astype(float)
+        dimb = np.where(asum + bsum > 0, (bsum - asum) / (asum + bsum), np.nan)
+    return dict(mid=mid, spread=spread, microprice=micro, imbalance=imb, depth_imbalance=dimb,
+                bid_depth=snaps[:, :levels, 3], ask_depth=snaps[:, :levels, 1])
+
+
+# ---- synthetic streams -------------------------------------------------------------------------
+
+@pytest.fixture(params=[11, 12, "fresh"])
+def stream_seed(request, rng):
+    return int(rng.integers(2**31)) if request.param == "fresh" else request.param
+
+
+def test_generator_covers_every_kind():
+    msgs = synthetic_stream(5, 6000)
+    kinds = set(np.unique(msgs["type"]).tolist())
+    assert kinds == {1, 2, 3, 4, 5, 6, 7}
+    assert len(np.unique(msgs["instrument"])) == 8
+
+
+def test_snapshots_match_reference_after_every_message(stream_seed):
+    n_inst = 8
+    msgs = synthetic_stream(stream_seed, 12_000, n_inst)
+    book = Book(n_inst, initial_levels=4)   # small, so levels grow by realloc during the stream
+    ref = RefBook(n_inst)
+    depths = (1, 3, 10, 400)
+    deepest = 0
+    for i, m in enumerate(msgs):
+        book.apply_one(int(m["type"]), int(m["size"]), int(m["price"]), int(m["direction"]), int(m["instrument"]))
+        ref.apply(m)
+        inst = int(m["instrument"])
+        d = depths[i % len(depths)]
+        np.testing.assert_array_equal(book.snapshot(d, inst), ref.snapshot(d, inst), err_msg=f"message {i}")
+        assert book.trading_state(inst) == ref.state[inst]
+        deepest = max(deepest, len(ref.bids[inst]), len(ref.asks[inst]))
+    for inst in range(n_inst):
+        nb, na = book.level_counts(inst)
+        assert (nb, na) == (len(ref.bids[inst]), len(ref.asks[inst]))
+        np.testing.assert_array_equal(book.snapshot(max(nb, na) + 2, inst), ref.snapshot(max(nb, na) + 2, inst))
+    assert deepest > 16   # levels grew well past the 4 preallocated
+
+
+@pytest.mark.parametrize("levels", [1, 5])
+def test_batch_features_match_numpy(stream_seed, levels):
+    n_inst = 8
+    msgs = synthetic_stream(stream_seed, 8_000, n_inst)
+    ref = RefBook(n_inst)
+    snaps = np.empty((len(msgs), levels, 4), np.int64)
+    for i, m in enumerate(msgs):
+        ref.apply(m)
+        snaps[i] = ref.snapshot(levels, int(m["instrument"]))
+    book = Book(n_inst)
+    got = {}
+    for chunk in np.array_split(np.arange(len(msgs)), 7):   # several batches of different sizes
+        f = book.apply(msgs[chunk], features=levels)
+        assert isinstance(f, BookFeatures) and f.levels == levels
+        assert np.all(f.codes == MessageCode.OK)
+        for k in ("mid", "spread", "microprice", "imbalance", "depth_imbalance", "bid_depth", "ask_depth"):
+            got.setdefault(k, []).append(getattr(f, k))
+    want = features_from_snapshots(snaps, levels)
+    for k, v in want.items():
+        np.testing.assert_allclose(np.concatenate(got[k]), v, rtol=1e-14, atol=0, equal_nan=True, err_msg=k)
+
+
+def test_features_now_match_snapshot(rng):
+    book = Book(2)
+    msgs = synthetic_stream(int(rng.integers(2**31)), 3000, 2)
+    book.apply(msgs)
+    for inst in range(2):
+        f = book.features(4, inst)
+        want = features_from_snapshots(book.snapshot(4, inst)[None], 4)
+        assert f.mid.shape == () and f.bid_depth.shape == (4,)
+        for k, v in want.items():
+            np.testing.assert_allclose(getattr(f, k), v[0], rtol=1e-14, equal_nan=True, err_msg=k)
+
+
+# ---- semantics at the edges ----------------------------------------------------------------
+
+def test_empty_book_encoding_and_nan_features():
+    book = Book()
+    snap = book.snapshot(3)
+    assert (snap[:, 0] == EMPTY_ASK_PRICE).all() and (snap[:, 2] == EMPTY_BID_PRICE).all()
+    assert (snap[:, 1] == 0).all() and (snap[:, 3] == 0).all()
+    f = book.features(2)
+    assert np.isnan([f.mid, f.microprice, f.spread, f.imbalance, f.depth_imbalance]).all()
+    assert book.snapshot(0).shape == (0, 4)
+
+
+def test_one_sided_book():
+    book = Book()
+    book.apply_one(1, 300, 1_000_000, 1)   # bid only
+    f = book.features(1)
+    assert np.isnan(f.mid) and np.isnan(f.spread) and np.isnan(f.microprice)
+    assert f.imbalance == 1.0 and f.depth_imbalance == 1.0
+    assert f.bid_depth.tolist() == [300]
+
+
+def test_hidden_and_cross_trades_leave_book_unchanged():
+    book = Book()
+    book.apply_one(1, 100, 2_000_000, -1)
+    book.apply_one(1, 100, 1_990_000, 1)
+    before = book.snapshot(5)
+    book.apply(message_array([5, 6, 5], [10, 0, 999], [1_995_000, 1_995_000, 3], [1, -1, -1]))
+    np.testing.assert_array_equal(book.snapshot(5), before)
+
+
+def test_halts_track_trading_state():
+    book = Book(3)
+    book.apply_one(7, 0, -1, -1, 1)
+    assert book.trading_state(1) == TradingState.HALTED and book.trading_state(0) == TradingState.TRADING
+    book.apply_one(7, 0, 0, -1, 1)
+    assert book.trading_state(1) == TradingState.QUOTING
+    book.apply_one(7, 0, 1, -1, 1)
+    assert book.trading_state(1) == TradingState.TRADING
+    with pytest.raises(BookError, match="BAD_PRICE"):
+        book.apply_one(7, 0, 2, -1, 1)
+
+
+def test_crossed_book_has_negative_spread():
+    book = Book()
+    book.apply_one(1, 10, 1_000_100, 1)
+    book.apply_one(1, 10, 1_000_000, -1)
+    assert book.features().spread == pytest.approx(-0.01)
+
+
+def test_growth_and_max_levels():
+    book = Book(initial_levels=1, max_levels=50)
+    for k in range(50):
+        book.apply_one(1, k + 1, 1_000_000 - 100 * k, 1)
+    assert book.level_counts() == (50, 0)
+    snap = book.snapshot(50)
+    assert snap[:, 2].tolist() == [1_000_000 - 100 * k for k in range(50)]
+    with pytest.raises(BookError, match="TOO_DEEP"):
+        book.apply_one(1, 5, 1, 1)
+    book.apply_one(1, 5, 1_000_000, 1)   # an existing level still takes size
+    np.testing.assert_array_equal(book.snapshot(50)[1:], snap[1:])
+
+
+def test_sync_and_set_side():
+    book = Book()
+    row = np.array([101, 5, 99, 7, 102, 6, 98, 8, EMPTY_ASK_PRICE, 0, 97, 9], np.int64)
+    book.apply_one(1, 1, 50, 1)
+    book.sync_from_orderbook_row(row)
+    np.testing.assert_array_equal(book.snapshot(3).ravel(), row)
+    assert book.level_counts() == (3, 2)
+    book.set_side(-1, [200, 201], [1, 2])
+    assert book.snapshot(2)[:, 0].tolist() == [200, 201]
+    assert book.snapshot(1)[0, 2] == 99
+
+
+@pytest.mark.parametrize("row, reason", [
+    ([101, 5, 99, 7, 100, 6, 98, 8], "ask level 2: price 100 not worse"),
+    ([101, 5, 99, 7, 102, 6, 99, 8], "bid level 2: price 99 not worse"),
+    ([101, -5, 99, 7], "negative size"),
+    ([EMPTY_ASK_PRICE, 0, 99, 7, 102, 6, 98, 8], "occupied after an empty level"),
+])
+def test_sync_rejects_invalid_rows(row, reason):
+    book = Book()
+    book.apply_one(1, 3, 500, 1)
+    before = book.snapshot(4)
+    with pytest.raises(ValueError, match=reason):
+        book.sync_from_orderbook_row(np.array(row))
+    np.testing.assert_array_equal(book.snapshot(4), before)
+    with pytest.raises(ValueError, match="4 \\* levels"):
+        book.sync_from_orderbook_row(np.arange(6))
+
+
+# ---- bad input -------------------------------------------------------------------------------
+
+def test_cancel_larger_than_level_is_reported_not_clamped():
+    book = Book()
+    book.apply_one(1, 100, 1_000_000, 1)
+    for kind in (2, 3, 4):
+        with pytest.raises(BookError, match="OVERSIZE") as e:
+            book.apply_one(kind, 150, 1_000_000, 1)
+        assert e.value.code == MessageCode.OVERSIZE
+    assert book.snapshot(1)[0, 2:].tolist() == [1_000_000, 100]
+    with pytest.raises(BookError, match="PARTIAL_EMPTIES"):
+        book.apply_one(2, 100, 1_000_000, 1)
+    with pytest.raises(BookError, match="NO_LEVEL"):
+        book.apply_one(3, 10, 1_000_100, 1)
+    with pytest.raises(BookError, match="NO_LEVEL"):
+        book.apply_one(4, 10, 1_000_000, -1)   # right price, wrong side
+    book.apply_one(3, 100, 1_000_000, 1)
+    assert book.level_counts() == (0, 0)
+
+
+def test_batch_raise_names_the_row_and_keeps_earlier_messages():
+    book = Book()
+    msgs = message_array([1, 1, 1, 9, 1], 10, [100, 101, 102, 103, 104], 1)
+    with pytest.raises(BookError, match=r"messages\[3\]: unknown message type 9") as e:
+        book.apply(msgs)
+    assert e.value.row == 3
+    assert book.snapshot(5)[:, 2].tolist() == [102, 101, 100, EMPTY_BID_PRICE, EMPTY_BID_PRICE]
+
+
+def test_batch_skip_reports_codes():
+    book = Book(2)
+    msgs = message_array(
+        type=[1, 2, 1, 1, 3, 1, 1],
+        size=[10, 20, 5, 0, 10, 7, 7],
+        price=[100, 100, 100, 100, 100, -5, 100],
+        direction=[1, 1, 1, 1, 1, 1, 0],
+        instrument=[0, 0, 2, 0, 0, 0, 0])
+    f = book.apply(msgs, features=1, on_error="skip")
+    assert f.codes.tolist() == [MessageCode.OK, MessageCode.OVERSIZE, MessageCode.BAD_INSTRUMENT,
+                                MessageCode.BAD_SIZE, MessageCode.OK, MessageCode.BAD_PRICE,
+                                MessageCode.BAD_DIRECTION]
+    assert np.isnan(f.imbalance[2]) and f.bid_depth[2].tolist() == [0]   # no instrument: no state
+    assert f.bid_depth[:, 0].tolist() == [10, 10, 0, 10, 0, 0, 0]
+    assert book.level_counts(0) == (0, 0)
+
+
+def test_out_of_range_instrument():
+    book = Book(8)
+    with pytest.raises(BookError, match=r"instrument 8 out of range \[0, 8\)") as e:
+        book.apply_one(1, 10, 100, 1, 8)
+    assert e.value.code == MessageCode.BAD_INSTRUMENT
+    with pytest.raises(BookError, match=r"messages\[1\]: instrument -1 out of range"):
+        book.apply(message_array([1, 1], 10, 100, 1, instrument=[0, -1]))
+    for call in (lambda: book.snapshot(1, 8), lambda: book.features(1, -1), lambda: book.trading_state(9),
+                 lambda: book.sync_from_orderbook_row(np.zeros(4, np.int64), 8)):
+        with pytest.raises(IndexError, match="instrument: .* out of range"):
+            call()
+
+
+def test_negative_levels_and_bad_arguments():
+    book = Book()
+    with pytest.raises(ValueError, match="levels: must be >= 0, got -1"):
+        book.snapshot(-1)
+    with pytest.raises(ValueError, match="levels: must be >= 0, got -2"):
+        book.features(-2)
+    with pytest.raises(ValueError, match="features: must be >= 0"):
+        book.apply(message_array(1, 1, 1, 1), features=-1)
+    with pytest.raises(ValueError, match="on_error"):
+        book.apply(message_array(1, 1, 1, 1), on_error="ignore")
+    with pytest.raises(TypeError, match="messages"):
+        book.apply([1, 2, 3])
+    with pytest.raises(ValueError, match="n_instruments"):
+        Book(0)
+    with pytest.raises(ValueError, match="initial_levels"):
+        Book(initial_levels=10, max_levels=5)
+    with pytest.raises(ValueError, match="price_scale"):
+        Book(price_scale=0)
+
+
+def test_empty_batch_and_single_record():
+    book = Book()
+    assert book.apply(np.zeros(0, MESSAGE_DTYPE)).shape == (0,)
+    f = book.apply(np.zeros(0, MESSAGE_DTYPE), features=3)
+    assert f.mid.shape == (0,) and f.bid_depth.shape == (0, 3)
+    rec = message_array(1, 10, 100, -1)[()]
+    assert book.apply(rec).tolist() == [0]
+    assert book.snapshot(1)[0, :2].tolist() == [100, 10]
+
+
+def test_message_dtype_mirrors_the_c_struct():
+    assert MESSAGE_DTYPE.itemsize == ffi.sizeof("tg_message") == 48
+    for name in MESSAGE_DTYPE.names:
+        assert MESSAGE_DTYPE.fields[name][1] == ffi.offsetof("tg_message", name)

@@ -1,0 +1,309 @@
+"""LOBSTER reader and replay on the real sample files, and the reader's handling of bad files.
+
+The replay's resync counts are checked against an independent count made here from the
+orderbook rows themselves (where a level-L window must refill from outside), and every
+transition is reproduced by a pure-Python dict book as well as by the native Book.
+"""
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu
+from tickgpu import Book, read_lobster
+from tickgpu.finance.book import MESSAGE_DTYPE, ResyncReason, message_array
+from tickgpu.finance.lobster import LobsterData
+
+SAMPLES = [
+    ("AMZN_2012-06-21_34200000_57600000_message_1.csv", "AMZN_2012-06-21_34200000_57600000_orderbook_1.csv", 1),
+    ("AAPL_2012-06-21_34200000_57600000_message_10.csv", "AAPL_2012-06-21_34200000_57600000_orderbook_10.csv", 10),
+]
+BUNDLED = Path(tickgpu.__file__).parent / "data"
+
+
+@pytest.fixture(scope="module", params=SAMPLES, ids=lambda s: s[0][:4])
+def sample(request, shared_dir):
+    msg, book, levels = request.param
+    d = shared_dir / "data" / "lobster"
+    return read_lobster(d / msg, d / book), d / msg, d / book, levels
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    with open(path, newline="") as f:
+        rows = [r for r in csv.reader(f) if r]
+    return rows[1:] if not rows[0][0][:1].isdigit() else rows
+
+
+# ---- reading the samples ---------------------------------------------------------------------
+
+def test_sample_parse_matches_csv_module(sample):
+    data, msg_path, book_path, levels = sample
+    ref = _csv_rows(msg_path)
+    assert len(data) == len(ref) and data.levels == levels
+    assert data.messages.dtype == MESSAGE_DTYPE
+    np.testing.assert_array_equal(data.messages["time"], [float(r[0]) for r in ref])
+    for c, name in enumerate(("type", "order_id", "size", "price", "direction"), 1):
+        np.testing.assert_array_equal(data.messages[name], [int(r[c]) for r in ref], err_msg=name)
+    assert (data.messages["instrument"] == 0).all()
+    np.testing.assert_array_equal(data.orderbook, np.array(_csv_rows(book_path), dtype=np.int64))
+    assert data.orderbook.shape == (len(ref), 4 * levels)
+    assert data.message_path == msg_path and data.orderbook_path == book_path
+
+
+def test_bundled_samples_are_the_shared_ones(shared_dir):
+    for msg, book, _ in SAMPLES:
+        for name in (msg, book):
+            assert (BUNDLED / name).read_bytes() == (shared_dir / "data" / "lobster" / name).read_bytes()
+
+
+def test_amzn_day_reads_fast(shared_dir):
+    msg, book, _ = SAMPLES[0]
+    d = shared_dir / "data" / "lobster"
+    read_lobster(d / msg, d / book)
+    t = time.perf_counter()
+    data = read_lobster(d / msg, d / book)
+    elapsed = time.perf_counter() - t
+    assert len(data) == 57_515
+    assert elapsed < 0.5, f"read took {elapsed:.3f} s"
+
+
+# ---- replaying the samples -----------------------------------------------------------------
+
+def _side(row: np.ndarray, ask: bool) -> list[tuple[int, int]]:
+    off = 0 if ask else 2
+    return [(int(p), int(z)) for p, z in zip(row[off::4], row[off + 1::4]) if z > 0]
+
+
+def independent_refill_rows(data: LobsterData) -> set[int]:
+    """Rows where message i empties a level of a full L-level window and row i shows a level L
+    that row i-1 did not: that level came from outside the window (data README)."""
+    m, ob, L = data.messages, data.orderbook, data.levels
+    rows = set()
+    for i in range(1, len(m)):
+        if m["type"][i] not in (2, 3, 4):
+            continue
+        ask = m["direction"][i] == -1
+        before, after = _side(ob[i - 1], ask), _side(ob[i], ask)
+        level = dict(before)
+        emptied = level.get(int(m["price"][i])) == int(m["size"][i])
+        if emptied and len(before) == L and len(after) == L and after[-1][0] not in level:
+            rows.add(i)
+    return rows
+
+
+def independent_outside_rows(data: LobsterData) -> set[int]:
+    """Cancels/executions at a price beyond a full window (the order was never in the window)."""
+    m, ob, L = data.messages, data.orderbook, data.levels
+    rows = set()
+    for i in range(1, len(m)):
+        if m["type"][i] in (2, 3, 4):
+            ask = m["direction"][i] == -1
+            before = _side(ob[i - 1], ask)
+            p = int(m["price"][i])
+            if len(before) == L and (p > before[-1][0] if ask else p < before[-1][0]):
+                rows.add(i)
+    return rows
+
+
+def test_every_transition_reproduced_by_a_dict_book(sample):
+    """Row i-1 + message i -> row i with a pure-Python dict book; at refill rows everything but
+    the refilled level L of that side must agree."""
+    data, *_ = sample
+    m, ob, L = data.messages, data.orderbook, data.levels
+    refills = independent_refill_rows(data)
+    for i in range(1, len(m)):
+        asks, bids = dict(_side(ob[i - 1], True)), dict(_side(ob[i - 1], False))
+        t = int(m["type"][i])
+        if t in (1, 2, 3, 4):
+            side = asks if m["direction"][i] == -1 else bids
+            p, z = int(m["price"][i]), int(m["size"][i])
+            side[p] = side.get(p, 0) + (z if t == 1 else -z)
+            assert side[p] >= 0, i
+            if side[p] == 0:
+                del side[p]
+        got_a = sorted(asks.items())[:L]
+        got_b = sorted(bids.items(), reverse=True)[:L]
+        want_a, want_b = _side(ob[i], True), _side(ob[i], False)
+        if i in refills:
+            if m["direction"][i] == -1:
+                want_a = want_a[:-1]
+            else:
+                want_b = want_b[:-1]
+        assert (got_a, got_b) == (want_a, want_b), f"row {i}"
+
+
+def test_replay_counts_match_independent_count(sample):
+    data, *_ = sample
+    stats = Book().replay_lobster(data)
+    refills = independent_refill_rows(data)
+    outside = independent_outside_rows(data)
+    n = len(data)
+    assert stats.messages == n
+    assert stats.mismatches == 0 and stats.mismatch_rows.size == 0
+    assert stats.resyncs == {"initial": 1, "window_refill": len(refills), "outside_window": len(outside)}
+    assert stats.exact == n - 1 - len(refills) - len(outside)
+    assert set(np.flatnonzero(stats.row_reasons == ResyncReason.WINDOW_REFILL).tolist()) == refills
+    assert stats.row_reasons[0] == ResyncReason.INITIAL
+    print(f"{data.message_path.name}: {stats}")
+
+
+def test_replay_step_by_step_with_the_book_api(sample):
+    """The same transitions through the public tick-by-tick API: sync, apply_one, snapshot."""
+    data, *_ = sample
+    m, ob, L = data.messages, data.orderbook, data.levels
+    skip = independent_refill_rows(data) | independent_outside_rows(data)
+    book = Book()
+    for i in range(1, len(m)):
+        book.sync_from_orderbook_row(ob[i - 1])
+        book.apply_one(int(m["type"][i]), int(m["size"][i]), int(m["price"][i]), int(m["direction"][i]))
+        if i not in skip:
+            np.testing.assert_array_equal(book.snapshot(L).ravel(), ob[i], err_msg=f"row {i}")
+
+
+def test_replay_ends_on_last_row(sample):
+    data, *_ = sample
+    book = Book(3)
+    book.replay_lobster(data, instrument=2)
+    np.testing.assert_array_equal(book.snapshot(data.levels, 2).ravel(), data.orderbook[-1])
+    assert book.level_counts(0) == (0, 0)
+
+
+def test_corrupted_row_is_a_mismatch(shared_dir, rng):
+    msg, book, _ = SAMPLES[1]
+    d = shared_dir / "data" / "lobster"
+    data = read_lobster(d / msg, d / book)
+    ob = data.orderbook.copy()
+    row = int(rng.integers(10, len(ob) - 10))
+    ob[row, 3] += 1   # best bid size off by one share
+    stats = Book().replay_lobster(LobsterData(data.messages, ob, data.levels, data.message_path, data.orderbook_path))
+    assert stats.mismatch_rows[0] == row and stats.mismatches <= 2
+    assert set(stats.mismatch_rows.tolist()) <= {row, row + 1}
+
+
+def test_replay_classifies_each_reason():
+    L = 2
+    E = 9_999_999_999
+    rows = np.array([
+        [101, 5, 99, 7, 102, 6, 98, 8],      # 0 initial
+        [101, 5, 99, 7, 102, 6, 98, 8],      # 1 submit bid 97 beyond the full window: unchanged
+        [101, 5, 99, 7, 102, 6, 98, 8],      # 2 delete bid 97: outside the window
+        [102, 6, 99, 7, 105, 4, 98, 8],      # 3 delete ask 101: 105 refills from outside
+        [102, 4, 99, 7, 105, 4, 98, 8],      # 4 execute 2 at 102
+        [102, 4, 99, 5, 105, 4, 98, 8],      # 5 cancel 1 at 99 but the row says 2: mismatch
+        [102, 4, 99, 5, 105, 4, 98, 8],      # 6 halt
+        [102, 4, 98, 8, 105, 4, -E, 0],      # 7 delete bid 99 (5): side not refilled (nothing left)
+    ], np.int64)
+    msgs = message_array(
+        type=[1, 1, 3, 3, 4, 2, 7, 3],
+        size=[5, 3, 3, 5, 2, 1, 0, 5],
+        price=[101, 97, 97, 101, 102, 99, -1, 99],
+        direction=[-1, 1, 1, -1, -1, 1, -1, 1])
+    data = LobsterData(msgs, rows, L, Path("m.csv"), Path("o.csv"))
+    stats = Book().replay_lobster(data)
+    assert stats.row_reasons.tolist() == [1, 0, 3, 2, 0, 4, 0, 0]
+    assert stats.resyncs == {"initial": 1, "window_refill": 1, "outside_window": 1}
+    assert stats.mismatches == 1 and stats.mismatch_rows.tolist() == [5] and stats.exact == 4
+
+
+def test_replay_rejects_bad_data():
+    msgs = message_array([1, 1], 1, 100, 1)
+    with pytest.raises(ValueError, match="orderbook"):
+        Book().replay_lobster(LobsterData(msgs, None, None, Path("m"), None))
+    with pytest.raises(ValueError, match="orderbook shape"):
+        Book().replay_lobster(LobsterData(msgs, np.zeros((3, 4), np.int64), 1, Path("m"), Path("o")))
+    bad = np.array([[101, 5, 99, 7], [101, 5, 99, -1]], np.int64)
+    with pytest.raises(ValueError, match="orderbook row 1: not a valid book: bid level 1: negative size"):
+        Book().replay_lobster(LobsterData(msgs, bad, 1, Path("m"), Path("o")))
+    empty = Book().replay_lobster(LobsterData(msgs[:0], np.zeros((0, 4), np.int64), 1, Path("m"), Path("o")))
+    assert empty.messages == 0 and empty.exact == 0
+
+
+# ---- the reader on hand-made files -----------------------------------------------------------
+
+HEADER = "Time,Type,OrderId,Size,Price,Direction\n"
+BODY = "34200.004241176,1,16113575,18,5853300,1\n34200.00426064,3,16113584,18,5853200,-1\n34201.5,7,0,0,-1,-1\n"
+BOOK = "5859400,200,5853300,18\n5859400,200,5853000,150\n5859400,200,5853000,150\n"
+
+
+def _write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    p = tmp_path / name
+    p.write_bytes(text.encode() if isinstance(text, str) else text)
+    return p
+
+
+def test_header_and_no_header_read_the_same(tmp_path):
+    a = read_lobster(_write(tmp_path, "a.csv", BODY), _write(tmp_path, "ab.csv", BOOK))
+    b = read_lobster(_write(tmp_path, "b.csv", HEADER + BODY),
+                     _write(tmp_path, "bb.csv", "BestAsk,BestAskVolume,BestBid,BestBidVolume\n" + BOOK))
+    c = read_lobster(_write(tmp_path, "c.csv", "\ufeff" + (HEADER + BODY).replace("\n", "\r\n") + "\r\n\n"),
+                     _write(tmp_path, "cb.csv", BOOK.rstrip("\n")))
+    for x in (b, c):
+        assert x.messages.tobytes() == a.messages.tobytes()
+        np.testing.assert_array_equal(x.orderbook, a.orderbook)
+    assert a.levels == 1 and len(a) == 3
+    assert a.messages["time"][0] == 34200.004241176 and a.messages["price"][2] == -1
+
+
+def test_message_file_alone(tmp_path):
+    d = read_lobster(_write(tmp_path, "m.csv", BODY), levels=10)
+    assert d.orderbook is None and d.orderbook_path is None and d.levels == 10 and len(d) == 3
+
+
+@pytest.mark.parametrize("text, match", [
+    (HEADER + BODY + "34202,1,5,10,100\n", r"m\.csv, line 5: 5 fields, expected 6"),
+    (BODY + "34202,1,5,10,100,1,7\n", r"line 4: 7 fields, expected 6"),
+    (HEADER + "34202,1,abc,10,100,1\n", r"line 2, column 3 \(order_id\): not a number: 'abc'"),
+    (BODY + "34202x,1,5,10,100,1\n", r"line 4, column 1 \(time\): not a number: '34202x'"),
+    (BODY + "34202,1,5,,100,1\n", r"line 4, column 4 \(size\): not a number"),
+    (BODY + "34202,1,5,1.5,100,1\n", r"line 4, column 4 \(size\): not a number"),
+    (BODY + "34202,8,5,10,100,1\n", r"line 4, column 2 \(type\): unknown message type 8"),
+    (BODY + "34202,0,5,10,100,1\n", r"line 4, column 2 \(type\): unknown message type 0"),
+    (HEADER + BODY + "34202,1,5,10,100,0\n", r"line 5, column 6 \(direction\): direction 0"),
+    (BODY + "\n34202,1,5,-10,100,1\n", r"line 5, column 4 \(size\): negative size -10"),
+    (BODY + "34202,1,99999999999999999999,10,100,1\n", r"line 4, column 3 \(order_id\): integer out of the int64"),
+    (BODY + "Time,Type,OrderId,Size,Price,Direction\n", r"line 4, column 1 \(time\): not a number"),
+])
+def test_malformed_message_files(tmp_path, text, match):
+    with pytest.raises(ValueError, match=match):
+        read_lobster(_write(tmp_path, "m.csv", text))
+
+
+def test_malformed_orderbook_files(tmp_path):
+    m = _write(tmp_path, "m.csv", BODY)
+    with pytest.raises(ValueError, match=r"o\.csv, line 1: 6 columns, not a multiple of 4"):
+        read_lobster(m, _write(tmp_path, "o.csv", "1,2,3,4,5,6\n" * 3))
+    with pytest.raises(ValueError, match=r"o\.csv: 2 rows, but .*m\.csv has 3"):
+        read_lobster(m, _write(tmp_path, "o.csv", BOOK.split("\n", 1)[1]))
+    with pytest.raises(ValueError, match="4 columns, expected 40 for levels=10"):
+        read_lobster(m, _write(tmp_path, "o.csv", BOOK), levels=10)
+    with pytest.raises(ValueError, match=r"o\.csv, line 2, column 4 \(bid_size_1\): negative size -150"):
+        read_lobster(m, _write(tmp_path, "o.csv", BOOK.replace(",150\n", ",-150\n", 1)))
+    with pytest.raises(ValueError, match=r"o\.csv, line 3: 3 fields, expected 4"):
+        read_lobster(m, _write(tmp_path, "o.csv", "5859400,200,5853300,18\n5859400,200,5853000,150\n1,2,3\n"))
+    with pytest.raises(ValueError, match="levels: must be an integer >= 1"):
+        read_lobster(m, levels=0)
+
+
+def test_empty_files(tmp_path):
+    for text in ("", HEADER, "\n\n"):
+        d = read_lobster(_write(tmp_path, "x_message_5.csv", text), _write(tmp_path, "x_orderbook_5.csv", ""))
+        assert len(d) == 0 and d.messages.dtype == MESSAGE_DTYPE
+        assert d.levels == 5 and d.orderbook.shape == (0, 20)
+    assert Book().replay_lobster(d).messages == 0
+
+
+def test_time_column_is_correctly_rounded(tmp_path, rng):
+    """Times with up to 20 significant digits and exponents parse exactly as Python's float()."""
+    values = np.concatenate([
+        34200 + rng.random(300) * 23400,
+        rng.random(100) * 10.0 ** rng.integers(-30, 30, 100),
+    ])
+    texts = [repr(float(v)) for v in values] + [f"{v:.20g}" for v in values[:50]] + \
+        ["34200.12345678901234567890", "1e5", "2.5E-3", "+7", "0.000", "-0"]
+    body = "".join(f"{t},5,0,1,100,1\n" for t in texts)
+    d = read_lobster(_write(tmp_path, "m.csv", body))
+    assert d.messages["time"].tolist() == [float(t) for t in texts]
