@@ -134,7 +134,8 @@ class BookFeed:
         m = data.messages
         self.n = len(m)
         # Python lists: indexing a NumPy array per message costs more than the book update.
-        self._fields = [m[k].tolist() for k in ("type", "size", "price", "direction", "order_id", "time")]
+        self._fields = [m[k].tolist() for k in ("type", "size", "price", "direction")]
+        self._time = m["time"]
         self.rows = data.orderbook
         self.levels = int(data.levels) if data.orderbook is not None else 0
         self.resyncs = 0
@@ -144,10 +145,10 @@ class BookFeed:
     def step(self, i: int) -> float:
         """Apply message i and compute the features; return the mid in dollars (NaN if a side
         is empty)."""
-        ty, size, price, direction, oid, tm = (f[i] for f in self._fields)
+        ty, size, price, direction = (f[i] for f in self._fields)
         book = self.book
         try:
-            book.apply_one(ty, size, price, direction, order_id=oid, time=tm)
+            book.apply_one(ty, size, price, direction)
         except self._book_error:
             self.rejected += 1
         if self.levels:
@@ -159,7 +160,7 @@ class BookFeed:
         return float(self.last.mid)
 
     def time_of(self, i: int) -> float:
-        return float(self._fields[5][i])
+        return float(self._time[i])
 
 
 # ---- the loop -------------------------------------------------------------------------------------
