@@ -295,7 +295,48 @@ int tg_csv_parse(const char *text, int64_t len, int32_t ncols, const uint8_t *is
                  int64_t max_rows, double *f_out, int64_t *i_out, int64_t *n_rows, tg_csv_error *err);
 
 /* ---- Hot path: CUDA driver through function pointers (csrc/hot/) --------------------------- */
-/* see the HOT section, owned by csrc/hot */
+/* HOT section (csrc/hot/hot.c). libcuda.so.1 is opened with dlopen on first use, so the core
+ * builds and loads on machines without CUDA: tg_hot_init returns TG_ENODRIVER there.
+ * Handles (CUfunction, CUstream, CUgraphExec, CUevent, CUdeviceptr) travel as uintptr_t.
+ * A call that reaches the driver returns TG_ECUDA when the driver refused, with its CUresult in
+ * *cu_result (0 otherwise; cu_result may be NULL). Nothing here allocates or takes a lock after
+ * tg_hot_init, so these are safe to call with the GIL released from any thread whose current
+ * context owns the handles.
+ * tg_hot_graph_set_kernel / _set_copy update a node of an instantiated graph (a new layout costs
+ * two microseconds, not a recapture); copy_params points at a CUDA_MEMCPY3D as cuda.h defines it
+ * (the runtime passes the one it read back from the captured node, with its size changed). */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} tg_hot_copy;
+
+int tg_hot_init(void);
+const char *tg_hot_error_name(int cu_result);
+int tg_hot_ctx_set_current(uintptr_t ctx, int *cu_result);
+int tg_hot_launch(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                  uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
+                  uintptr_t stream, void **params, int *cu_result);
+int tg_hot_launch_sync(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_t grid_z,
+                       uint32_t block_x, uint32_t block_y, uint32_t block_z, uint32_t shared_bytes,
+                       uintptr_t stream, void **params, int *cu_result);
+int tg_hot_graph_launch(uintptr_t graph_exec, uintptr_t stream, int *cu_result);
+int tg_hot_graph_replay(uintptr_t graph_exec, uintptr_t stream, int *cu_result);
+int tg_hot_stream_sync(uintptr_t stream, int *cu_result);
+int tg_hot_event_record(uintptr_t event, uintptr_t stream, int *cu_result);
+int tg_hot_event_sync(uintptr_t event, int *cu_result);
+int tg_hot_copy_htod_async(uintptr_t dst_device, const void *src_host, size_t bytes,
+                           uintptr_t stream, int *cu_result);
+int tg_hot_copy_dtoh_async(void *dst_host, uintptr_t src_device, size_t bytes,
+                           uintptr_t stream, int *cu_result);
+int tg_hot_graph_set_kernel(uintptr_t graph_exec, uintptr_t node, uintptr_t func, uint32_t grid_x,
+                            uint32_t grid_y, uint32_t grid_z, uint32_t block_x, uint32_t block_y,
+                            uint32_t block_z, uint32_t shared_bytes, void **params, int *cu_result);
+int tg_hot_graph_set_copy(uintptr_t graph_exec, uintptr_t node, const void *copy_params, uintptr_t ctx,
+                          int *cu_result);
+int tg_hot_stage(const tg_hot_copy *copies, int n_copies);
+int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
+                     const tg_hot_copy *out, int n_out, int *cu_result);
 
 /* TICKGPU_CDEF_END */
 

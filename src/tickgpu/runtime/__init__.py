@@ -1,1 +1,134 @@
-"""tickgpu.runtime"""
+"""tickgpu's GPU runtime: kernel bundles on the CUDA driver API, without PyTorch or Triton.
+
+Importing this package makes no driver call. The device, its context and the kernel bundle are
+set up on first use (`context()`), and `warmup()` pays every remaining first-use cost (module
+loading, graph capture) up front.
+
+Layers: `driver` (cuda.bindings, the only module touching it) -> `bundle` (manifest, cubins) ->
+`launch` (argument buffers packed once) -> `graph` (GraphRunner: one tick as a replayed graph) ->
+`ops` (greeks, implied vol, surface evaluation). The launch-and-wait calls run in C
+(csrc/hot/hot.c) with the GIL released.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from tickgpu.runtime.arrays import is_device_array
+
+__all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset"]
+
+_lock = threading.Lock()
+_context = None
+_probe: tuple[bool, str] | None = None
+
+
+def _probe_device() -> tuple[bool, str]:
+    """Can the GPU backend run here? Light: driver, device, architecture, bundle -- no module loads."""
+    if os.environ.get("TICKGPU_DISABLE_GPU"):
+        return False, "disabled by TICKGPU_DISABLE_GPU"
+    try:
+        from tickgpu.runtime.driver import CudaError, Driver
+    except ImportError as e:   # pragma: no cover - the module itself imports nothing optional
+        return False, f"runtime not importable: {e}"
+    try:
+        d = Driver()
+    except ImportError:
+        return False, "cuda-bindings is not installed (pip install 'tickgpu[gpu]')"
+    from tickgpu.runtime.bundle import BundleError, Manifest, arch_for, default_bundle_dir
+
+    try:
+        d.init()
+        count = d.device_count()
+        ordinal = int(os.environ.get("TICKGPU_DEVICE", "0"))
+        if count == 0:
+            return False, "no CUDA device"
+        if not 0 <= ordinal < count:
+            return False, f"TICKGPU_DEVICE={ordinal} but {count} device(s) present"
+        dev = d.device_get(ordinal)
+        arch, reason = arch_for(d.compute_capability(dev))
+        if arch is None:
+            return False, f"{d.device_name(dev)}: {reason}"
+        manifest = Manifest.read(default_bundle_dir())
+        if not manifest.for_arch(arch):
+            return False, f"the kernel bundle at {manifest.root} has no kernels for {arch}"
+    except CudaError as e:
+        if e.name == "CUDA_DRIVER_NOT_FOUND":
+            return False, "no NVIDIA driver (libcuda.so.1 not found)"
+        return False, f"CUDA driver: {e}"
+    except BundleError as e:
+        return False, str(e)
+    except Exception as e:     # available() never raises
+        return False, f"{type(e).__name__}: {e}"
+    return True, ""
+
+
+def available() -> bool:
+    """True where the GPU backend can run (driver, supported device, bundle); cached, never raises."""
+    global _probe
+    if _context is not None:
+        return True
+    if _probe is None:
+        with _lock:
+            if _probe is None:
+                _probe = _probe_device()
+    return _probe[0]
+
+
+def unavailable_reason() -> str:
+    """Why `available()` is False ("" when it is True); never raises."""
+    available()
+    return "" if _context is not None else _probe[1]
+
+
+def context():
+    """The runtime `Context` on the current device, created on first use.
+
+    Raises
+    ------
+    BackendUnavailable, CudaError, BundleError
+        Where the GPU backend cannot run; the message says why.
+    """
+    global _context
+    if _context is None:
+        with _lock:
+            if _context is None:
+                from tickgpu.runtime.device import Context
+
+                _context = Context()
+    return _context
+
+
+def init(driver=None, device: int | None = None, bundle_dir=None, staging_elements: int | None = None):
+    """Create the runtime context explicitly (a chosen device, bundle or driver stand-in).
+
+    Replaces any existing one; returns it.
+    """
+    global _context, _probe
+    from tickgpu.runtime.device import Context
+
+    with _lock:
+        _context = Context(driver=driver, device=device, bundle_dir=bundle_dir, staging_elements=staging_elements)
+        _probe = (True, "")
+    return _context
+
+
+def reset() -> None:
+    """Forget the context and the availability probe (tests; the next call starts afresh)."""
+    global _context, _probe
+    with _lock:
+        _context, _probe = None, None
+
+
+def warmup() -> dict:
+    """Load, launch and capture everything now, so the first real call costs what the thousandth does.
+
+    Returns timing and counts ({"seconds", "kernels", "graphs"}). Raises BackendUnavailable (or
+    the driver's error) where the GPU backend cannot run.
+    """
+    from tickgpu.errors import BackendUnavailable
+    from tickgpu.runtime import ops
+
+    if not available():
+        raise BackendUnavailable(f"warmup: no usable GPU ({unavailable_reason()})")
+    return ops.warmup(context())

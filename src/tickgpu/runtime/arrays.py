@@ -1,0 +1,199 @@
+"""GPU arrays from other libraries (CuPy, PyTorch, Numba, JAX...), read without importing them.
+
+A GPU array is anything with ``__cuda_array_interface__`` (CAI, read first: it is a plain dict) or
+a ``__dlpack_device__`` naming a CUDA device (then the DLPack capsule is read with ctypes).
+Outputs are made by the input's own library, imported lazily from ``type(x).__module__``, so
+torch is imported only when the caller passed torch tensors.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DeviceView", "is_device_array", "device_view", "producer_stream", "empty_like_kind", "DeviceArray"]
+
+_DL_CUDA, _DL_CUDA_MANAGED = 2, 13
+_DL_DTYPES = {(2, 64): np.float64, (2, 32): np.float32, (1, 8): np.uint8, (0, 8): np.int8, (6, 8): np.bool_,
+              (0, 32): np.int32, (0, 64): np.int64}
+
+
+def is_device_array(x) -> bool:
+    """True if `x` is an array in GPU memory (CAI or DLPack on a CUDA device); never raises."""
+    if isinstance(x, (np.ndarray, np.generic, int, float, bool)) or x is None:
+        return False
+    try:
+        if getattr(x, "__cuda_array_interface__", None) is not None:
+            return True
+    except Exception:    # torch raises for a CPU tensor's CAI; that is a "no"
+        pass
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        kind, _ = dev()
+    except Exception:
+        return False
+    return int(kind) in (_DL_CUDA, _DL_CUDA_MANAGED)
+
+
+@dataclass
+class DeviceView:
+    """What the runtime needs of a GPU array: address, shape, dtype, contiguity, stream, owner."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    contiguous: bool
+    stream: int | None      # CAI stream to order work on (1 legacy default, 2 per-thread), None: unknown
+    device_id: int | None
+    source: object          # the caller's array (keeps its memory alive)
+    capsule: object = None  # the DLPack capsule read, kept alive while its pointer is in use
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def _c_contiguous(shape, strides, itemsize) -> bool:
+    if strides is None:
+        return True
+    expect = itemsize
+    for dim, st in zip(reversed(shape), reversed(strides)):
+        if dim != 1 and st != expect:
+            return False
+        expect *= dim
+    return True
+
+
+def _from_cai(x, cai) -> DeviceView:
+    dtype = np.dtype(cai["typestr"])
+    shape = tuple(int(s) for s in cai["shape"])
+    strides = cai.get("strides")
+    ptr = int(cai["data"][0])
+    dev = None
+    try:
+        kind, dev = x.__dlpack_device__()
+        dev = int(dev)
+    except Exception:
+        pass
+    return DeviceView(ptr, shape, dtype, _c_contiguous(shape, strides, dtype.itemsize),
+                      cai.get("stream"), dev, x)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+def _from_dlpack(x, stream: int | None) -> DeviceView:
+    # The producer orders its pending work before `stream` (DLPack's contract for the consumer's stream).
+    capsule = x.__dlpack__(stream=stream) if stream is not None else x.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    t = _DLTensor.from_address(get(capsule, b"dltensor"))   # DLManagedTensor starts with its DLTensor
+    code = (t.dtype.code, t.dtype.bits)
+    if t.dtype.lanes != 1 or code not in _DL_DTYPES:
+        raise TypeError(f"GPU array of DLPack dtype code {t.dtype.code} bits {t.dtype.bits} lanes "
+                        f"{t.dtype.lanes} is not supported")
+    dtype = np.dtype(_DL_DTYPES[code])
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = None if not t.strides else tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))
+    return DeviceView(int(t.data or 0) + int(t.byte_offset), shape, dtype,
+                      _c_contiguous(shape, strides, dtype.itemsize), None, int(t.device.device_id), x, capsule)
+
+
+def device_view(x, name: str, dlpack_stream: int | None = None) -> DeviceView:
+    """The `DeviceView` of GPU array `x` (argument `name`, for messages)."""
+    try:
+        cai = getattr(x, "__cuda_array_interface__", None)
+    except Exception:
+        cai = None
+    if cai is not None:
+        return _from_cai(x, cai)
+    try:
+        return _from_dlpack(x, dlpack_stream)
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+
+
+def producer_stream(v: DeviceView) -> int | None:
+    """The stream the array's producer orders its work on, or None where it does not say.
+
+    CAI v3 names it (1: legacy default, 2: per-thread default, else a CUstream). PyTorch's
+    interface names none, so its current stream is asked for (torch is already imported when a
+    tensor was passed).
+    """
+    if v.stream is not None:
+        return int(v.stream)
+    if _library(v.source) == "torch":
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            return int(torch.cuda.current_stream(v.source.device).cuda_stream)
+    return None
+
+
+def _library(x) -> str:
+    return type(x).__module__.split(".", 1)[0]
+
+
+def empty_like_kind(x, shape: tuple[int, ...], dtype, device_id: int):
+    """A new, uninitialised GPU array of `shape`/`dtype` from the same library as `x`.
+
+    CuPy and PyTorch make their own arrays (on `device_id`); any other producer gets a
+    `DeviceArray` (CAI-compatible, so CuPy, Numba and PyTorch can all read it).
+    """
+    lib = _library(x)
+    dtype = np.dtype(dtype)
+    if lib == "cupy":
+        cupy = sys.modules.get("cupy") or __import__("cupy")
+        with cupy.cuda.Device(device_id):
+            return cupy.empty(shape, dtype=dtype)
+    if lib == "torch":
+        torch = sys.modules.get("torch") or __import__("torch")
+        tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
+               np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8}[dtype]
+        return torch.empty(shape, dtype=tdt, device=x.device)
+    return None
+
+
+class DeviceArray:
+    """A minimal GPU array owned by tickgpu, for producers whose library cannot make one.
+
+    Exposes ``__cuda_array_interface__`` (version 3); freed when garbage-collected.
+    """
+
+    def __init__(self, context, shape: tuple[int, ...], dtype):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        self._context = context
+        nbytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize)
+        self.ptr = context.driver.mem_alloc(nbytes)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "strides": None, "version": 3, "stream": None}
+
+    def __del__(self):
+        try:
+            self._context.driver.mem_free(self.ptr)
+        except Exception:
+            pass
+
+    def get(self) -> np.ndarray:
+        """A NumPy copy (synchronous)."""
+        out = np.empty(self.shape, self.dtype)
+        if out.nbytes:
+            self._context.driver.memcpy_dtoh(out.ctypes.data, self.ptr, out.nbytes)
+        return out

@@ -1,0 +1,208 @@
+"""The runtime's state on one device: context, bundle, launchers, graph runners, constants.
+
+Created lazily by `tickgpu.runtime.context()` (importing tickgpu makes no driver call). Everything
+a call needs is allocated here once -- staging blocks, graphs, the constant ring, scratch -- so
+that after `warmup` a steady stream of calls allocates nothing and compiles nothing.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+
+from tickgpu.errors import BackendUnavailable
+from tickgpu.runtime.bundle import Bundle, Manifest, arch_for, default_bundle_dir
+from tickgpu.runtime.graph import GraphRunner, plan_layout
+from tickgpu.runtime.launch import Launcher
+
+__all__ = ["Context", "ConstantRing", "DEFAULT_STAGING_ELEMENTS"]
+
+# Elements per staged chunk: the largest tick done as one graph replay, and the chunk of the
+# pipeline for bigger host arrays. 2**17 float64 greeks = 17 MB of pinned staging per runner.
+DEFAULT_STAGING_ELEMENTS = 1 << 17
+
+
+class ConstantRing:
+    """Broadcast values (stride-0 arguments) for launches on caller-owned GPU arrays.
+
+    A kernel reads every argument through a pointer, so a Python scalar needs a home in device
+    memory. Values are written into a pinned ring and copied to its device twin on the launch's
+    own stream, just before the kernel, so ordering is the stream's. Slots are 16 bytes (the
+    aligned kernel variants may assume 16-byte aligned pointers).
+
+    NOTE: a slot is reused only after the ring wraps, and a wrap first waits for the whole context,
+    so a copy still queued on some stream never reads a slot that was overwritten.
+    """
+
+    SLOT = 16
+
+    def __init__(self, driver, slots: int = 4096):
+        self.driver = driver
+        self.slots = slots
+        self.host = driver.mem_host_alloc(slots * self.SLOT)
+        self.dev = driver.mem_alloc(slots * self.SLOT)
+        self._view = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * (slots * self.SLOT)).from_address(self.host))
+        self.cursor = 0
+        self.wraps = 0
+
+    def put(self, values: list[np.ndarray], stream: int) -> list[int]:
+        """Device pointers holding `values` (1-element arrays), valid for work queued on `stream`."""
+        k = len(values)
+        if k == 0:
+            return []
+        if self.cursor + k > self.slots:
+            self.driver.ctx_synchronize()
+            self.cursor = 0
+            self.wraps += 1
+        first = self.cursor
+        for i, v in enumerate(values):
+            b = v.tobytes()
+            off = (first + i) * self.SLOT
+            self._view[off:off + len(b)] = np.frombuffer(b, dtype=np.uint8)
+        self.cursor += k
+        start = first * self.SLOT
+        self.driver.memcpy_htod_async(self.dev + start, self.host + start, k * self.SLOT, stream)
+        return [self.dev + (first + i) * self.SLOT for i in range(k)]
+
+
+class Context:
+    """tickgpu's state on one CUDA device (its primary context).
+
+    Parameters
+    ----------
+    driver : Driver, optional
+        A `tickgpu.runtime.driver.Driver` (default) or a stand-in with the same methods.
+    device : int, optional
+        Device ordinal; default ``$TICKGPU_DEVICE`` or 0.
+    bundle_dir : path, optional
+        Kernel bundle; default ``$TICKGPU_BUNDLE`` or the one in the package.
+    staging_elements : int, optional
+        Elements per staged chunk (default ``$TICKGPU_STAGING_ELEMENTS`` or 2**17).
+
+    Raises
+    ------
+    BackendUnavailable
+        No such device, or its architecture is not in the bundle.
+    CudaError, BundleError
+        The driver refused, or the bundle is broken.
+    """
+
+    def __init__(self, driver=None, device: int | None = None, bundle_dir=None,
+                 staging_elements: int | None = None):
+        t0 = time.perf_counter()
+        if driver is None:
+            from tickgpu.runtime.driver import Driver
+
+            driver = Driver()
+        self.driver = d = driver
+        d.init()
+        self.ordinal = int(os.environ.get("TICKGPU_DEVICE", "0")) if device is None else int(device)
+        count = d.device_count()
+        if not 0 <= self.ordinal < count:
+            raise BackendUnavailable(f"CUDA device {self.ordinal} requested, {count} present")
+        self.device = d.device_get(self.ordinal)
+        self.name = d.device_name(self.device)
+        self.cc = d.compute_capability(self.device)
+        arch, reason = arch_for(self.cc)
+        if arch is None:
+            raise BackendUnavailable(f"{self.name}: {reason}")
+        self.arch = arch
+        self.sm_count = d.device_attribute("MULTIPROCESSOR_COUNT", self.device)
+        self.ctx = d.primary_context(self.device)
+        d.ctx_set_current(self.ctx)
+        self.manifest = Manifest.read(bundle_dir if bundle_dir is not None else default_bundle_dir())
+        self.bundle = Bundle(d, self.manifest, arch)
+        self.staging_elements = int(staging_elements or os.environ.get("TICKGPU_STAGING_ELEMENTS",
+                                                                        DEFAULT_STAGING_ELEMENTS))
+        if self.staging_elements < 16 or self.staging_elements % 16:
+            raise ValueError(f"staging_elements must be a positive multiple of 16, got {self.staging_elements}")
+        self.stream = d.stream_create()
+        # NOTE: one lock for all calls: launchers, runners and the constant ring are shared state,
+        # and a tick is microseconds, so finer locks would cost more than they save.
+        self.lock = threading.RLock()
+        self.launchers: dict[str, Launcher] = {}
+        self.runners: dict[tuple[str, str, int], GraphRunner] = {}
+        self.constants = ConstantRing(d)
+        self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
+        self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
+        self.plans: dict[tuple, object] = {}                     # staged tick plans (ops._TickPlan)
+        self.dummy = 0                                           # warm-up's placeholder block
+        self.warm = False
+        self.init_seconds = time.perf_counter() - t0
+
+    # ---- per call --------------------------------------------------------------------------
+    def enter(self) -> None:
+        """Make this context current on the calling thread.
+
+        Done on every call, not once per thread: another library (PyTorch's set_device) may have
+        made a different device current since.
+        """
+        self.driver.ctx_set_current(self.ctx)
+
+    def launcher(self, family: str, dtype: str, n: int, aligned16: bool) -> Launcher:
+        k = self.bundle.select(family, dtype, n, aligned16, self.sm_count)
+        lau = self.launchers.get(k.variant)
+        if lau is None:
+            lau = self.launchers[k.variant] = Launcher(self.driver, k)
+        return lau
+
+    def runner(self, family: str, dtype: str, index: int, layout, full_layout) -> GraphRunner:
+        """Graph runner `index` of an op (0: ticks and even chunks, 1: odd chunks of the pipeline).
+
+        Made on first use with room for `full_layout` (a whole staged chunk), so later calls of
+        any size up to a chunk reuse it; regrown only for a layout beyond it (a surface grid
+        bigger than any before).
+        """
+        key = (family, dtype, index)
+        r = self.runners.get(key)
+        if r is not None and layout.in_bytes <= r.in_capacity and layout.out_bytes <= r.out_capacity:
+            return r
+        # 64 KB of headroom: a surface grid (up to ~8,000 points) larger than warm-up's fits
+        # without regrowing staging.
+        in_cap = max(layout.in_bytes, full_layout.in_bytes + (1 << 16))
+        out_cap = max(layout.out_bytes, full_layout.out_bytes)
+        if r is not None:
+            self.driver.stream_synchronize(r.stream)
+            r.close()
+            in_cap, out_cap = max(in_cap, 2 * r.in_capacity), max(out_cap, r.out_capacity)
+        r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}")
+        return r
+
+    def upload(self, slot: int, a: np.ndarray, stream: int) -> int:
+        """Copy host array `a` into device scratch `slot` (grown as needed); its device pointer."""
+        have = self.uploads.get(slot)
+        if have is None or have[1] < a.nbytes:
+            if have is not None:
+                self.driver.ctx_synchronize()
+                self.driver.mem_free(have[0])
+            size = max(256, 1 << max(0, (a.nbytes - 1).bit_length()))
+            have = self.uploads[slot] = (self.driver.mem_alloc(size), size)
+        if a.nbytes:
+            self.driver.memcpy_htod_async(have[0], a.ctypes.data, a.nbytes, stream)
+        return have[0]
+
+    def resident_grid(self, arrays: tuple[np.ndarray, ...]) -> list[int]:
+        """Device pointers of a surface's grid arrays, uploaded once and reused while unchanged.
+
+        Keyed by the arrays' identity and checked by value, so a grid modified in place is
+        re-uploaded rather than read stale.
+        """
+        key = tuple(id(a) for a in arrays)
+        hit = self.grids.get(key)
+        if hit is not None and all(np.array_equal(h, a) for h, a in zip(hit[0], arrays)):
+            return hit[1]
+        if len(self.grids) >= 8:
+            self.driver.ctx_synchronize()
+            for _, (_, _, base) in self.grids.items():
+                self.driver.mem_free(base)
+            self.grids.clear()
+        sizes = [a.nbytes for a in arrays]
+        layout = plan_layout(sizes, [])
+        base = self.driver.mem_alloc(layout.in_bytes)
+        ptrs = [base + o for o in layout.in_offsets]
+        for p, a in zip(ptrs, arrays):
+            self.driver.memcpy_htod(p, a.ctypes.data, a.nbytes)
+        self.grids[key] = (tuple(a.copy() for a in arrays), ptrs, base)
+        return ptrs

@@ -1,0 +1,113 @@
+"""GPU arrays in, GPU arrays out: the kernel launched on the caller's own device memory.
+
+No copy and no host wait: the kernel is queued on the producer's stream and outputs are made by
+the producer's library, so whatever the caller queues next on that stream sees the results.
+
+Which stream: the one the CUDA Array Interface (v3) names; for PyTorch, whose interface names
+none, its current stream; otherwise the legacy default stream, which orders after all work on
+the blocking streams of the context (DLPack producers are asked to order before it, too).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tickgpu.runtime.arrays import (DeviceArray, device_view, empty_like_kind, is_device_array,
+                                    producer_stream)
+from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH
+from tickgpu.runtime.staged import DTYPE_CODE
+
+__all__ = ["device_call"]
+
+CU_STREAM_LEGACY = 1
+
+_FLAG_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_), np.dtype(np.int8))
+
+
+def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
+    """Run `fam` on GPU-array inputs (host scalars and arrays may be mixed in); outputs of the inputs' kind."""
+    n = math.prod(shape)
+    with ctx.lock:
+        ctx.enter()
+        views = {}
+        for name, x in zip(fam.inputs, inputs):
+            if is_device_array(x):
+                views[name] = _check_view(device_view(x, name, dlpack_stream=CU_STREAM_LEGACY), name, x, fam, dtype,
+                                          shape, n, ctx.ordinal)
+        first = next(v for v in views.values())
+        out_arrays = []
+        for _, role in fam.outputs:
+            odt = fam.out_dtype(role, dtype)
+            o = empty_like_kind(first.source, shape, odt, ctx.ordinal)
+            out_arrays.append(o if o is not None else DeviceArray(ctx, shape, odt))
+        out_views = [device_view(o, name) for o, (name, _) in zip(out_arrays, fam.outputs)]
+        stream = next((s for s in (producer_stream(v) for v in (*views.values(), *out_views)) if s is not None),
+                      CU_STREAM_LEGACY)
+        launch_stream = int(stream)
+        # Arrays of our own (no library to order them) are handed out finished.
+        owned = any(isinstance(o, DeviceArray) for o in out_arrays)
+        if n == 0:
+            return out_arrays
+
+        ptrs, strides, scalars, uploaded = [], [], [], False
+        for slot, (name, x) in enumerate(zip(fam.inputs, inputs)):
+            want = np.uint8 if name == fam.flag else dtype
+            v = views.get(name)
+            if v is not None:
+                ptrs.append(v.ptr)
+                strides.append(0 if v.size == 1 else 1)
+                continue
+            a = np.asarray(x)
+            if a.size == 1:
+                scalars.append((len(ptrs), np.ascontiguousarray(a, dtype=want).reshape(1)))
+                ptrs.append(0)
+                strides.append(0)
+            else:
+                host = np.ascontiguousarray(np.broadcast_to(a, shape), dtype=want)
+                ptrs.append(ctx.upload(slot, host, launch_stream))
+                strides.append(1)
+                uploaded = True
+        for (i, _), p in zip(scalars, ctx.constants.put([v for _, v in scalars], launch_stream)):
+            ptrs[i] = p
+        grid_ptrs = ctx.resident_grid(grid) if grid else []
+        out_ptrs = [v.ptr for v in out_views]
+        aligned = all(p % 16 == 0 for p in (*ptrs, *out_ptrs, *grid_ptrs))
+        dts = DTYPE_CODE[dtype]
+        out_size = [np.dtype(v.dtype).itemsize for v in out_views]
+        in_size = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
+        for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
+            m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)
+            lau = ctx.launcher(fam.name, dts, m, aligned and m % 16 == 0)
+            ctx.bundle.ensure_scratch(lau.kernel, lau.grid(m)[0])
+            p_in = [p + start * sz * s for p, s, sz in zip(ptrs, strides, in_size)]
+            p_out = [p + start * sz for p, sz in zip(out_ptrs, out_size)]
+            lau.args.pack(*fam.contract(grid_ptrs, p_in, strides, p_out, m, extra))
+            lau.launch(m, launch_stream)
+        if owned or uploaded:
+            # A consumer we cannot order with, or upload scratch the next call may reuse.
+            ctx.driver.stream_synchronize(launch_stream)
+        return out_arrays
+
+
+def _check_view(v, name, x, fam, dtype, shape, n, ordinal):
+    if v.device_id is not None and v.device_id != ordinal:
+        raise ValueError(f"{name}: GPU array is on device {v.device_id}, tickgpu runs on device {ordinal} "
+                         f"(set TICKGPU_DEVICE before first use)")
+    if name == fam.flag:
+        if v.dtype not in _FLAG_DTYPES:
+            raise TypeError(f"{name}: GPU array must be bool or uint8, got {v.dtype}")
+    elif v.dtype != dtype:
+        raise TypeError(f"{name}: GPU array has dtype {v.dtype}, the call asks for {dtype}; convert it on the "
+                        f"device first (e.g. x.astype({dtype.name}))")
+    if v.size not in (1, n):
+        raise ValueError(f"{name}: GPU array of shape {v.shape} must have the broadcast shape {shape} or a single "
+                         f"element; broadcast it on the device first (a contiguous copy)")
+    if v.size > 1 and not v.contiguous:
+        raise ValueError(f"{name}: GPU array of shape {v.shape} is not C-contiguous; pass a contiguous copy "
+                         f"(cupy.ascontiguousarray(x) or x.contiguous())")
+    if v.ptr == 0 and v.size:
+        raise ValueError(f"{name}: GPU array has a null data pointer")
+    return v
+
+

@@ -1,0 +1,118 @@
+"""Launching a bundle kernel: an argument buffer packed once, then updated in place.
+
+``cuLaunchKernel`` takes ``void *kernelParams[]``: one pointer per parameter, each pointing at the
+value's bytes. `ArgBuffer` keeps both in NumPy memory that lives as long as the kernel: the value
+bytes laid out exactly as the device sees them (the manifest's offsets, checked against
+``cuFuncGetParamInfo`` at load), and the pointer array aimed into it once. A launch then costs one
+``struct.pack_into`` of the new pointers and sizes, and the driver call.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from tickgpu.runtime.bundle import FAMILY_ARGS, LoadedKernel
+
+__all__ = ["ArgBuffer", "Launcher", "grid_for", "MAX_ELEMENTS_PER_LAUNCH"]
+
+_STRUCT_CODES = {"ptr": "Q", "i32": "i", "i64": "q", "f32": "f", "f64": "d"}
+
+# n travels as an i32 and grids are bounded; bigger work is launched in slices of this size
+# (a multiple of 16 elements, so a slice boundary keeps 16-byte alignment for every dtype).
+MAX_ELEMENTS_PER_LAUNCH = 1 << 30
+
+
+def grid_for(n: int, elements_per_block: int) -> tuple[int, int, int]:
+    """The grid covering `n` elements at `elements_per_block` per block (at least one block)."""
+    return (max(1, -(-n // elements_per_block)), 1, 1)
+
+
+class ArgBuffer:
+    """The parameter values of one kernel, laid out per its manifest, plus the void*[] into them.
+
+    Attributes
+    ----------
+    values : numpy.ndarray of uint8
+        The value bytes (offset i holds the parameter whose manifest offset is i).
+    pointers : numpy.ndarray of uint64
+        ``kernelParams``: pointers[i] = address of parameter i's value.
+    address : int
+        The address of ``pointers``, as passed to cuLaunchKernel / graph node updates.
+    """
+
+    def __init__(self, kernel: LoadedKernel):
+        spec = kernel.spec
+        self.kernel = kernel
+        self.names = tuple(p.name for p in spec.params)
+        size = max((p.offset + p.size for p in spec.params), default=0)
+        # 16 bytes of slack keeps a zero-parameter kernel's buffer non-empty and addressable.
+        self.values = np.zeros(size + 16, dtype=np.uint8)
+        base = self.values.ctypes.data
+        self.pointers = np.array([base + p.offset for p in spec.params], dtype=np.uint64)
+        self.address = int(self.pointers.ctypes.data) if len(self.pointers) else base
+        fmt, cursor = "<", 0
+        for p in spec.params:
+            fmt += f"{p.offset - cursor}x" if p.offset > cursor else ""
+            fmt += _STRUCT_CODES[p.kind]
+            cursor = p.offset + p.size
+        self._all = struct.Struct(fmt)
+        self._one = [struct.Struct("<" + _STRUCT_CODES[p.kind]) for p in spec.params]
+        self._offsets = [p.offset for p in spec.params]
+        self._n_contract = len(FAMILY_ARGS[spec.family])
+
+    def pack(self, *contract_values) -> None:
+        """Write every parameter of the family's contract, in contract order.
+
+        Triton's trailing scratch pointers are appended from the kernel's own scratch memory.
+        """
+        if len(contract_values) != self._n_contract:
+            raise TypeError(f"kernel {self.kernel.variant}: {len(contract_values)} values for "
+                            f"{self._n_contract} contract parameters")
+        scratch = tuple(self.kernel.scratch.get(n, 0) for n in self.names[self._n_contract:])
+        try:
+            self._all.pack_into(self.values, 0, *contract_values, *scratch)
+        except struct.error as e:
+            # Find the offending parameter for the message (cold path: only on a bad value).
+            for i, v in enumerate(contract_values):
+                try:
+                    self._one[i].pack(v)
+                except struct.error:
+                    raise ValueError(f"kernel {self.kernel.variant}: parameter {i} ({self.names[i]}): "
+                                     f"{v!r} does not fit: {e}") from None
+            raise
+
+    def set(self, index: int, value) -> None:
+        """Update one parameter in place (e.g. n, or one pointer)."""
+        self._one[index].pack_into(self.values, self._offsets[index], value)
+
+    def read(self) -> tuple:
+        """The packed values, in parameter order (for tests and error messages)."""
+        return self._all.unpack_from(self.values, 0)
+
+    def snapshot(self) -> bytes:
+        return self.values.tobytes()
+
+
+class Launcher:
+    """Launches one loaded kernel variant with its own, reused `ArgBuffer`.
+
+    Not thread-safe: the argument buffer is shared by every launch through this object
+    (the runtime keeps one per thread-confined use, under the op's lock).
+    """
+
+    def __init__(self, driver, kernel: LoadedKernel):
+        self.driver = driver
+        self.kernel = kernel
+        self.args = ArgBuffer(kernel)
+        self.launches = 0   # direct launches (graph replays are counted by their GraphRunner)
+
+    def grid(self, n: int) -> tuple[int, int, int]:
+        return grid_for(n, self.kernel.spec.elements_per_block)
+
+    def launch(self, n: int, stream: int, *, sync: bool = False) -> None:
+        """Launch over `n` elements with the values last packed; cuLaunchKernel copies them."""
+        spec = self.kernel.spec
+        self.driver.launch(self.kernel.func, self.grid(n), spec.block, spec.shared, stream,
+                           self.args.address, sync=sync, kernel=spec.variant)
+        self.launches += 1

@@ -1,0 +1,415 @@
+"""A CUDA driver stand-in that runs the runtime end to end on a CPU.
+
+"Device" memory is host memory, so copies are memmoves and a "kernel" is a NumPy emulation that
+reads its arguments the way the GPU would: through the void*[] the runtime passes, at the sizes
+the cubin declares. Every pointer a kernel dereferences is checked against the allocations
+(bounds and, for 16-byte-aligned variants, alignment), so packing and layout errors fail loudly.
+
+Fake cubins are JSON: {"entries": {entry: {"family", "dtype", "block", "elements_per_block",
+"aligned16", "params": [[offset, size], ...]}}}. The emulated kernels compute simple
+closed-form functions (`expected_*` below), enough to tell every input and output apart.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+
+import numpy as np
+
+from tickgpu.runtime.bundle import FAMILY_ARGS, GREEKS_OUTPUTS
+from tickgpu.runtime.driver import CudaError
+
+_KIND_DTYPE = {"ptr": np.uint64, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
+
+
+# ---- what the emulated kernels compute (the tests' independent reference) --------------------------
+def expected_greeks(spot, strike, t, rate, vol, div, call):
+    c = np.asarray(call, dtype=np.float64)
+    return {name: spot + (k + 1) * strike + t * rate + vol - div + 0.5 * (k + 1) * c
+            for k, name in enumerate(GREEKS_OUTPUTS)}
+
+
+def expected_iv(price, spot, strike, t, rate, div, call):
+    c = np.asarray(call, dtype=np.float64)
+    with np.errstate(all="ignore"):   # warm-up launches read placeholder memory
+        vol = price / spot + strike * t + rate - div + c
+    status = (np.asarray(strike > spot, dtype=np.int8) + 2 * np.asarray(call, dtype=np.int8)).astype(np.int8)
+    return vol, status
+
+
+def expected_surface(strikes, expiries, vols, mode, strike, t, what):
+    return (strikes[0] + strikes[-1] + expiries[-1] + vols.sum() + strike * t + 10 * mode + 100 * what
+            + 1000 * len(strikes) + 10000 * len(expiries))
+
+
+class MockDriver:
+    """Records calls, hands out host-backed "device" memory, emulates kernels and graphs."""
+
+    def __init__(self, cc=(9, 0), sm_count=132, devices=1):
+        self.cc, self.sm_count, self.devices = cc, sm_count, devices
+        self.calls: list[str] = []
+        self.counts = {"mem_alloc": 0, "mem_host_alloc": 0, "module_load": 0, "graph_instantiate": 0}
+        self.fail: dict[str, str] = {}          # op -> CUDA error name to raise
+        self.blocks: dict[int, object] = {}      # base address -> ctypes buffer
+        self.sizes: dict[int, int] = {}
+        self.functions: dict[int, dict] = {}
+        self.launches: list[dict] = []           # every executed kernel: variant info, grid, n
+        self.captures: dict[int, list] = {}      # stream -> ops while capturing
+        self.graphs: dict[int, list] = {}
+        self.execs: dict[int, list] = {}
+        self.nodes: dict[int, tuple] = {}        # node -> (graph, index)
+        self._next = 0x1000
+        self.has_hot_path = False
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    def _handle(self) -> int:
+        self._next += 0x10
+        return self._next
+
+    def _op(self, name: str, kernel: str | None = None) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise CudaError(name, self.fail[name], 1, kernel)
+
+    def _alloc(self, nbytes: int, align: int) -> int:
+        buf = ctypes.create_string_buffer(nbytes + align)
+        base = ctypes.addressof(buf)
+        addr = (base + align - 1) // align * align
+        self.blocks[addr] = buf
+        self.sizes[addr] = nbytes
+        return addr
+
+    def check_range(self, addr: int, nbytes: int, what: str) -> None:
+        for base, size in self.sizes.items():
+            if base <= addr and addr + nbytes <= base + size:
+                return
+        raise AssertionError(f"{what}: [{addr:#x}, +{nbytes}) is outside every allocation")
+
+    def error_name(self, code):
+        return f"CUresult {code}"
+
+    # ---- device and context ----------------------------------------------------------------------
+    def init(self):
+        self._op("cuInit")
+
+    def device_count(self):
+        return self.devices
+
+    def device_get(self, ordinal):
+        return ordinal
+
+    def device_name(self, device):
+        return "Mock H200"
+
+    def device_attribute(self, name, device):
+        return {"MULTIPROCESSOR_COUNT": self.sm_count, "COMPUTE_CAPABILITY_MAJOR": self.cc[0],
+                "COMPUTE_CAPABILITY_MINOR": self.cc[1]}[name]
+
+    def compute_capability(self, device):
+        return self.cc
+
+    def primary_context(self, device):
+        self._op("cuDevicePrimaryCtxRetain")
+        return 0xC0
+
+    def ctx_set_current(self, ctx):
+        self.calls.append("cuCtxSetCurrent")
+
+    def ctx_synchronize(self):
+        self.calls.append("cuCtxSynchronize")
+
+    # ---- modules -------------------------------------------------------------------------------
+    def module_load_data(self, image, kernel=None):
+        self._op("cuModuleLoadData", kernel)
+        self.counts["module_load"] += 1
+        doc = json.loads(image)
+        h = self._handle()
+        self.functions[h] = {"module": doc}
+        return h
+
+    def module_get_function(self, module, entry, kernel=None):
+        self._op("cuModuleGetFunction", kernel)
+        doc = self.functions[module]["module"]
+        if entry not in doc["entries"]:
+            raise CudaError(f"cuModuleGetFunction({entry})", "CUDA_ERROR_NOT_FOUND", 500, kernel)
+        h = self._handle()
+        self.functions[h] = dict(doc["entries"][entry], entry=entry, variant=kernel)
+        return h
+
+    def func_param_info(self, func, kernel=None):
+        self._op("cuFuncGetParamInfo", kernel)
+        return [tuple(p) for p in self.functions[func]["params"]]
+
+    def func_attribute(self, name, func, kernel=None):
+        return 0
+
+    # ---- memory ----------------------------------------------------------------------------------
+    def mem_alloc(self, nbytes):
+        self._op("cuMemAlloc")
+        self.counts["mem_alloc"] += 1
+        return self._alloc(nbytes, 256)
+
+    def mem_host_alloc(self, nbytes, flags=3):
+        self._op("cuMemHostAlloc")
+        self.counts["mem_host_alloc"] += 1
+        return self._alloc(nbytes, 4096)
+
+    def mem_free(self, p):
+        self.calls.append("cuMemFree")
+        self.sizes.pop(p)
+        self.blocks.pop(p)
+
+    mem_free_host = mem_free
+
+    def host_device_pointer(self, p):
+        return p
+
+    def _copy(self, dst, src, nbytes, what):
+        self.check_range(dst, nbytes, f"{what} destination")
+        ctypes.memmove(dst, src, nbytes)
+
+    def memcpy_htod(self, dst, src, nbytes):
+        self._op("cuMemcpyHtoD")
+        self._copy(dst, src, nbytes, "cuMemcpyHtoD")
+
+    def memcpy_dtoh(self, dst, src, nbytes):
+        self._op("cuMemcpyDtoH")
+        self.check_range(src, nbytes, "cuMemcpyDtoH source")
+        ctypes.memmove(dst, src, nbytes)
+
+    def memcpy_htod_async(self, dst, src, nbytes, stream):
+        self._op("cuMemcpyHtoDAsync")
+        if stream in self.captures:
+            self.captures[stream].append(["copy", dst, src, nbytes, "htod"])
+        else:
+            self._copy(dst, src, nbytes, "cuMemcpyHtoDAsync")
+
+    def memcpy_dtoh_async(self, dst, src, nbytes, stream):
+        self._op("cuMemcpyDtoHAsync")
+        if stream in self.captures:
+            self.captures[stream].append(["copy", dst, src, nbytes, "dtoh"])
+        else:
+            self.check_range(src, nbytes, "cuMemcpyDtoHAsync source")
+            ctypes.memmove(dst, src, nbytes)
+
+    # ---- streams, events ----------------------------------------------------------------------------
+    def stream_create(self, flags=1):
+        self._op("cuStreamCreate")
+        return self._handle()
+
+    def stream_destroy(self, s):
+        pass
+
+    def stream_synchronize(self, s):
+        self._op("cuStreamSynchronize")
+
+    def event_create(self, flags=2):
+        return self._handle()
+
+    def event_record(self, e, s):
+        pass
+
+    def event_synchronize(self, e):
+        pass
+
+    # ---- kernels -----------------------------------------------------------------------------------
+    def _read_args(self, fn, params_addr) -> tuple:
+        layout = fn["params"]
+        kinds = [k for _, k in FAMILY_ARGS[fn["family"]]] + ["ptr"] * (len(layout) - len(FAMILY_ARGS[fn["family"]]))
+        ptrs = (ctypes.c_uint64 * len(layout)).from_address(params_addr)
+        vals = []
+        for (offset, size), kind, p in zip(layout, kinds, ptrs):
+            assert np.dtype(_KIND_DTYPE[kind]).itemsize == size, "param size vs kind"
+            vals.append(np.frombuffer(ctypes.string_at(p, size), dtype=_KIND_DTYPE[kind])[0].item())
+        return tuple(vals)
+
+    def launch(self, func, grid, block, shared, stream, params, *, sync=False, kernel=None):
+        self._op("cuLaunchKernel", kernel)
+        fn = self.functions[func]
+        args = self._read_args(fn, params)   # the driver copies the values at launch (and capture)
+        if stream in self.captures:
+            self.captures[stream].append(["kernel", func, tuple(grid), tuple(block), shared, args])
+        else:
+            self._run_kernel(func, grid, block, shared, args)
+
+    def _array(self, fn, ptr, stride, n, dtype, what):
+        count = n if stride else 1
+        nbytes = count * np.dtype(dtype).itemsize
+        self.check_range(ptr, nbytes, f"{fn['variant']} {what}")
+        if fn["aligned16"] and ptr % 16:
+            raise AssertionError(f"{fn['variant']} {what}: pointer {ptr:#x} not 16-byte aligned for an aligned variant")
+        a = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=dtype)
+        return a if stride else np.broadcast_to(a, (n,))
+
+    def _run_kernel(self, func, grid, block, shared, args):
+        # Staged ticks run the whole bucket: the tail reads stale staging, as on the GPU.
+        with np.errstate(all="ignore"):
+            self._run_kernel_checked(func, grid, block, shared, args)
+
+    def _run_kernel_checked(self, func, grid, block, shared, args):
+        fn = self.functions[func]
+        fam = fn["family"]
+        n = args[len(FAMILY_ARGS[fam]) - 1]
+        epb = fn["elements_per_block"]
+        assert tuple(block) == tuple(fn["block"]), f"{fn['variant']}: block {block} != {fn['block']}"
+        assert grid[0] * epb >= n and (grid[0] - 1) * epb < max(n, 1), f"{fn['variant']}: grid {grid} for n={n}"
+        assert 0 <= n < 2**31
+        if fn["aligned16"] and n % 16:
+            raise AssertionError(f"{fn['variant']}: an aligned16 variant launched with n={n}, not a multiple of 16")
+        vdt = np.float64 if fn["dtype"] == "f64" else np.float32
+        self.launches.append({"variant": fn["variant"], "grid": tuple(grid), "n": n, "args": args})
+        if n == 0:
+            return
+        if fam in ("greeks", "implied_vol"):
+            names = [a for a, _ in FAMILY_ARGS[fam]]
+            ins = {}
+            for i in range(7):
+                name, ptr, stride = names[2 * i], args[2 * i], args[2 * i + 1]
+                assert stride in (0, 1), f"{name} stride {stride}"
+                ins[name] = self._array(fn, ptr, stride, n, np.uint8 if name == "call" else vdt, name)
+            f64 = {k: v.astype(np.float64) for k, v in ins.items()}
+            out_ptrs = args[14:14 + (10 if fam == "greeks" else 2)]
+            if fam == "greeks":
+                res = expected_greeks(**{k: f64[k] for k in ("spot", "strike", "t", "rate", "vol", "div")},
+                                      call=ins["call"])
+                for name, p in zip(GREEKS_OUTPUTS, out_ptrs):
+                    self._array(fn, p, 1, n, vdt, name)[:] = res[name]
+            else:
+                vol, status = expected_iv(**{k: f64[k] for k in ("price", "spot", "strike", "t", "rate", "div")},
+                                          call=ins["call"])
+                self._array(fn, out_ptrs[0], 1, n, vdt, "vol_out")[:] = vol
+                self._array(fn, out_ptrs[1], 1, n, np.int8, "status_out")[:] = status
+        else:
+            (gk, ge, gv, nk, nt, mode, pk, sk, pt, st, po, what, _) = args[:13]
+            strikes = self._array(fn, gk, 1, nk, np.float64, "strikes")
+            expiries = self._array(fn, ge, 1, nt, np.float64, "expiries")
+            vols = self._array(fn, gv, 1, nk * nt, np.float64, "vols")
+            k = self._array(fn, pk, sk, n, np.float64, "strike")
+            t = self._array(fn, pt, st, n, np.float64, "t")
+            self._array(fn, po, 1, n, np.float64, "out")[:] = expected_surface(strikes, expiries, vols, mode, k, t, what)
+
+    # ---- graphs -----------------------------------------------------------------------------------
+    def stream_begin_capture(self, s):
+        self._op("cuStreamBeginCapture")
+        assert s not in self.captures
+        self.captures[s] = []
+
+    def stream_end_capture(self, s):
+        self._op("cuStreamEndCapture")
+        g = self._handle()
+        self.graphs[g] = self.captures.pop(s)
+        return g
+
+    def graph_instantiate(self, g):
+        self._op("cuGraphInstantiate")
+        self.counts["graph_instantiate"] += 1
+        e = self._handle()
+        self.execs[e] = [list(op) for op in self.graphs[g]]
+        return e
+
+    def graph_nodes(self, g):
+        out = []
+        for i, op in enumerate(self.graphs[g]):
+            node = self._handle()
+            self.nodes[node] = (g, i)
+            out.append((node, "kernel" if op[0] == "kernel" else "memcpy"))
+        return out
+
+    def graph_memcpy_node_addresses(self, node):
+        g, i = self.nodes[node]
+        op = self.graphs[g][i]
+        return op[1], op[2]
+
+    def graph_exec_kernel_node_set_params(self, e, node, func, grid, block, shared, params, kernel=None):
+        self._op("cuGraphExecKernelNodeSetParams", kernel)
+        _, i = self.nodes[node]
+        assert self.execs[e][i][0] == "kernel"
+        self.execs[e][i] = ["kernel", func, tuple(grid), tuple(block), shared, self._read_args(self.functions[func], params)]
+
+    def graph_exec_memcpy_node_set_params(self, e, node, ctx, dst, src, nbytes):
+        self._op("cuGraphExecMemcpyNodeSetParams")
+        _, i = self.nodes[node]
+        op = self.execs[e][i]
+        assert op[0] == "copy" and nbytes > 0
+        self.execs[e][i] = ["copy", dst, src, nbytes, op[4]]
+
+    def graph_launch(self, e, s, *, sync=False):
+        self._op("cuGraphLaunch")
+        for op in self.execs[e]:
+            if op[0] == "copy":
+                _, dst, src, nbytes, direction = op
+                self.check_range(dst if direction == "htod" else src, nbytes, f"graph copy {direction}")
+                ctypes.memmove(dst, src, nbytes)
+            else:
+                _, func, grid, block, shared, args = op
+                self._run_kernel(func, grid, block, shared, args)
+
+    def roundtrip(self, cin, n_in, e, s, cout, n_out):
+        from tickgpu._native import check, lib
+
+        check(lib.tg_hot_stage(cin, n_in), "stage in")
+        self.graph_launch(e, s, sync=True)
+        check(lib.tg_hot_stage(cout, n_out), "stage out")
+
+    def graph_destroy(self, g):
+        pass
+
+    def graph_exec_destroy(self, e):
+        self.execs.pop(e, None)
+
+
+# ---- a fake bundle on disk -------------------------------------------------------------------------
+def layout(kinds):
+    out, cursor = [], 0
+    for k in kinds:
+        size = np.dtype(_KIND_DTYPE[k]).itemsize
+        cursor = -(-cursor // size) * size
+        out.append((cursor, size))
+        cursor += size
+    return out
+
+
+def kernel_entry(family, dtype, epb, block, aligned16, source="triton", arch="sm_90", scratch=None, variant=None):
+    kinds = [k for _, k in FAMILY_ARGS[family]]
+    names = [n for n, _ in FAMILY_ARGS[family]]
+    if source == "triton":
+        kinds += ["ptr", "ptr"]
+        names += ["global_scratch", "profile_scratch"]
+    lay = layout(kinds)
+    variant = variant or f"{family}_{dtype}_b{epb}{'_a16' if aligned16 else ''}"
+    return {
+        "variant": variant, "family": family, "arch": arch, "file": f"{arch}/{variant}.cubin",
+        "entry": f"{variant}_kernel", "source": source, "source_hash": "0" * 64,
+        "num_warps": block // 32, "block": [block, 1, 1], "shared": 0, "elements_per_block": epb,
+        "dtype": dtype, "aligned16": aligned16,
+        "params": [{"name": n, "kind": k, "size": s, "offset": o} for n, k, (o, s) in zip(names, kinds, lay)],
+        "scratch": scratch or {"global": 0, "global_align": 1, "profile": 0},
+    }
+
+
+def default_entries(arch="sm_90"):
+    e = []
+    for dt in ("f64", "f32"):
+        for a16 in (True, False):
+            e.append(kernel_entry("greeks", dt, 256, 128, a16, arch=arch))
+            e.append(kernel_entry("greeks", dt, 4096, 256, a16, arch=arch))
+            e.append(kernel_entry("implied_vol", dt, 128, 128, a16, source="cuda", arch=arch))
+    e.append(kernel_entry("surface", "f64", 1024, 128, True, arch=arch))
+    e.append(kernel_entry("surface", "f64", 1024, 128, False, arch=arch))
+    return e
+
+
+def write_bundle(root, entries, cubin_params=None):
+    """manifest.json + fake cubins; `cubin_params` {variant: [[offset, size], ...]} overrides what a
+    cubin reports (to provoke a mismatch)."""
+    cubin_params = cubin_params or {}
+    for ent in entries:
+        path = root / ent["file"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        params = cubin_params.get(ent["variant"], [[p["offset"], p["size"]] for p in ent["params"]])
+        path.write_text(json.dumps({"entries": {ent.get("entry", "?"): {
+            "family": ent.get("family"), "dtype": ent.get("dtype"), "block": ent.get("block"),
+            "elements_per_block": ent.get("elements_per_block"), "aligned16": ent.get("aligned16"), "params": params}}}))
+    (root / "manifest.json").write_text(json.dumps({"format": 1, "created": "2026-01-01",
+                                                    "compilers": {"triton": "3.6", "nvcc": None}, "kernels": entries}))
+    return root

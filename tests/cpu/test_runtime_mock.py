@@ -1,0 +1,717 @@
+"""The GPU runtime on a mock driver: packing, variants, graphs, errors, imports -- no GPU needed.
+
+The mock (cuda_mock.py) backs "device" memory with host memory and emulates each kernel family
+with a closed-form function read through the argument buffer exactly as a GPU would, checking
+every dereferenced range against the allocations. So these tests fail on a wrong offset, stride,
+layout, grid, variant or graph update -- not only on a crash.
+"""
+import ctypes
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu.runtime as rt
+from tickgpu.errors import BackendUnavailable, TickGpuError
+from tickgpu.runtime import ops
+from tickgpu.runtime.bundle import FAMILY_ARGS, Bundle, BundleError, Manifest, arch_for
+from tickgpu.runtime.driver import CudaError
+from tickgpu.runtime.launch import ArgBuffer, grid_for
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mock import (MockDriver, default_entries, expected_greeks, expected_iv,  # noqa: E402
+                       expected_surface, kernel_entry, write_bundle)
+
+CHUNK = 64   # staging elements: small, so the pipeline path runs on small arrays
+
+
+@pytest.fixture
+def bundle_dir(tmp_path):
+    return write_bundle(tmp_path / "bundle", default_entries())
+
+
+@pytest.fixture
+def mock():
+    return MockDriver()
+
+
+@pytest.fixture
+def ctx(mock, bundle_dir):
+    c = rt.init(driver=mock, bundle_dir=bundle_dir, staging_elements=CHUNK)
+    yield c
+    rt.reset()
+
+
+def _bsm_inputs(rng, n, dtype):
+    return dict(spot=rng.uniform(50, 150, n).astype(dtype), strike=rng.uniform(50, 150, n).astype(dtype),
+                t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),
+                vol=rng.uniform(0.05, 0.8, n).astype(dtype), div=rng.uniform(0, 0.03, n).astype(dtype),
+                call=rng.random(n) < 0.5)
+
+
+def _ref(d):
+    return {k: (np.asarray(v, dtype=np.float64) if k != "call" else np.asarray(v)) for k, v in d.items()}
+
+
+def _close(a, b, dtype):
+    tol = 1e-12 if np.dtype(dtype) == np.float64 else 2e-6
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), np.broadcast_to(b, np.shape(a)), rtol=tol, atol=tol)
+
+
+# ---- manifest and architecture -----------------------------------------------------------------
+@pytest.mark.parametrize("cc,arch", [((9, 0), "sm_90"), ((8, 0), "sm_80"), ((8, 6), "sm_80"), ((8, 9), "sm_80")])
+def test_arch_supported(cc, arch):
+    assert arch_for(cc) == (arch, "")
+
+
+@pytest.mark.parametrize("cc", [(7, 5), (10, 0), (12, 0), (9, 1)])
+def test_arch_refused_with_reason(cc):
+    arch, reason = arch_for(cc)
+    assert arch is None and f"{cc[0]}.{cc[1]}" in reason and "sm_80" in reason
+
+
+def test_context_refuses_unsupported_device(bundle_dir):
+    with pytest.raises(BackendUnavailable, match="compute capability 7.5"):
+        rt.init(driver=MockDriver(cc=(7, 5)), bundle_dir=bundle_dir)
+    rt.reset()
+
+
+def test_manifest_reads_contract(bundle_dir):
+    m = Manifest.read(bundle_dir)
+    assert {k.family for k in m.kernels} == {"greeks", "implied_vol", "surface"}
+    k = next(k for k in m.kernels if k.family == "greeks")
+    assert len(k.contract_params) == len(FAMILY_ARGS["greeks"]) == 25
+    assert [p.name for p in k.scratch_params] == ["global_scratch", "profile_scratch"]
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda e: e.update(block=[100, 1, 1]), "num_warps"),
+    (lambda e: e["params"][1].update(kind="ptr", size=8), "contract wants i32"),
+    (lambda e: e["params"][0].update(size=4), "do not fit kind ptr"),
+    (lambda e: e.update(family="heston"), "unknown family"),
+    (lambda e: e.update(dtype="f16"), "dtype"),
+    (lambda e: e["params"].pop(3), "contract wants"),
+    (lambda e: e.pop("entry"), "missing 'entry'"),
+])
+def test_manifest_defects_named(tmp_path, mutate, match):
+    e = kernel_entry("greeks", "f64", 256, 128, True)
+    mutate(e)
+    write_bundle(tmp_path, [e])
+    with pytest.raises(BundleError, match=match) as info:
+        Manifest.read(tmp_path)
+    assert "greeks_f64_b256_a16" in str(info.value)
+
+
+def test_manifest_missing_and_bad_format(tmp_path):
+    with pytest.raises(BundleError, match="manifest.json missing"):
+        Manifest.read(tmp_path)
+    (tmp_path / "manifest.json").write_text(json.dumps({"format": 2, "kernels": []}))
+    with pytest.raises(BundleError, match="format must be 1"):
+        Manifest.read(tmp_path)
+
+
+def test_param_info_mismatch_names_kernel_and_param(tmp_path, mock):
+    e = kernel_entry("greeks", "f64", 256, 128, True)
+    bad = [[p["offset"], p["size"]] for p in e["params"]]
+    bad[24] = [bad[24][0], 8]          # the cubin says n is 8 bytes
+    write_bundle(tmp_path, [e], cubin_params={e["variant"]: bad})
+    with pytest.raises(BundleError, match=r"greeks_f64_b256_a16: param 24 \(n\): manifest says offset \d+ size 4, "
+                                          r"the cubin says offset \d+ size 8"):
+        Bundle(mock, Manifest.read(tmp_path), "sm_90")
+    write_bundle(tmp_path, [e], cubin_params={e["variant"]: bad[:-1]})
+    with pytest.raises(BundleError, match="takes 26 params, the manifest lists 27"):
+        Bundle(mock, Manifest.read(tmp_path), "sm_90")
+
+
+def test_no_kernels_for_arch(tmp_path, mock):
+    write_bundle(tmp_path, [kernel_entry("greeks", "f64", 256, 128, True, arch="sm_80")])
+    with pytest.raises(BundleError, match="no kernels for sm_90"):
+        Bundle(mock, Manifest.read(tmp_path), "sm_90")
+
+
+def test_bundle_records_load_time(ctx):
+    assert ctx.bundle.load_seconds > 0
+    assert all(k.load_seconds >= 0 for k in ctx.bundle.kernels.values())
+    assert ctx.driver.counts["module_load"] == len(default_entries())
+
+
+# ---- scratch ------------------------------------------------------------------------------------
+def test_profile_scratch_refused(tmp_path, mock):
+    e = kernel_entry("greeks", "f64", 256, 128, True, scratch={"global": 0, "global_align": 1, "profile": 64})
+    write_bundle(tmp_path, [e])
+    with pytest.raises(BundleError, match="greeks_f64_b256_a16: needs 64 bytes of profile scratch"):
+        Bundle(mock, Manifest.read(tmp_path), "sm_90")
+
+
+def test_global_scratch_without_param_refused(tmp_path, mock):
+    e = kernel_entry("implied_vol", "f64", 128, 128, False, source="cuda",
+                     scratch={"global": 32, "global_align": 16, "profile": 0})
+    write_bundle(tmp_path, [e])
+    with pytest.raises(BundleError, match="global scratch .* no scratch parameter"):
+        Bundle(mock, Manifest.read(tmp_path), "sm_90")
+
+
+def test_global_scratch_allocated_once_and_passed(tmp_path, mock, rng):
+    entries = [kernel_entry("greeks", "f64", 256, 128, True, scratch={"global": 100, "global_align": 16, "profile": 0})]
+    write_bundle(tmp_path, entries)
+    c = rt.init(driver=mock, bundle_dir=tmp_path, staging_elements=1024)
+    try:
+        d = _bsm_inputs(rng, 1000, np.float64)
+        ops.greeks(**d, dtype=np.float64, shape=(1000,))
+        k = c.bundle.kernels["greeks_f64_b256_a16"]
+        ptr = k.scratch["global_scratch"]
+        assert ptr and k.scratch_grid >= 4                    # 4 blocks of 256 for 1000 elements
+        assert mock.sizes[ptr] >= 4 * 112                    # 100 bytes rounded to the 16-byte alignment
+        assert mock.launches[-1]["args"][25] == ptr and mock.launches[-1]["args"][26] == 0
+        allocs = mock.counts["mem_alloc"]
+        ops.greeks(**d, dtype=np.float64, shape=(1000,))
+        assert mock.counts["mem_alloc"] == allocs            # not re-allocated
+    finally:
+        rt.reset()
+
+
+# ---- argument packing -----------------------------------------------------------------------------
+def test_arg_buffer_layout_matches_manifest(ctx):
+    k = ctx.bundle.kernels["greeks_f64_b256_a16"]
+    buf = ArgBuffer(k)
+    vals = tuple((0x10000 + 16 * i) if kind == "ptr" else (i % 2) for i, (_, kind) in enumerate(FAMILY_ARGS["greeks"]))
+    vals = vals[:-1] + (123456,)
+    buf.pack(*vals)
+    base = buf.values.ctypes.data
+    for i, p in enumerate(k.spec.params):
+        assert int(buf.pointers[i]) == base + p.offset
+        raw = bytes(buf.values[p.offset:p.offset + p.size])
+        want = vals[i] if i < len(vals) else 0
+        assert int.from_bytes(raw, "little", signed=p.kind != "ptr") == want, p.name
+    address_of_array = buf.pointers.ctypes.data
+    assert buf.address == address_of_array
+    buf.set(24, 7)   # in-place update of n
+    assert buf.read()[24] == 7
+
+
+def test_arg_buffer_rejects_bad_values(ctx):
+    buf = ArgBuffer(ctx.bundle.kernels["greeks_f64_b256_a16"])
+    vals = [0] * 25
+    vals[24] = 2**31   # n beyond i32
+    with pytest.raises(ValueError, match=r"parameter 24 \(n\)"):
+        buf.pack(*vals)
+    with pytest.raises(TypeError, match="24 values for 25"):
+        buf.pack(*vals[:-1])
+
+
+def test_grid_for():
+    assert grid_for(0, 256) == (1, 1, 1)
+    assert grid_for(1, 256) == (1, 1, 1)
+    assert grid_for(256, 256) == (1, 1, 1)
+    assert grid_for(257, 256) == (2, 1, 1)
+    assert grid_for(2**20 + 3, 4096) == (257, 1, 1)
+
+
+# ---- variant selection ----------------------------------------------------------------------------
+def test_variant_by_dtype_alignment_and_size(ctx):
+    sel = ctx.bundle.select
+    assert sel("greeks", "f64", 1000, True, 132).variant == "greeks_f64_b256_a16"       # small n: small blocks
+    assert sel("greeks", "f64", 132 * 4096, True, 132).variant == "greeks_f64_b4096_a16"  # fills every SM
+    assert sel("greeks", "f64", 131 * 4096, True, 132).variant == "greeks_f64_b256_a16"
+    assert sel("greeks", "f32", 10, True, 132).variant == "greeks_f32_b256_a16"
+    assert sel("greeks", "f64", 10, False, 132).variant == "greeks_f64_b256"             # misaligned pointers
+    assert not sel("greeks", "f64", 10**8, False, 132).spec.aligned16
+
+
+def test_variant_missing_is_clear(tmp_path, mock):
+    write_bundle(tmp_path, [kernel_entry("greeks", "f64", 256, 128, True)])
+    b = Bundle(mock, Manifest.read(tmp_path), "sm_90")
+    with pytest.raises(BundleError, match="no greeks kernel for dtype f64 that accepts unaligned pointers"):
+        b.select("greeks", "f64", 10, False, 132)
+    with pytest.raises(BundleError, match="no greeks kernel for dtype f32"):
+        b.select("greeks", "f32", 10, True, 132)
+
+
+# ---- host path end to end -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 17, CHUNK, CHUNK + 1, 5 * CHUNK + 3])
+def test_greeks_host_path(ctx, rng, dtype, n):
+    d = _bsm_inputs(rng, n, dtype)
+    out = ops.greeks(**d, dtype=dtype, shape=(n,))
+    want = expected_greeks(**_ref(d))
+    assert set(out) == set(want)
+    for k in want:
+        assert isinstance(out[k], np.ndarray) and out[k].dtype == dtype and out[k].shape == (n,)
+        _close(out[k], want[k], dtype)
+
+
+def test_greeks_broadcast_scalars_and_shapes(ctx, rng):
+    spot = rng.uniform(80, 120, (3, 4))
+    strike = rng.uniform(80, 120, (1, 4))          # broadcast along rows: copied once on the host
+    out = ops.greeks(spot, strike, 0.25, 0.02, 0.3, 0.01, False, dtype=np.float64, shape=(3, 4))
+    want = expected_greeks(spot, strike, 0.25, 0.02, 0.3, 0.01, False)
+    for k in want:
+        assert out[k].shape == (3, 4)
+        _close(out[k], want[k], np.float64)
+    # scalar-only call: 0-d results
+    out = ops.greeks(100.0, 95.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=())
+    assert out["price"].shape == ()
+    _close(out["price"], expected_greeks(100.0, 95.0, 1.0, 0.01, 0.2, 0.0, True)["price"], np.float64)
+
+
+def test_stride_zero_inputs_take_one_element(ctx, mock, rng):
+    n = 40
+    spot = rng.uniform(50, 150, n)
+    ops.greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+    args = mock.launches[-1]["args"]
+    strides = [args[2 * i + 1] for i in range(7)]
+    assert strides == [1, 0, 0, 0, 0, 0, 0]
+
+
+def test_empty_arrays_touch_nothing(ctx, mock):
+    before = len(mock.calls)
+    out = ops.greeks(np.empty(0), 100.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(0,))
+    assert out["price"].shape == (0,) and len(mock.calls) == before
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 33, 3 * CHUNK + 5])
+def test_implied_vol_host_path(ctx, rng, dtype, n):
+    d = _bsm_inputs(rng, n, dtype)
+    d.pop("vol")
+    price = rng.uniform(1, 20, n).astype(dtype)
+    vol, status = ops.implied_vol(price, **d, dtype=dtype, shape=(n,))
+    want_vol, want_status = expected_iv(np.float64(price), **_ref(d))
+    assert vol.dtype == dtype and status.dtype == np.int8
+    _close(vol, want_vol, dtype)
+    np.testing.assert_array_equal(status, want_status)
+
+
+@pytest.mark.parametrize("n", [1, 50, 4 * CHUNK + 1])
+def test_surface_host_path(ctx, rng, n):
+    strikes, expiries = np.sort(rng.uniform(50, 150, 7)), np.sort(rng.uniform(0.1, 3, 5))
+    vols = rng.uniform(0.1, 0.5, (5, 7))
+    k, t = rng.uniform(40, 160, n), rng.uniform(0, 4, n)
+    for mode, what in ((0, 0), (1, 1)):
+        out = ops.surface_eval(strikes, expiries, vols, mode, k, t, what=what, shape=(n,))
+        _close(out, expected_surface(strikes, expiries, vols.ravel(), mode, k, t, what), np.float64)
+
+
+def test_surface_bad_grid(ctx):
+    with pytest.raises(ValueError, match="vols has 5 values for 2 expiries x 3 strikes"):
+        ops.surface_eval(np.arange(3.0), np.arange(2.0), np.ones(5), 0, 1.0, 1.0, what=0, shape=())
+    with pytest.raises(ValueError, match="mode and what"):
+        ops.surface_eval(np.arange(3.0), np.arange(2.0), np.ones(6), 3, 1.0, 1.0, what=0, shape=())
+
+
+# ---- graphs ---------------------------------------------------------------------------------------
+def test_graph_captured_once_replayed_and_updated(ctx, mock, rng):
+    d = _bsm_inputs(rng, 20, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(20,))
+    r = ctx.runners[("greeks", "f64", 0)]
+    instantiated = mock.counts["graph_instantiate"]
+    s0 = dict(r.stats)
+    for _ in range(5):                                   # same layout: replay only
+        ops.greeks(**d, dtype=np.float64, shape=(20,))
+    assert r.stats["captures"] == s0["captures"] == 1
+    assert r.stats["replays"] == s0["replays"] + 5
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
+    d2 = _bsm_inputs(rng, 40, np.float64)                 # new n: nodes updated, not recaptured
+    out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+    assert r.stats["captures"] == 1 and r.stats["kernel_updates"] == s0["kernel_updates"] + 1
+    assert r.stats["copy_updates"] == s0["copy_updates"] + 2
+    assert mock.counts["graph_instantiate"] == instantiated
+    assert mock.launches[-1]["n"] == 48 and mock.launches[-1]["grid"] == (1, 1, 1)
+    _close(out["vega"], expected_greeks(**_ref(d2))["vega"], np.float64)
+    out = ops.greeks(**d, dtype=np.float64, shape=(20,))  # back: updated again, results right
+    _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)
+
+
+def test_copies_move_only_the_layout(ctx, mock, rng):
+    n = 10
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(n,))
+    r = ctx.runners[("greeks", "f64", 0)]
+    in_bytes, out_bytes = r._copy_bytes
+    assert in_bytes == 6 * 128 + 64 and out_bytes == 10 * 128   # 80 (10 for call) bytes each, 64-byte aligned
+    assert in_bytes < r.in_capacity and out_bytes < r.out_capacity
+
+
+def test_no_allocation_after_warmup(ctx, mock, rng):
+    ops.warmup(ctx)
+    counts = dict(mock.counts)
+    # a bigger grid than warm-up's must fit the staging headroom
+    strikes, expiries, vols = np.linspace(50, 150, 40), np.linspace(0.1, 3, 20), np.full((20, 40), 0.2)
+    for n in (1, 7, 64, 65, 300, 3):
+        for dtype in (np.float64, np.float32):
+            d = _bsm_inputs(rng, n, dtype)
+            ops.greeks(**d, dtype=dtype, shape=(n,))
+            d.pop("vol")
+            ops.implied_vol(np.full(n, 5.0, dtype), **d, dtype=dtype, shape=(n,))
+        ops.surface_eval(strikes, expiries, vols, 0, np.full(n, 100.0), 0.7, what=0, shape=(n,))
+    assert mock.counts == counts
+
+
+def test_warmup_launches_every_variant_and_graph(ctx, mock):
+    info = ops.warmup(ctx)
+    launched = {l["variant"] for l in mock.launches}
+    assert launched == set(ctx.bundle.kernels)
+    assert info["kernels"] == len(default_entries())
+    assert info["graphs"] == 2 * 5                      # (greeks, iv) x (f64, f32) + surface f64, two runners each
+    assert all(r.stats["captures"] == 1 and r.stats["replays"] >= 1 for r in ctx.runners.values())
+    assert ctx.warm
+
+
+# ---- device-array path (a CAI array in mock "device" memory) --------------------------------------
+class FakeGpuArray:
+    """A GPU array as another library would hand it over: CAI v3 only."""
+
+    def __init__(self, mock, host: np.ndarray, stream=None, offset=0, strides=None):
+        self.mock = mock
+        self.nbytes = host.nbytes
+        self.base = mock.mem_alloc(max(host.nbytes + offset, 1))
+        self.ptr = self.base + offset
+        ctypes.memmove(self.ptr, host.ctypes.data, host.nbytes)
+        self.shape, self.dtype, self.stream, self.strides = host.shape, host.dtype, stream, strides
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": self.strides, "stream": self.stream}
+
+
+def _read(mock, arr):
+    from tickgpu.runtime.arrays import DeviceArray
+
+    assert isinstance(arr, DeviceArray)
+    return arr.get()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_inputs_device_outputs(ctx, mock, rng, dtype):
+    n = 300
+    d = _bsm_inputs(rng, n, dtype)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), stream=7 if k == "spot" else None) for k, v in d.items()}
+    dev["rate"] = 0.02                                    # a Python scalar: constant ring
+    dev["div"] = d["div"]                                 # a host array mixed in: uploaded
+    out = ops.greeks(**dev, dtype=dtype, shape=(n,))
+    want = expected_greeks(**_ref(dict(d, rate=0.02)))
+    for k in want:
+        got = _read(mock, out[k])
+        assert got.dtype == dtype and got.shape == (n,)
+        _close(got, want[k], dtype)
+    assert "cuStreamSynchronize" in mock.calls           # an upload was used: finish before reuse
+
+
+def test_device_path_launches_on_producer_stream(ctx, mock, rng, monkeypatch):
+    from tickgpu.runtime import direct
+
+    n = 32
+    d = _bsm_inputs(rng, n, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), stream=0x5151) for k, v in d.items()}
+    made = []
+
+    def library_empty(x, shape, dtype, device_id):   # outputs from "the producer's library"
+        made.append(FakeGpuArray(mock, np.zeros(shape, dtype), stream=0x5151))
+        return made[-1]
+
+    monkeypatch.setattr(direct, "empty_like_kind", library_empty)
+    launched_streams = []
+    real = mock.launch
+
+    def spy(func, grid, block, shared, stream, params, **kw):
+        launched_streams.append(stream)
+        return real(func, grid, block, shared, stream, params, **kw)
+
+    mock.launch = spy
+    mock.calls.clear()
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert launched_streams == [0x5151]
+    assert "cuStreamSynchronize" not in mock.calls       # stream-ordered: no host wait
+    assert out["price"] is made[0]
+    got = np.frombuffer(ctypes.string_at(made[0].ptr, 8 * n), dtype=np.float64)
+    _close(got, expected_greeks(**_ref(d))["price"], np.float64)
+
+
+def test_device_path_without_named_stream_uses_legacy_stream(ctx, mock, rng):
+    n = 16
+    d = _bsm_inputs(rng, n, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    real = mock.launch
+    seen = []
+    mock.launch = lambda *a, **kw: (seen.append(a[4]), real(*a, **kw))
+    ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert seen == [1]                                   # CU_STREAM_LEGACY
+
+
+def test_device_path_misaligned_uses_unaligned_variant(ctx, mock, rng):
+    n = 48
+    d = _bsm_inputs(rng, n, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), offset=8 if k == "spot" else 0) for k, v in d.items()}
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert mock.launches[-1]["variant"] == "greeks_f64_b256"          # a pointer off by 8 bytes
+    _close(_read(mock, out["gamma"]), expected_greeks(**_ref(d))["gamma"], np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert mock.launches[-1]["variant"] == "greeks_f64_b256_a16"      # aligned, n % 16 == 0
+    d = _bsm_inputs(rng, n + 1, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n + 1,))
+    assert mock.launches[-1]["variant"] == "greeks_f64_b256"          # aligned, but n % 16 != 0
+    _close(_read(mock, out["vanna"]), expected_greeks(**_ref(d))["vanna"], np.float64)
+
+
+def test_device_path_implied_vol_and_surface(ctx, mock, rng):
+    n = 77
+    d = _bsm_inputs(rng, n, np.float64)
+    d.pop("vol")
+    price = rng.uniform(1, 10, n)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    vol, status = ops.implied_vol(FakeGpuArray(mock, price), **dev, dtype=np.float64, shape=(n,))
+    wv, ws = expected_iv(price, **_ref(d))
+    _close(_read(mock, vol), wv, np.float64)
+    np.testing.assert_array_equal(_read(mock, status), ws)
+    strikes, expiries, vols = np.array([80.0, 100.0, 120.0]), np.array([0.5, 1.0]), rng.uniform(0.1, 0.3, (2, 3))
+    k = rng.uniform(70, 130, n)
+    allocs = mock.counts["mem_alloc"]
+    for _ in range(3):   # the grid is uploaded once and reused
+        out = ops.surface_eval(strikes, expiries, vols, 1, FakeGpuArray(mock, k), 0.75, what=0, shape=(n,))
+        _close(_read(mock, out), expected_surface(strikes, expiries, vols.ravel(), 1, k, 0.75, 0), np.float64)
+    assert mock.counts["mem_alloc"] - allocs == 1 + 3 * 2   # grid once; per call: input + output array
+    vols2 = vols.copy()
+    vols2[0, 0] += 0.1                                      # a changed grid is re-uploaded, never read stale
+    out = ops.surface_eval(strikes, expiries, vols2, 1, FakeGpuArray(mock, k), 0.75, what=0, shape=(n,))
+    _close(_read(mock, out), expected_surface(strikes, expiries, vols2.ravel(), 1, k, 0.75, 0), np.float64)
+
+
+def test_device_path_rejections(ctx, mock, rng):
+    n = 8
+    d = {k: np.ascontiguousarray(v) for k, v in _bsm_inputs(rng, n, np.float64).items()}
+    base = {k: FakeGpuArray(mock, v) for k, v in d.items()}
+
+    def call(**over):
+        return ops.greeks(**dict(base, **over), dtype=np.float64, shape=(n,))
+
+    with pytest.raises(TypeError, match="spot: GPU array has dtype float32, the call asks for float64"):
+        call(spot=FakeGpuArray(mock, d["spot"].astype(np.float32)))
+    with pytest.raises(ValueError, match="strike: GPU array of shape .* is not C-contiguous"):
+        call(strike=FakeGpuArray(mock, np.zeros(2 * n), strides=(16,)).__class__(mock, np.zeros(n), strides=(16,)))
+    with pytest.raises(ValueError, match=r"t: GPU array of shape \(3,\) must have the broadcast shape \(8,\)"):
+        call(t=FakeGpuArray(mock, np.ones(3)))
+    with pytest.raises(TypeError, match="call: GPU array must be bool or uint8"):
+        call(call=FakeGpuArray(mock, np.ones(n)))
+    # a one-element GPU array broadcasts (stride 0)
+    out = call(vol=FakeGpuArray(mock, np.array([0.3])))
+    _close(_read(mock, out["price"]), expected_greeks(**_ref(dict(d, vol=0.3)))["price"], np.float64)
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+def test_failed_load_names_error_and_kernel(mock, bundle_dir):
+    mock.fail["cuModuleLoadData"] = "CUDA_ERROR_NO_BINARY_FOR_GPU"
+    with pytest.raises(CudaError) as info:
+        rt.init(driver=mock, bundle_dir=bundle_dir)
+    e = info.value
+    assert isinstance(e, TickGpuError)
+    assert e.name == "CUDA_ERROR_NO_BINARY_FOR_GPU" and e.op == "cuModuleLoadData" and e.kernel
+    assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in str(e) and e.kernel in str(e)
+    rt.reset()
+
+
+def test_failed_launch_names_kernel(ctx, mock, rng):
+    mock.fail["cuLaunchKernel"] = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in _bsm_inputs(rng, 4, np.float64).items()}
+    with pytest.raises(CudaError, match=r"cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES "
+                                        r"\(kernel greeks_f64_b256\)"):
+        ops.greeks(**dev, dtype=np.float64, shape=(4,))
+
+
+def test_failed_capture_leaves_stream_usable(ctx, mock, rng):
+    mock.fail["cuLaunchKernel"] = "CUDA_ERROR_INVALID_VALUE"
+    d = _bsm_inputs(rng, 4, np.float64)
+    with pytest.raises(CudaError, match="CUDA_ERROR_INVALID_VALUE"):
+        ops.greeks(**d, dtype=np.float64, shape=(4,))
+    assert not mock.captures                             # capture was ended
+    del mock.fail["cuLaunchKernel"]
+    ctx.runners.clear()
+    out = ops.greeks(**d, dtype=np.float64, shape=(4,))
+    _close(out["rho"], expected_greeks(**_ref(d))["rho"], np.float64)
+
+
+def test_real_driver_error_naming():
+    pytest.importorskip("cuda.bindings")
+    from cuda.bindings import driver as cu
+
+    from tickgpu.runtime.driver import Driver
+
+    d = Driver()
+    with pytest.raises(CudaError) as info:
+        d._check((cu.CUresult.CUDA_ERROR_INVALID_IMAGE,), "cuModuleLoadData", "greeks_f64_b256")
+    assert info.value.name == "CUDA_ERROR_INVALID_IMAGE" and info.value.code == 200
+    assert str(info.value) == "cuModuleLoadData failed: CUDA_ERROR_INVALID_IMAGE (kernel greeks_f64_b256)"
+    assert d._check((cu.CUresult.CUDA_SUCCESS, 5), "x") == 5
+
+
+# ---- environment without a GPU ------------------------------------------------------------------
+def _libcuda_loadable() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(_libcuda_loadable(), reason="libcuda.so.1 is present on this machine")
+def test_available_false_with_reason():
+    rt.reset()
+    try:
+        assert rt.available() is False
+        reason = rt.unavailable_reason()
+        assert reason and ("libcuda" in reason or "cuda-bindings" in reason)
+        with pytest.raises(BackendUnavailable, match="warmup: no usable GPU"):
+            rt.warmup()
+    finally:
+        rt.reset()
+
+
+@pytest.mark.skipif(_libcuda_loadable(), reason="libcuda.so.1 is present on this machine")
+def test_hot_path_reports_no_driver():
+    from tickgpu._native import ffi, lib
+
+    assert lib.tg_hot_init() == lib.TG_ENODRIVER
+    res = ffi.new("int *", 99)
+    assert lib.tg_hot_graph_replay(1, 0, res) == lib.TG_ENODRIVER and res[0] == 0
+    assert lib.tg_hot_launch_sync(1, 1, 1, 1, 32, 1, 1, 0, 0, ffi.NULL, res) == lib.TG_ENODRIVER
+    assert lib.tg_hot_roundtrip(ffi.NULL, 0, 1, 0, ffi.NULL, 0, res) == lib.TG_ENODRIVER
+    assert lib.tg_hot_ctx_set_current(1, res) == lib.TG_ENODRIVER
+    assert lib.tg_hot_graph_set_kernel(1, 1, 1, 1, 1, 1, 32, 1, 1, 0, ffi.NULL, res) == lib.TG_ENODRIVER
+    assert ffi.string(lib.tg_hot_error_name(1)) == b"CUDA_ERROR_UNRECOGNIZED"
+
+
+def test_hot_stage_copies_and_checks():
+    from tickgpu._native import ffi, lib
+
+    a, b = np.arange(5.0), np.zeros(5)
+    table = np.array([[b.ctypes.data, a.ctypes.data, 40]], dtype=np.uint64)
+    assert lib.tg_hot_stage(ffi.cast("tg_hot_copy *", table.ctypes.data), 1) == lib.TG_OK
+    np.testing.assert_array_equal(a, b)
+    bad = np.array([[b.ctypes.data, a.ctypes.data, 8], [0, a.ctypes.data, 8]], dtype=np.uint64)
+    b[:] = 0
+    assert lib.tg_hot_stage(ffi.cast("tg_hot_copy *", bad.ctypes.data), 2) == lib.TG_EINVAL
+    assert not b.any()                                   # a bad list copies nothing
+    assert lib.tg_hot_stage(ffi.NULL, 1) == lib.TG_EINVAL
+    assert lib.tg_hot_stage(ffi.NULL, 0) == lib.TG_OK
+    assert ffi.sizeof("tg_hot_copy") == 24
+
+
+def test_is_device_array_without_importing_libraries(mock):
+    from tickgpu.runtime.arrays import is_device_array
+
+    class DL:
+        def __init__(self, kind):
+            self.kind = kind
+
+        def __dlpack_device__(self):
+            return (self.kind, 0)
+
+    class BadCAI:
+        @property
+        def __cuda_array_interface__(self):
+            raise AttributeError("not on the GPU")
+
+    assert not is_device_array(np.ones(3)) and not is_device_array(1.0) and not is_device_array([1.0])
+    assert is_device_array(FakeGpuArray(mock, np.ones(3)))
+    assert is_device_array(DL(2)) and is_device_array(DL(13)) and not is_device_array(DL(1))
+    assert not is_device_array(BadCAI())
+
+
+def test_dlpack_only_array_is_read(mock):
+    from tickgpu.runtime.arrays import device_view
+
+    host = np.arange(12.0).reshape(3, 4)[:, ::2]      # non-contiguous, to see strides read
+
+    class DLOnly:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack_device__(self):
+            return (2, 0)
+
+        def __dlpack__(self, stream=None):
+            return self.a.__dlpack__()
+
+    v = device_view(DLOnly(host), "x", dlpack_stream=5)
+    assert v.ptr == host.ctypes.data and v.shape == (3, 2) and v.dtype == np.float64
+    assert not v.contiguous and v.device_id == 0
+    v = device_view(DLOnly(np.ones(4, np.float32)), "x")
+    assert v.contiguous and v.dtype == np.float32 and v.size == 4
+
+
+def test_no_torch_or_triton_imported(bundle_dir):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import numpy as np
+        import tickgpu, tickgpu.runtime as rt
+        from tickgpu.runtime import ops
+        from cuda_mock import MockDriver
+        rt.available(); rt.unavailable_reason()
+        rt.init(driver=MockDriver(), bundle_dir={str(bundle_dir)!r})
+        ops.warmup(rt.context())
+        ops.greeks(np.ones(10) * 100, 100.0, 1.0, 0.0, 0.2, 0.0, True, dtype=np.float64, shape=(10,))
+        bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'cupy', 'jax'))
+        print("IMPORTED", bad)
+        assert not bad, bad
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr + r.stdout
+
+
+def test_import_makes_no_driver_call():
+    code = ("import sys, tickgpu, tickgpu.runtime, tickgpu.runtime.ops;"
+            "assert 'cuda.bindings.driver' not in sys.modules, 'driver imported at import time'")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+# ---- size buckets -----------------------------------------------------------------------------------
+def test_bucket_bounds(rng):
+    chunk = 1 << 17
+    for n in list(rng.integers(1, chunk, 3000)) + [1, 15, 16, 17, 127, 128, 129, chunk - 1, chunk]:
+        b = ops.bucket(int(n), chunk)
+        assert b >= n and b % 16 == 0 and b <= chunk
+        assert b - n < 16 or (b - n) <= n / 8, (n, b)
+    assert ops.bucket(1000, 64) == 64
+
+
+def test_sizes_within_a_bucket_replay_without_update(ctx, mock, rng):
+    r = None
+    for n in (49, 50, 60, 64, 55):                        # all in bucket 64 (the chunk)
+        d = _bsm_inputs(rng, n, np.float64)
+        out = ops.greeks(**d, dtype=np.float64, shape=(n,))
+        for k, v in expected_greeks(**_ref(d)).items():
+            assert out[k].shape == (n,) and out[k].flags.c_contiguous
+            _close(out[k], v, np.float64)
+        r = ctx.runners[("greeks", "f64", 0)]
+        if n == 49:
+            s0 = dict(r.stats)
+        assert mock.launches[-1]["n"] == 64               # the kernel runs the bucket
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
+
+
+def test_warmup_prebuilds_tick_plans(ctx, mock, rng):
+    ops.warmup(ctx)
+    plans = len(ctx.plans)
+    for n in (1, 5, 17, 40, 64):
+        ops.greeks(**_bsm_inputs(rng, n, np.float32), dtype=np.float32, shape=(n,))
+    assert len(ctx.plans) == plans                        # every all-array tick found its plan
+
+
+def test_refused_graph_update_recaptures(ctx, mock, rng):
+    d = _bsm_inputs(rng, 20, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(20,))
+    r = ctx.runners[("greeks", "f64", 0)]
+    mock.fail["cuGraphExecMemcpyNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
+    d2 = _bsm_inputs(rng, 40, np.float64)
+    out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+    assert r.stats["update_refusals"] == 1 and r.stats["captures"] == 2
+    assert "CUDA_ERROR_INVALID_VALUE" in r.last_update_error
+    _close(out["theta"], expected_greeks(**_ref(d2))["theta"], np.float64)

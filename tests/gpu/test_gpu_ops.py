@@ -1,0 +1,296 @@
+"""Every GPU operation against the CPU backend, on the GPU machine (``pytest -m gpu``).
+
+The CPU backend is itself tested against QuantLib, vollib and the oracle files; here the GPU
+results must agree with it on fresh random inputs and at the edges: float64 within 1e-12 and
+float32 within 1e-5, relative (with the same bound, scaled by the array's magnitude, for
+elements near zero where relative error is meaningless). Every kernel variant in the bundle is
+run, as are NumPy, CuPy and PyTorch inputs, non-contiguous and misaligned ones.
+"""
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu
+import tickgpu.runtime as rt
+
+pytestmark = pytest.mark.gpu
+
+GREEKS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
+SIZES = (1, 17, 2**20 + 3)
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    # The shipped bundle, whatever TICKGPU_BUNDLE says (the plumbing tests use their own).
+    c = rt.init(bundle_dir=Path(tickgpu.__file__).resolve().parent / "kernels" / "bundle")
+    rt.warmup()
+    yield c
+    rt.reset()
+
+
+def _tol(dtype):
+    return 1e-12 if np.dtype(dtype) == np.float64 else 1e-5
+
+
+def _agree(gpu, cpu, dtype, what):
+    gpu, cpu = np.asarray(gpu, dtype=np.float64), np.asarray(cpu, dtype=np.float64)
+    assert gpu.shape == cpu.shape, what
+    np.testing.assert_array_equal(np.isnan(gpu), np.isnan(cpu), err_msg=f"{what}: NaN positions differ")
+    finite = np.isfinite(cpu)
+    np.testing.assert_array_equal(gpu[~finite & ~np.isnan(cpu)], cpu[~finite & ~np.isnan(cpu)], err_msg=what)
+    if finite.any():
+        tol = _tol(dtype)
+        scale = np.max(np.abs(cpu[finite]))
+        np.testing.assert_allclose(gpu[finite], cpu[finite], rtol=tol, atol=tol * scale, err_msg=what)
+
+
+def _bsm(rng, n, dtype):
+    return dict(spot=rng.uniform(20, 200, n).astype(dtype), strike=rng.uniform(20, 200, n).astype(dtype),
+                t=rng.uniform(0.001, 3, n).astype(dtype), rate=rng.uniform(-0.01, 0.08, n).astype(dtype),
+                vol=rng.uniform(0.03, 1.2, n).astype(dtype), div=rng.uniform(0, 0.05, n).astype(dtype),
+                call=rng.random(n) < 0.5)
+
+
+def _edges(dtype):
+    """T -> 0, t = 0 (at, in, out of the money), deep OTM/ITM, tiny and huge vol, NaN, bad inputs."""
+    spot = [100, 100, 100, 100, 100, 1, 1000, 100, 100, np.nan, 100, -1, 100, 100]
+    strike = [100, 90, 110, 100, 100, 1000, 1, 100, 100, 100, np.nan, 100, 0, 100]
+    t = [1e-12, 0, 0, 0, 1e-6, 1, 1, 5, 1, 1, 1, 1, 1, -1]
+    vol = [0.2, 0.2, 0.2, 0.2, 1e-8, 0.2, 0.2, 5.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
+    n = len(spot)
+    return dict(spot=np.array(spot, dtype), strike=np.array(strike, dtype), t=np.array(t, dtype),
+                rate=np.full(n, 0.03, dtype), vol=np.array(vol, dtype), div=np.full(n, 0.01, dtype),
+                call=np.arange(n) % 2 == 0)
+
+
+def _greeks_both(args, dtype):
+    g = tickgpu.greeks(**args, dtype=dtype, backend="gpu")
+    c = tickgpu.greeks(**{k: (np.asarray(v) if not rt.is_device_array(v) else _to_host(v)) for k, v in args.items()},
+                       dtype=dtype, backend="cpu")
+    return g, c
+
+
+def _to_host(x):
+    if hasattr(x, "get"):
+        return x.get()
+    if hasattr(x, "cpu"):
+        return x.cpu().numpy()
+    from tickgpu.runtime.arrays import DeviceArray
+
+    assert isinstance(x, DeviceArray)
+    return x.get()
+
+
+# ---- greeks -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", SIZES)
+def test_greeks_numpy(ctx, rng, dtype, n):
+    g, c = _greeks_both(_bsm(rng, n, dtype), dtype)
+    for name in GREEKS:
+        assert isinstance(getattr(g, name), np.ndarray) and getattr(g, name).dtype == dtype
+        _agree(getattr(g, name), getattr(c, name), dtype, f"{name} n={n}")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_greeks_edges_and_broadcast(ctx, rng, dtype):
+    g, c = _greeks_both(_edges(dtype), dtype)
+    for name in GREEKS:
+        _agree(getattr(g, name), getattr(c, name), dtype, f"edge {name}")
+    args = dict(spot=rng.uniform(80, 120, (5, 1)), strike=rng.uniform(80, 120, (1, 7)), t=0.5, rate=0.02,
+                vol=0.25, div=0.0, call=False)
+    g, c = _greeks_both(args, dtype)
+    assert g.price.shape == (5, 7)
+    for name in GREEKS:
+        _agree(getattr(g, name), getattr(c, name), dtype, f"broadcast {name}")
+    g, c = _greeks_both(dict(spot=100.0, strike=105.0, t=0.3, rate=0.01, vol=0.3, div=0.0, call=True), dtype)
+    assert g.price.shape == ()
+    _agree(g.price, c.price, dtype, "scalar price")
+
+
+def test_greeks_non_contiguous_numpy(ctx, rng):
+    a = _bsm(rng, 2000, np.float64)
+    strided = {k: (v[::2] if k != "call" else v[::2]) for k, v in a.items()}
+    g, c = _greeks_both(strided, np.float64)
+    _agree(g.vega, c.vega, np.float64, "strided vega")
+
+
+def test_every_variant(ctx, rng, monkeypatch):
+    """Each kernel variant of the bundle, forced in turn, on the staged host path."""
+    d = tickgpu.runtime.context()
+    checked = set()
+    for variant, k in sorted(d.bundle.kernels.items()):
+        monkeypatch.setattr(d.bundle, "select", lambda *a, _k=k, **kw: _k)
+        dtype = np.float64 if k.spec.dtype == "f64" else np.float32
+        n = 3 * k.spec.elements_per_block + 5
+        if k.spec.family == "greeks":
+            g, c = _greeks_both(_bsm(rng, n, dtype), dtype)
+            for name in GREEKS:
+                _agree(getattr(g, name), getattr(c, name), dtype, f"{variant} {name}")
+        elif k.spec.family == "implied_vol":
+            args = _iv_inputs(rng, n, dtype)
+            (vg, sg), (vc, sc) = _iv_both(args, dtype)
+            np.testing.assert_array_equal(sg, sc, err_msg=variant)
+            _agree(vg, vc, dtype, f"{variant} vol")
+        else:
+            surf, k_, t_ = _surface(rng, n)
+            _agree(surf.vol(k_, t_, backend="gpu"), surf.vol(k_, t_, backend="cpu"), np.float64, variant)
+        checked.add(variant)
+    monkeypatch.undo()
+    assert checked == set(d.bundle.kernels)
+
+
+# ---- implied vol ------------------------------------------------------------------------------
+def _iv_inputs(rng, n, dtype):
+    a = _bsm(rng, n, np.float64)
+    price = tickgpu.greeks(**a, backend="cpu").price
+    a.pop("vol")
+    return {"price": price.astype(dtype), **{k: (v.astype(dtype) if k != "call" else v) for k, v in a.items()}}
+
+
+def _iv_both(args, dtype):
+    host = {k: (_to_host(v) if rt.is_device_array(v) else v) for k, v in args.items()}
+    g = tickgpu.implied_vol(**args, dtype=dtype, backend="gpu", return_status=True)
+    c = tickgpu.implied_vol(**host, dtype=dtype, backend="cpu", return_status=True)
+    return g, c
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", SIZES)
+def test_implied_vol_numpy(ctx, rng, dtype, n):
+    (vg, sg), (vc, sc) = _iv_both(_iv_inputs(rng, n, dtype), dtype)
+    assert vg.dtype == dtype and sg.dtype == np.int8
+    np.testing.assert_array_equal(sg, sc)
+    _agree(vg, vc, dtype, f"iv n={n}")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_implied_vol_edges(ctx, dtype):
+    # below intrinsic, above maximum, at intrinsic, t = 0, NaN, negative price, ordinary
+    price = np.array([0.5, 150.0, 10.0, 5.0, np.nan, -1.0, 8.0])
+    spot = np.array([110.0, 100.0, 110.0, 100.0, 100.0, 100.0, 100.0])
+    strike = np.full(7, 100.0)
+    t = np.array([1.0, 1.0, 1e-9, 0.0, 1.0, 1.0, 0.5])
+    args = dict(price=price.astype(dtype), spot=spot.astype(dtype), strike=strike.astype(dtype),
+                t=t.astype(dtype), rate=0.0, div=0.0, call=True)
+    (vg, sg), (vc, sc) = _iv_both(args, dtype)
+    np.testing.assert_array_equal(sg, sc)
+    _agree(vg, vc, dtype, "iv edges")
+
+
+# ---- surface ----------------------------------------------------------------------------------
+def _surface(rng, n, interpolation="variance"):
+    strikes = np.sort(rng.uniform(50, 150, 12))
+    expiries = np.sort(rng.uniform(0.05, 3, 6))
+    vols = rng.uniform(0.1, 0.6, (6, 12))
+    surf = tickgpu.VolSurface(strikes, expiries, vols, interpolation=interpolation)
+    # strikes and times inside, outside and at the grid's edges
+    k = rng.uniform(30, 170, n)
+    t = rng.uniform(0, 4, n)
+    k[: min(n, 3)] = strikes[0]
+    t[: min(n, 2)] = 0.0
+    return surf, k, t
+
+
+@pytest.mark.parametrize("interpolation", ["variance", "vol"])
+@pytest.mark.parametrize("n", SIZES)
+def test_surface_numpy(ctx, rng, n, interpolation):
+    surf, k, t = _surface(rng, n, interpolation)
+    _agree(surf.vol(k, t, backend="gpu"), surf.vol(k, t, backend="cpu"), np.float64, "vol")
+    _agree(surf.variance(k, t, backend="gpu"), surf.variance(k, t, backend="cpu"), np.float64, "variance")
+    _agree(surf.vol(k[0], 0.7, backend="gpu"), surf.vol(k[0], 0.7, backend="cpu"), np.float64, "scalar")
+
+
+# ---- GPU arrays ----------------------------------------------------------------------------------
+def _device_libs():
+    libs = []
+    try:
+        import cupy
+
+        libs.append(("cupy", cupy.asarray))
+    except Exception:
+        pass
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            libs.append(("torch", lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()))
+    except Exception:
+        pass
+    return libs
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
+    libs = _device_libs()
+    if not libs:
+        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    for name, to_dev in libs:
+        for n in (1, 17, 100_003):
+            a = _bsm(rng, n, dtype)
+            dev = {k: to_dev(v) for k, v in a.items()}
+            dev["rate"] = 0.015                                    # a scalar rides along
+            g, c = _greeks_both(dev, dtype)
+            assert type(g.price).__module__.split(".")[0] == name
+            for gname in GREEKS:
+                _agree(_to_host(getattr(g, gname)), getattr(c, gname), dtype, f"{name} {gname} n={n}")
+            ivargs = _iv_inputs(rng, n, dtype)
+            dev_iv = {k: to_dev(v) for k, v in ivargs.items()}
+            (vg, sg), (vc, sc) = _iv_both(dev_iv, dtype)
+            np.testing.assert_array_equal(_to_host(sg), sc)
+            _agree(_to_host(vg), vc, dtype, f"{name} iv")
+            surf, k, t = _surface(rng, n)
+            _agree(_to_host(surf.vol(to_dev(k), to_dev(t))), surf.vol(k, t, backend="cpu"), np.float64, name)
+
+
+def test_gpu_arrays_misaligned_and_non_contiguous(ctx, rng):
+    libs = _device_libs()
+    if not libs:
+        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    for name, to_dev in libs:
+        n = 5001
+        a = _bsm(rng, n + 1, np.float64)
+        dev = {k: to_dev(v)[1:] for k, v in a.items()}            # 8-byte offset: not 16-byte aligned
+        g, c = _greeks_both(dev, np.float64)
+        for gname in GREEKS:
+            _agree(_to_host(getattr(g, gname)), getattr(c, gname), np.float64, f"{name} misaligned {gname}")
+        strided = dict(dev, spot=to_dev(np.repeat(a["spot"][1:], 2))[::2])
+        with pytest.raises(ValueError, match="spot: GPU array .* not C-contiguous"):
+            tickgpu.greeks(**strided, backend="gpu")
+        wrong = dict(dev, vol=to_dev(a["vol"][1:].astype(np.float32)))
+        with pytest.raises(TypeError, match="vol: GPU array has dtype float32"):
+            tickgpu.greeks(**wrong, backend="gpu")
+
+
+# ---- warm start and steady state --------------------------------------------------------------------
+def test_first_call_after_warmup_is_steady(ctx, rng):
+    rt.warmup()
+    a = _bsm(rng, 1000, np.float32)
+    t0 = time.perf_counter()
+    tickgpu.greeks(**a, dtype=np.float32, backend="gpu")
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(500):
+        t0 = time.perf_counter()
+        tickgpu.greeks(**a, dtype=np.float32, backend="gpu")
+        times.append(time.perf_counter() - t0)
+    steady = statistics.median(times)
+    print(f"greeks f32 n=1000 after warmup: first {first * 1e6:.1f} us, steady p50 {steady * 1e6:.1f} us")
+    assert first <= 1.5 * steady, (first, steady)
+
+
+def test_no_driver_allocations_after_warmup(ctx, rng):
+    d = rt.context()
+    for n in (1, 1000, 2**18 + 5):       # one of each path first (tick, pipeline)
+        tickgpu.greeks(**_bsm(rng, n, np.float64), backend="gpu")
+    before = dict(d.driver.counts)
+    for _ in range(20):
+        for n in (1, 17, 1000, 2**18 + 5):
+            for dtype in (np.float64, np.float32):
+                tickgpu.greeks(**_bsm(rng, n, dtype), dtype=dtype, backend="gpu")
+                tickgpu.implied_vol(**_iv_inputs(rng, n, dtype), dtype=dtype, backend="gpu")
+        surf, k, t = _surface(rng, 1000)
+        surf.vol(k, t, backend="gpu")
+    assert d.driver.counts == before

@@ -1,0 +1,163 @@
+"""The runtime on a real GPU with the plumbing bundle (tests/gpu/plumbing): closed-form kernels of
+the contract's signatures, so packing, staging layouts, graph capture and node updates, the C hot
+path and GPU-array interop are checked against `cuda_mock.expected_*` independently of the
+finance kernels.
+"""
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu.runtime as rt
+from tickgpu.runtime import ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cpu"))
+from cuda_mock import expected_greeks, expected_iv, expected_surface  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+PLUMBING = Path(__file__).resolve().parent / "plumbing" / "bundle"
+CHUNK = 1024
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    c = rt.init(bundle_dir=PLUMBING, staging_elements=CHUNK)
+    ops.warmup(c)
+    yield c
+    rt.reset()
+
+
+def _inputs(rng, n, dtype):
+    return dict(spot=rng.uniform(50, 150, n).astype(dtype), strike=rng.uniform(50, 150, n).astype(dtype),
+                t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),
+                vol=rng.uniform(0.05, 0.8, n).astype(dtype), div=rng.uniform(0, 0.03, n).astype(dtype),
+                call=rng.random(n) < 0.5)
+
+
+def _f64(d):
+    return {k: (v.astype(np.float64) if k != "call" else v) for k, v in d.items()}
+
+
+def _close(a, b, dtype):
+    tol = 1e-12 if np.dtype(dtype) == np.float64 else 2e-6
+    np.testing.assert_allclose(np.asarray(a, dtype=np.float64), b, rtol=tol, atol=tol)
+
+
+def test_hot_path_in_use(ctx):
+    assert ctx.driver.has_hot_path
+    assert ctx.arch in ("sm_80", "sm_90")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 17, CHUNK, CHUNK + 1, 7 * CHUNK + 3])
+def test_host_greeks_and_iv(ctx, rng, dtype, n):
+    d = _inputs(rng, n, dtype)
+    out = ops.greeks(**d, dtype=dtype, shape=(n,))
+    want = expected_greeks(**_f64(d))
+    for k in want:
+        _close(out[k], want[k], dtype)
+    d.pop("vol")
+    price = rng.uniform(1, 20, n).astype(dtype)
+    vol, status = ops.implied_vol(price, **d, dtype=dtype, shape=(n,))
+    wv, ws = expected_iv(price.astype(np.float64), **_f64(d))
+    _close(vol, wv, dtype)
+    np.testing.assert_array_equal(status, ws)
+
+
+def test_host_surface_and_broadcast(ctx, rng):
+    strikes, expiries = np.sort(rng.uniform(50, 150, 9)), np.sort(rng.uniform(0.1, 3, 4))
+    vols = rng.uniform(0.1, 0.5, (4, 9))
+    for n in (1, 300, 3 * CHUNK + 1):
+        k = rng.uniform(40, 160, n)
+        out = ops.surface_eval(strikes, expiries, vols, 1, k, 0.4, what=1, shape=(n,))
+        _close(out, expected_surface(strikes, expiries, vols.ravel(), 1, k, 0.4, 1), np.float64)
+    out = ops.greeks(100.0, np.array([90.0, 110.0]), 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(2,))
+    _close(out["delta"], expected_greeks(100.0, np.array([90.0, 110.0]), 1.0, 0.01, 0.2, 0.0, True)["delta"],
+           np.float64)
+
+
+def test_graph_updates_not_recaptures(ctx, rng):
+    r = ctx.runners[("greeks", "f64", 0)]
+    captures = r.stats["captures"]
+    for n in (5, 600, 5, 1000, 3):
+        d = _inputs(rng, n, np.float64)
+        out = ops.greeks(**d, dtype=np.float64, shape=(n,))
+        _close(out["volga"], expected_greeks(**_f64(d))["volga"], np.float64)
+    assert r.stats.get("update_refusals", 0) == 0, getattr(r, "last_update_error", "")
+    assert r.stats["captures"] == captures and r.stats["kernel_updates"] > 0 and r.stats["copy_updates"] > 0
+
+
+def test_no_allocations_after_warmup(ctx, rng):
+    before = dict(ctx.driver.counts)
+    for n in (1, 100, CHUNK, 3 * CHUNK + 7):
+        d = _inputs(rng, n, np.float32)
+        ops.greeks(**d, dtype=np.float32, shape=(n,))
+    assert ctx.driver.counts == before
+
+
+def test_first_call_after_warmup_costs_steady(ctx, rng):
+    n = 1000
+    d = _inputs(rng, n, np.float32)
+    t0 = time.perf_counter()
+    ops.greeks(**d, dtype=np.float32, shape=(n,))
+    first = time.perf_counter() - t0
+    times = []
+    for _ in range(300):
+        t0 = time.perf_counter()
+        ops.greeks(**d, dtype=np.float32, shape=(n,))
+        times.append(time.perf_counter() - t0)
+    steady = statistics.median(times)
+    print(f"greeks f32 n={n}: first {first * 1e6:.1f} us, steady p50 {steady * 1e6:.1f} us, "
+          f"p99 {sorted(times)[int(0.99 * len(times))] * 1e6:.1f} us")
+    assert first <= 1.5 * steady + 30e-6, (first, steady)
+
+
+def test_cupy_arrays(ctx, rng):
+    cp = pytest.importorskip("cupy")
+    n = 5000
+    d = _inputs(rng, n, np.float64)
+    dev = {k: cp.asarray(v) for k, v in d.items()}
+    dev["rate"] = 0.03
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert isinstance(out["price"], cp.ndarray)
+    _close(cp.asnumpy(out["price"]), expected_greeks(**_f64(dict(d, rate=0.03)))["price"], np.float64)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        ops.greeks(**dict(dev, spot=cp.asarray(np.ones(2 * n))[::2]), dtype=np.float64, shape=(n,))
+
+
+def test_torch_tensors(ctx, rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    n = 4099
+    d = _inputs(rng, n + 1, np.float64)
+    dev = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in d.items()}
+    # Offset by one float64: 8-byte aligned only -> the unaligned variant must be chosen.
+    sliced = {k: v[1:] for k, v in dev.items()}
+    unaligned = lambda: sum(l.launches for l in ctx.launchers.values() if not l.kernel.spec.aligned16)  # noqa: E731
+    before = unaligned()
+    out = ops.greeks(**sliced, dtype=np.float64, shape=(n,))
+    assert unaligned() == before + 1
+    assert isinstance(out["gamma"], torch.Tensor) and out["gamma"].is_cuda
+    torch.cuda.synchronize()
+    ref = expected_greeks(**_f64({k: v[1:] for k, v in d.items()}))
+    _close(out["gamma"].cpu().numpy(), ref["gamma"], np.float64)
+
+
+def test_roundtrip_latency_report(ctx, rng):
+    """Not a pass/fail bound: prints the tick round trip through the graph and the C hot path."""
+    for n in (1, 1024, 16384):
+        d = _inputs(rng, n, np.float32)
+        for _ in range(50):
+            ops.greeks(**d, dtype=np.float32, shape=(n,))
+        ts = []
+        for _ in range(1000):
+            t0 = time.perf_counter()
+            ops.greeks(**d, dtype=np.float32, shape=(n,))
+            ts.append(time.perf_counter() - t0)
+        ts.sort()
+        print(f"ROUNDTRIP greeks f32 n={n}: p50 {ts[500] * 1e6:.1f} us p99 {ts[990] * 1e6:.1f} us")
