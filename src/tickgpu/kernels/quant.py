@@ -1,0 +1,377 @@
+"""Triton kernels of the quantized linear layers (tickgpu.quant), compiled ahead of time into the bundle.
+
+Four kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.quant.schemes` and
+:mod:`tickgpu.quant.gemm` operation for operation (those modules give the formulas):
+
+1. ``act_quant_kernel``: per-token symmetric int8 quantization of float32 activations, optionally
+   after a fused LayerNorm; writes int8 codes, float32 scales and int32 row sums. One program per
+   row, walking the row in BLOCK_K chunks (a reduction pass for the LayerNorm mean and variance, one
+   for the absmax, one to quantize).
+2. ``quant_gemm_kernel``: ``C = epilogue(A_q @ B_q^T)`` with int8 A (M x K, row-major) and int8 B
+   stored K-major (N x K, K contiguous: each output channel's weights are one contiguous row, the
+   operand layout Hopper's wgmma reads without a transpose). int32 accumulation through ``tl.dot``
+   on int8 tensor cores. With ``LIMBS`` it runs the int16 weights as two int8 limb matrices against
+   the same A tile and combines the two accumulators in float32. The epilogue (per-token x
+   per-channel scales, zero-point correction through the row sums, bias, optional GELU, output
+   dtype) is fused and float32.
+3. ``w8a16_gemm_kernel``: weight-only int8: float16 A, int8 B tiles widened to float16 in registers
+   (exact), float32 accumulation on the tensor cores, per-channel scale and bias in the epilogue.
+4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
+
+Bit-exactness: compile with ``enable_fp_fusion=False`` (every entry of :data:`QUANT_VARIANTS` says
+so): the epilogues are then IEEE float32 operations in the reference's order, and A_q, scales, row
+sums and the W8A8 / W16A8 outputs equal the reference bit for bit without LayerNorm. With
+LayerNorm the mean and variance are tree-reduced (the reference sums in float64), so a code may
+differ by one where a value lies within an ulp of a rounding boundary; GELU's erf may differ by an
+ulp; W8A16's float32 sum order is the tensor cores'.
+
+Rounding to nearest-even uses ``(v + 1.5 * 2**23) - 1.5 * 2**23``, exact for ``|v| < 2**22`` (here
+``|v| <= 127``): it needs no libdevice call, so the same source runs under TRITON_INTERPRET=1.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# 2**-100: the floor of every quantization range (tickgpu.quant.schemes.EPS).
+# (Globals a kernel reads must be tl.constexpr.)
+RANGE_FLOOR = tl.constexpr(7.888609052210118e-31)
+FLT_MAX = tl.constexpr(3.4028234663852886e38)
+RNE_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23
+INV_SQRT2 = tl.constexpr(0.7071067811865476)
+
+
+@triton.jit
+def _round_half_even(v):
+    return (v + RNE_MAGIC) - RNE_MAGIC
+
+
+@triton.jit
+def _gelu(y):
+    return 0.5 * y * (1.0 + tl.math.erf(y * INV_SQRT2))
+
+
+@triton.jit
+def _row_moments(row_ptr, K, BLOCK_K: tl.constexpr):
+    """Mean and 1/sqrt(var + eps)-ready variance of one float32 row (two passes, tree sums)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    total = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        x = tl.load(row_ptr + k0 + offs_k, mask=k0 + offs_k < K, other=0.0)
+        total += x
+    mean = tl.math.div_rn(tl.sum(total, axis=0), K.to(tl.float32))
+    sq = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        mask = k0 + offs_k < K
+        x = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+        d = tl.where(mask, x - mean, 0.0)
+        sq += d * d
+    var = tl.math.div_rn(tl.sum(sq, axis=0), K.to(tl.float32))
+    return mean, var
+
+
+@triton.jit
+def act_quant_kernel(
+    x_ptr, gamma_ptr, beta_ptr,          # float32 input rows; LayerNorm weight and bias (K,)
+    xq_ptr, scale_ptr, rowsum_ptr,       # outputs: int8 codes, float32 scale per row, int32 row sums
+    M, K,
+    stride_xm, stride_qm,                # row strides in elements (columns are contiguous)
+    ln_eps,                              # LayerNorm epsilon (float32), unused without HAS_LN
+    HAS_LN: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One program per token (row): optional LayerNorm, absmax, int8 codes, scale and row sum."""
+    pid_m = tl.program_id(axis=0)
+    if pid_m >= M:
+        return
+    row_ptr = x_ptr + pid_m.to(tl.int64) * stride_xm
+    q_row_ptr = xq_ptr + pid_m.to(tl.int64) * stride_qm
+    offs_k = tl.arange(0, BLOCK_K)
+
+    if HAS_LN:
+        mean, var = _row_moments(row_ptr, K, BLOCK_K)
+        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+    else:
+        mean = 0.0
+        rstd = 1.0
+
+    # Pass 1: absmax over the finite values; any NaN or +-inf poisons the row.
+    amax = tl.zeros([BLOCK_K], dtype=tl.float32)
+    bad = tl.zeros([BLOCK_K], dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        mask = k0 + offs_k < K
+        v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+        if HAS_LN:
+            g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+            b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+            v = (v - mean) * rstd * g + b
+        nonfinite = ((v != v) | (tl.abs(v) > FLT_MAX)) & mask
+        bad = tl.maximum(bad, nonfinite.to(tl.int32))
+        amax = tl.maximum(amax, tl.where(nonfinite | ~mask, 0.0, tl.abs(v)))
+    row_bad = tl.max(bad, axis=0) > 0
+    a = tl.maximum(tl.max(amax, axis=0), RANGE_FLOOR)
+    inv = tl.math.div_rn(127.0, a)
+    scale = tl.math.div_rn(a, 127.0)
+
+    # Pass 2: codes and their sum (a poisoned row is written as zeros).
+    acc = tl.zeros([BLOCK_K], dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        mask = k0 + offs_k < K
+        v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+        if HAS_LN:
+            g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+            b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+            v = (v - mean) * rstd * g + b
+        r = _round_half_even(v * inv)
+        r = tl.minimum(tl.maximum(r, -127.0), 127.0)
+        r = tl.where(row_bad | ~mask, 0.0, r)
+        q = r.to(tl.int32)
+        acc += q
+        tl.store(q_row_ptr + k0 + offs_k, q.to(tl.int8), mask=mask)
+    tl.store(scale_ptr + pid_m, tl.where(row_bad, float("nan"), scale))
+    tl.store(rowsum_ptr + pid_m, tl.sum(acc, axis=0))
+
+
+@triton.jit
+def _tile_ids(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    # Grouped ordering (Triton matmul tutorial): consecutive programs share B column tiles in L2.
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def quant_gemm_kernel(
+    a_ptr, a_scale_ptr, a_rowsum_ptr,    # int8 A (M x K), float32 scale (M,), int32 row sums (M,)
+    b_ptr, b2_ptr,                       # int8 B (N x K, K contiguous); LIMBS: b = hi limb, b2 = lo limb
+    b_scale_ptr, b_offset_ptr,           # float32 (N,): per-channel scale; LIMBS: 128 - zero_point
+    bias_ptr,                            # float32 (N,)
+    c_ptr,                               # output (M x N), float32 / float16 / bfloat16
+    M, N, K,
+    stride_am, stride_bn, stride_cm,     # row strides in elements; unit stride along K and N
+    LIMBS: tl.constexpr,
+    GELU: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS)."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    # A tile [BLOCK_M, BLOCK_K] from row-major A; B tile [BLOCK_K, BLOCK_N] read from K-major
+    # storage, so each of its columns is a contiguous run of one output channel's weights.
+    a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
+    b2_ptrs = b2_ptr + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        mask_k = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
+        acc = tl.dot(a, b, acc, out_dtype=tl.int32)
+        if LIMBS:
+            b2 = tl.load(b2_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
+            acc2 = tl.dot(a, b2, acc2, out_dtype=tl.int32)
+            b2_ptrs += BLOCK_K
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+
+    # Epilogue, float32, in the reference's order (tickgpu.quant.gemm).
+    a_scale = tl.load(a_scale_ptr + offs_m, mask=mask_m, other=0.0)
+    b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
+    if LIMBS:
+        rowsum = tl.load(a_rowsum_ptr + offs_m, mask=mask_m, other=0)
+        b_offset = tl.load(b_offset_ptr + offs_n, mask=mask_n, other=0.0)
+        t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
+        t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
+    else:
+        t = acc.to(tl.float32)
+    scale = a_scale[:, None] * b_scale[None, :]
+    y = t * scale
+    y = y + bias[None, :]
+    if GELU:
+        y = _gelu(y)
+    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def w8a16_gemm_kernel(
+    a_ptr,                               # float16 A (M x K), row-major
+    b_ptr, b_scale_ptr,                  # int8 B (N x K, K contiguous), float32 scale (N,)
+    bias_ptr,                            # float32 (N,)
+    c_ptr,                               # output (M x N), float32 / float16 / bfloat16
+    M, N, K,
+    stride_am, stride_bn, stride_cm,
+    GELU: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """Weight-only int8 GEMM: B tiles are widened to float16 in registers (exact for |q| <= 127)."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
+    b_ptrs = b_ptr + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        mask_k = offs_k < K - k0
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
+        acc = tl.dot(a, b.to(tl.float16), acc, out_dtype=tl.float32)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+
+    # The per-channel scale factors out of the K sum: apply it once, here.
+    b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
+    y = acc * b_scale[None, :]
+    y = y + bias[None, :]
+    if GELU:
+        y = _gelu(y)
+    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
+    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def layernorm_kernel(
+    x_ptr, gamma_ptr, beta_ptr,          # float32 rows; weight and bias (K,)
+    y_ptr,                               # output rows (float16 or float32)
+    M, K,
+    stride_xm, stride_ym,
+    ln_eps,
+    BLOCK_K: tl.constexpr,
+):
+    """One program per row: ``(x - mean) / sqrt(var + eps) * gamma + beta``."""
+    pid_m = tl.program_id(axis=0)
+    if pid_m >= M:
+        return
+    row_ptr = x_ptr + pid_m.to(tl.int64) * stride_xm
+    out_ptr = y_ptr + pid_m.to(tl.int64) * stride_ym
+    offs_k = tl.arange(0, BLOCK_K)
+    mean, var = _row_moments(row_ptr, K, BLOCK_K)
+    rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+    for k0 in range(0, K, BLOCK_K):
+        mask = k0 + offs_k < K
+        x = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+        g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+        b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+        y = (x - mean) * rstd * g + b
+        tl.store(out_ptr + k0 + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Ahead-of-time variants for the bundle builder.
+# ---------------------------------------------------------------------------------------------------
+
+_OUT_TYPES = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
+
+# (name, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): "s" for per-tick batches (M <= 64, the
+# latency case), "l" for large batches.
+GEMM_TILES = (("s", 16, 64, 64, 4, 3), ("l", 128, 128, 64, 8, 3))
+ROW_BLOCKS = (64, 512)  # BLOCK_K of the row kernels: rows up to 64 in one chunk, longer in chunks of 512
+
+
+def _variant(name, kernel, signature, constexprs, num_warps, num_stages, grid, launch):
+    return {
+        "variant": name,
+        "family": "quant",
+        "kernel": kernel,
+        "signature": dict(signature),
+        "constexprs": dict(constexprs),
+        "num_warps": num_warps,
+        "num_stages": num_stages,
+        # the epilogue must stay one IEEE operation at a time to match the NumPy reference
+        "options": {"enable_fp_fusion": False},
+        "grid": grid,
+        "launch": launch,
+    }
+
+
+def _act_quant_variants():
+    sig = {
+        "x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32",
+        "xq_ptr": "*i8", "scale_ptr": "*fp32", "rowsum_ptr": "*i32",
+        "M": "i32", "K": "i32", "stride_xm": "i32", "stride_qm": "i32", "ln_eps": "fp32",
+        "HAS_LN": "constexpr", "BLOCK_K": "constexpr",
+    }
+    for has_ln in (0, 1):
+        for bk in ROW_BLOCKS:
+            yield _variant(f"quant_act{'_ln' if has_ln else ''}_k{bk}", act_quant_kernel, sig,
+                           {"HAS_LN": has_ln, "BLOCK_K": bk}, 4 if bk > 64 else 1, 1,
+                           "(M, 1, 1)", "one program per row; BLOCK_K = 64 if K <= 64 else 512")
+
+
+def _gemm_variants():
+    for limbs in (0, 1):
+        for gelu in (0, 1):
+            for out, ptr in _OUT_TYPES.items():
+                for tile, bm, bn, bk, warps, stages in GEMM_TILES:
+                    sig = {
+                        "a_ptr": "*i8", "a_scale_ptr": "*fp32", "a_rowsum_ptr": "*i32",
+                        "b_ptr": "*i8", "b2_ptr": "*i8", "b_scale_ptr": "*fp32", "b_offset_ptr": "*fp32",
+                        "bias_ptr": "*fp32", "c_ptr": ptr,
+                        "M": "i32", "N": "i32", "K": "i32",
+                        "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
+                        "LIMBS": "constexpr", "GELU": "constexpr", "BLOCK_M": "constexpr",
+                        "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                    }
+                    name = f"quant_gemm_{'w16a8' if limbs else 'w8a8'}{'_gelu' if gelu else ''}_{out}_{tile}"
+                    yield _variant(name, quant_gemm_kernel, sig,
+                                   {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
+                                    "BLOCK_K": bk, "GROUP_M": 8}, warps, stages,
+                                   f"(cdiv(M, {bm}) * cdiv(N, {bn}), 1, 1)",
+                                   "tile 's' for M <= 64, 'l' above")
+
+
+def _w8a16_variants():
+    for gelu in (0, 1):
+        for out, ptr in _OUT_TYPES.items():
+            for tile, bm, bn, bk, warps, stages in GEMM_TILES:
+                sig = {
+                    "a_ptr": "*fp16", "b_ptr": "*i8", "b_scale_ptr": "*fp32", "bias_ptr": "*fp32",
+                    "c_ptr": ptr, "M": "i32", "N": "i32", "K": "i32",
+                    "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
+                    "GELU": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                    "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                }
+                yield _variant(f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}", w8a16_gemm_kernel, sig,
+                               {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                               warps, stages, f"(cdiv(M, {bm}) * cdiv(N, {bn}), 1, 1)",
+                               "tile 's' for M <= 64, 'l' above")
+
+
+def _layernorm_variants():
+    for out in ("f16", "f32"):
+        for bk in ROW_BLOCKS:
+            sig = {
+                "x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32", "y_ptr": _OUT_TYPES[out],
+                "M": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "ln_eps": "fp32",
+                "BLOCK_K": "constexpr",
+            }
+            yield _variant(f"quant_layernorm_{out}_k{bk}", layernorm_kernel, sig, {"BLOCK_K": bk},
+                           4 if bk > 64 else 1, 1, "(M, 1, 1)", "one program per row")
+
+
+QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),
+                              *_layernorm_variants()]
+"""Every specialization the bundle holds: variant name, kernel, Triton signature (argument name ->
+type, constexprs marked "constexpr"), constexpr values, num_warps, num_stages, compile options, the
+grid as a formula of the arguments, and when the launcher picks it."""

@@ -1,0 +1,153 @@
+"""The GPU path of QuantLinear / QuantMLP: weights uploaded once, then one launch per step.
+
+Kernels come from the bundle (variants of :data:`tickgpu.kernels.quant.QUANT_VARIANTS`, by name) and
+are launched through a *kernel runtime*: an object with
+
+- ``upload(array) -> buffer``: a device copy of a C-contiguous NumPy array;
+- ``empty(shape, dtype) -> buffer``: dtype one of "int8", "int32", "float16", "bfloat16", "float32";
+- ``download(buffer) -> ndarray``: a host copy (bfloat16 buffers come back as uint16 bit patterns);
+- ``launch(variant, grid, args)``: launch a bundle variant on a 3-tuple grid with ``args`` in the
+  order of the kernel's non-constexpr parameters: buffers for pointers, ints for i32, floats for fp32.
+
+:func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
+sources under the interpreter. Nothing here imports torch or triton.
+
+Layout on the device: int8 weight rows and int8 activation rows are padded to a multiple of 16
+elements (16-byte aligned rows for vectorized loads; the kernels mask the padding), float16 rows to a
+multiple of 8; outputs are dense (M, N).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tickgpu.errors import BackendUnavailable
+
+SMALL_M = 64  # at or below: the small-batch tile ("s"), above: the large one ("l")
+_TILE_M_N = {"s": (16, 64), "l": (128, 128)}
+_OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _pad_rows(a: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros((a.shape[0], width), a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
+
+
+def _row_block(k: int) -> int:
+    return 64 if k <= 64 else 512
+
+
+def kernel_runtime():
+    """The process's kernel runtime, or BackendUnavailable naming why there is none."""
+    try:
+        from tickgpu.runtime import kernel_runtime as make
+    except ImportError as e:
+        raise BackendUnavailable(f"quant: the GPU runtime offers no kernel_runtime() ({e})") from None
+    return make()
+
+
+class _Layer:
+    def __init__(self, lin, rt):
+        self.n, self.k = lin.out_features, lin.in_features
+        self.k_pad = _round_up(self.k, 16)
+        wq = lin.weight_q
+        self.scale = rt.upload(np.ascontiguousarray(wq.scale, np.float32))
+        self.bias = rt.upload(np.ascontiguousarray(lin.bias, np.float32))
+        if wq.format == "int16":
+            hi, lo = wq.limbs
+            self.b = rt.upload(_pad_rows(hi, self.k_pad))
+            self.b2 = rt.upload(_pad_rows(lo, self.k_pad))
+            self.offset = rt.upload(np.ascontiguousarray(wq.limb_offset, np.float32))
+        else:
+            self.b = rt.upload(_pad_rows(wq.q, self.k_pad))
+            self.b2 = self.b        # unused by the kernel; pointers are never NULL
+            self.offset = self.scale
+        self.gelu = lin.gelu
+
+
+class GpuPlan:
+    """A model's weights on the device and the launches that run it."""
+
+    def __init__(self, model, rt):
+        from tickgpu.quant.models import QuantLinear
+
+        self.rt = rt
+        self.scheme = model.scheme
+        lins = [model] if isinstance(model, QuantLinear) else model.layers
+        self.layers = [_Layer(lin, rt) for lin in lins]
+        self.out_dtype = lins[-1].out_dtype
+        self.ln = getattr(model, "layernorm", None)
+        if self.ln is not None:
+            g, b, eps = self.ln
+            self.gamma, self.beta, self.ln_eps = rt.upload(g), rt.upload(b), float(eps)
+        else:
+            self.gamma = self.beta = self.layers[0].bias  # unused
+            self.ln_eps = 0.0
+
+    def _gemm(self, layer, a, m, out_dtype, a_scale=None, a_rowsum=None, stride_a=0):
+        tile = "s" if m <= SMALL_M else "l"
+        bm, bn = _TILE_M_N[tile]
+        out = self.rt.empty((m, layer.n), out_dtype)
+        grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
+        gelu = "_gelu" if layer.gelu else ""
+        tag = _OUT_TAG[out_dtype]
+        if self.scheme == "w8a16":
+            self.rt.launch(f"quant_w8a16{gelu}_{tag}_{tile}", grid,
+                           [a, layer.b, layer.scale, layer.bias, out,
+                            m, layer.n, layer.k, stride_a, layer.k_pad, layer.n])
+        else:
+            self.rt.launch(f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,
+                           [a, a_scale, a_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
+                            layer.bias, out, m, layer.n, layer.k, stride_a, layer.k_pad, layer.n])
+        return out
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """float32 (M, K) host activations -> host outputs in the model's out_dtype."""
+        rt = self.rt
+        m = x.shape[0]
+        last = len(self.layers) - 1
+        if self.scheme == "w8a16":
+            k0 = self.layers[0].k
+            if self.ln is not None:
+                h = rt.empty((m, _round_up(k0, 8)), "float16")
+                rt.launch(f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
+                          [rt.upload(np.ascontiguousarray(x, np.float32)), self.gamma, self.beta, h,
+                           m, k0, k0, _round_up(k0, 8), self.ln_eps])
+                stride = _round_up(k0, 8)
+            else:
+                h = rt.upload(np.ascontiguousarray(x.astype(np.float16)))
+                stride = k0
+            for i, layer in enumerate(self.layers):
+                h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", stride_a=stride)
+                stride = layer.n
+        else:
+            h = rt.upload(np.ascontiguousarray(x, np.float32))
+            stride = self.layers[0].k
+            for i, layer in enumerate(self.layers):
+                xq = rt.empty((m, layer.k_pad), "int8")
+                scale = rt.empty((m,), "float32")
+                rowsum = rt.empty((m,), "int32")
+                has_ln = i == 0 and self.ln is not None
+                rt.launch(f"quant_act{'_ln' if has_ln else ''}_k{_row_block(layer.k)}", (m, 1, 1),
+                          [h, self.gamma, self.beta, xq, scale, rowsum,
+                           m, layer.k, stride, layer.k_pad, self.ln_eps])
+                h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32",
+                               a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad)
+                stride = layer.n
+        y = rt.download(h)
+        if self.out_dtype == "bfloat16":
+            y = (y.astype(np.uint32) << 16).view(np.float32)
+        return y
+
+
+def plan_for(model, rt=None) -> GpuPlan:
+    """The model's cached plan (built, and weights uploaded, on first use)."""
+    plan = getattr(model, "_gpu_plan", None)
+    if plan is None or (rt is not None and plan.rt is not rt):
+        plan = GpuPlan(model, rt if rt is not None else kernel_runtime())
+        model._gpu_plan = plan
+    return plan

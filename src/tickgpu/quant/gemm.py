@@ -1,0 +1,154 @@
+"""The NumPy integer reference for quantized linear layers: the semantics the GPU kernels reproduce.
+
+Integer products are accumulated exactly (int64 here, int32 on the GPU: the K limit below guarantees
+the two agree). The epilogue is float32, one IEEE operation at a time in the order written, with no
+fused multiply-add (the GPU kernels are compiled with floating-point fusion off), so the GPU result
+equals this one bit for bit, except where GELU's ``erf`` differs by an ulp or two between libdevice and
+the host library, and for W8A16, whose float32 sum order on the tensor cores is not specified.
+
+Epilogues (m = token, n = output channel; ``f32()`` rounds to nearest float32):
+
+- W8A8:  ``acc = sum_k xq[m,k] * wq[n,k]``;
+  ``y = f32(acc) * (s_x[m] * s_w[n]) + b[n]``
+- W16A8 (limbs): ``acc_hi = sum_k xq*hi``, ``acc_lo = sum_k xq*lo``;
+  ``t = f32(acc_hi) * 256 + f32(acc_lo)``; ``t = t + f32(128 - z_w[n]) * f32(rowsum[m])``;
+  ``y = t * (s_x[m] * s_w[n]) + b[n]``. This is ``s_x s_w sum_k xq (q - z_w)`` because
+  ``q = 256 hi + lo + 128``: the weight zero point and the limb offset fold into one row-sum term.
+- W8A16: ``acc = sum_k f32(f16(x[m,k])) * wq[n,k]`` (each product exact in float32; the sum here
+  in float64, then rounded); ``y = f32(acc) * s_w[n] + b[n]``.
+- then optionally ``gelu(y) = 0.5 * y * (1 + erf(y * f32(1/sqrt(2))))``, then the output dtype.
+
+int32 accumulation limit: ``|xq| <= 127`` and ``|wq|, |hi|, |lo| <= 128`` bound each product by
+``127 * 128 = 16256``, so a K-long sum stays within int32 for ``K <= K_MAX = 132104``
+(``floor((2**31 - 1) / 16256)``). Layers with larger K are refused at construction. Two schemes that
+look simpler would overflow far sooner, which is why they are not used: int8 x int16 products in
+one int32 accumulator (``127 * 32768 * K`` overflows past K = 516), and folding the zero point into
+the weights (``|q - z| <= 65535``: past K = 258).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tickgpu.quant.schemes import cast_output
+
+INT32_MAX = 2**31 - 1
+MAX_PRODUCT = 127 * 128
+K_MAX = INT32_MAX // MAX_PRODUCT  # 132104
+
+_INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
+
+
+def check_k(k: int, what: str = "in_features") -> None:
+    """Raise ValueError if a reduction of length k could overflow an int32 accumulator."""
+    if k > K_MAX:
+        raise ValueError(
+            f"{what}: {k} exceeds K_MAX = {K_MAX}, past which int8 x int8 sums can overflow int32 "
+            f"(127 * 128 * K > 2**31 - 1); split the layer along K"
+        )
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    try:
+        from scipy.special import erf
+    except ImportError:  # pragma: no cover - scipy is a test dependency, not a runtime one
+        return np.frompyfunc(math.erf, 1, 1)(x.astype(np.float64)).astype(np.float32)
+    return erf(x).astype(np.float32)
+
+
+def gelu(y: np.ndarray) -> np.ndarray:
+    """Exact (erf) GELU in float32: ``0.5 * y * (1 + erf(y / sqrt(2)))``."""
+    y = y.astype(np.float32, copy=False)
+    return np.float32(0.5) * y * (np.float32(1.0) + _erf(y * _INV_SQRT2))
+
+
+def int_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact ``a @ b.T`` of int8 matrices a (M, K) and b (N, K), as int32 (M, N).
+
+    The sum is formed in int64; the K limit (:func:`check_k`) makes the int32 result equal what an
+    int32 accumulator computes, in any order.
+    """
+    if a.dtype != np.int8 or b.dtype != np.int8:
+        raise TypeError(f"int_gemm: operands must be int8, got {a.dtype} and {b.dtype}")
+    if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"int_gemm: shapes {a.shape} and {b.shape} do not match as (M, K), (N, K)")
+    check_k(a.shape[1])
+    acc = a.astype(np.int64) @ b.astype(np.int64).T
+    return acc.astype(np.int32)
+
+
+def _finish(y: np.ndarray, bias, apply_gelu: bool, out_dtype: str) -> np.ndarray:
+    if bias is not None:
+        y = y + np.asarray(bias, np.float32)[None, :]
+    if apply_gelu:
+        y = gelu(y)
+    return cast_output(y, out_dtype)
+
+
+def epilogue_w8a8(acc, x_scale, w_scale, bias=None, *, apply_gelu=False, out_dtype="float32"):
+    """Float32 epilogue of W8A8: ``f32(acc) * (s_x[m] * s_w[n]) + b[n]``, GELU, cast."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        scale = x_scale.astype(np.float32)[:, None] * w_scale.astype(np.float32)[None, :]
+        y = acc.astype(np.float32) * scale
+        return _finish(y, bias, apply_gelu, out_dtype)
+
+
+def epilogue_w16a8(acc_hi, acc_lo, rowsum, x_scale, w_scale, limb_offset, bias=None, *,
+                   apply_gelu=False, out_dtype="float32"):
+    """Float32 epilogue of the limb GEMM (see the module docstring for the exact order)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = acc_hi.astype(np.float32) * np.float32(256.0) + acc_lo.astype(np.float32)
+        t = t + limb_offset.astype(np.float32)[None, :] * rowsum.astype(np.float32)[:, None]
+        scale = x_scale.astype(np.float32)[:, None] * w_scale.astype(np.float32)[None, :]
+        y = t * scale
+        return _finish(y, bias, apply_gelu, out_dtype)
+
+
+def linear_w8a8(xq, x_scale, wq, w_scale, bias=None, *, apply_gelu=False, out_dtype="float32"):
+    """W8A8 linear layer: int8 activations (M, K) x int8 weights (N, K) -> (M, N)."""
+    return epilogue_w8a8(int_gemm(xq, wq), x_scale, w_scale, bias,
+                         apply_gelu=apply_gelu, out_dtype=out_dtype)
+
+
+def linear_w16a8(xq, x_scale, rowsum, w_hi, w_lo, w_scale, limb_offset, bias=None, *,
+                 apply_gelu=False, out_dtype="float32"):
+    """W16A8 linear layer on limbs: two int8 GEMMs sharing the activations, combined in float32."""
+    acc_hi = int_gemm(xq, w_hi)
+    acc_lo = int_gemm(xq, w_lo)
+    return epilogue_w16a8(acc_hi, acc_lo, rowsum, x_scale, w_scale, limb_offset, bias,
+                          apply_gelu=apply_gelu, out_dtype=out_dtype)
+
+
+def linear_w8a16(x, wq, w_scale, bias=None, *, apply_gelu=False, out_dtype="float32"):
+    """Weight-only W8A16: fp16 activations (M, K) x int8 weights (N, K), float32 accumulation.
+
+    ``x`` is rounded to float16 first (values past 65504 become inf, as on the GPU). Products of a
+    float16 and an int8 value are exact in float32; the sum is taken in float64 and rounded once.
+    """
+    if wq.dtype != np.int8:
+        raise TypeError(f"wq: must be int8, got {wq.dtype}")
+    check_k(wq.shape[1])
+    with np.errstate(invalid="ignore", over="ignore"):
+        x16 = np.asarray(x).astype(np.float32).astype(np.float16)
+        acc = (x16.astype(np.float64) @ wq.astype(np.float64).T).astype(np.float32)
+        y = acc * w_scale.astype(np.float32)[None, :]
+        return _finish(y, bias, apply_gelu, out_dtype)
+
+
+def linear_float(x, weight, bias=None, *, dtype="float32", apply_gelu=False, out_dtype="float32"):
+    """Float baseline: float32, or float16 operands with float32 accumulation (as tensor cores do)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        x = np.asarray(x).astype(np.float32)
+        w = np.asarray(weight).astype(np.float32)
+        if dtype == "float16":
+            x = x.astype(np.float16).astype(np.float32)
+            w = w.astype(np.float16).astype(np.float32)
+            y = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.float32)
+        elif dtype == "float32":
+            y = x @ w.T
+        else:
+            raise ValueError(f"dtype: must be 'float32' or 'float16', got {dtype!r}")
+        if bias is not None and dtype == "float16":
+            bias = np.asarray(bias, np.float32).astype(np.float16).astype(np.float32)
+        return _finish(y, bias, apply_gelu, out_dtype)

@@ -1,0 +1,52 @@
+"""SafeMinMaxObserver: a drop-in observer for torch.ao.quantization with tickgpu's guarantees.
+
+Importing this module imports torch (tickgpu itself never does); ``tickgpu.quant.SafeMinMaxObserver``
+loads it on first use.
+
+Compared with ``torch.ao.quantization.MovingAverageMinMaxObserver`` it
+
+- masks NaN and +-inf instead of letting one bad value poison min/max forever (counted in the
+  ``n_nonfinite`` buffer); a batch with no finite value leaves the state unchanged;
+- floors scales at ``2**-100`` instead of float32's machine epsilon (1.2e-7), so a feature whose whole
+  range is 1e-8 still gets its 255 levels instead of quantizing to a single code;
+- keeps min/max within +-float32max / 2, so the range and the scale cannot overflow to inf.
+
+The EMA is the same recursion: ``averaging_constant`` is ``1 - alpha`` of tickgpu's observers (0.01 by
+default, i.e. alpha = 0.99). Like every observer it only ever sees batches up to the current one.
+"""
+from __future__ import annotations
+
+import torch
+from torch.ao.quantization.observer import MovingAverageMinMaxObserver
+
+from tickgpu.quant.schemes import EPS
+
+_LIMIT = float(torch.finfo(torch.float32).max) / 2
+
+
+class SafeMinMaxObserver(MovingAverageMinMaxObserver):
+    """EMA min/max observer that never yields a zero, infinite or NaN scale (see module docstring)."""
+
+    def __init__(self, averaging_constant: float = 0.01, dtype=torch.quint8,
+                 qscheme=torch.per_tensor_affine, eps: float = float(EPS), **kwargs):
+        super().__init__(averaging_constant=averaging_constant, dtype=dtype, qscheme=qscheme,
+                         eps=eps, **kwargs)
+        self.register_buffer("n_nonfinite", torch.tensor(0, dtype=torch.int64))
+
+    def forward(self, x_orig):
+        if x_orig.numel() == 0:
+            return x_orig
+        x = x_orig.detach().to(self.min_val.dtype)
+        finite = torch.isfinite(x)
+        self.n_nonfinite += (~finite).sum()
+        if not bool(finite.any()):
+            return x_orig
+        cur_min, cur_max = torch.aminmax(x[finite].clamp(-_LIMIT, _LIMIT))
+        if self.min_val == float("inf") and self.max_val == float("-inf"):
+            new_min, new_max = cur_min, cur_max
+        else:
+            new_min = self.min_val + self.averaging_constant * (cur_min - self.min_val)
+            new_max = self.max_val + self.averaging_constant * (cur_max - self.max_val)
+        self.min_val.copy_(new_min)
+        self.max_val.copy_(new_max)
+        return x_orig

@@ -1,0 +1,263 @@
+"""Cases run by test_quant_kernels.py in a separate process: the Triton kernels of tickgpu.quant under
+the Triton interpreter (TRITON_INTERPRET=1) against the NumPy reference, and the GPU plan's launches
+end to end through an interpreted kernel runtime.
+
+Needs triton and torch (test-time only: the interpreter takes torch CPU tensors); skipped without.
+"""
+import inspect
+import os
+
+import numpy as np
+import pytest
+
+# triton.jit and triton.language's own helpers pick compile-or-interpret when triton is imported, so
+# this file runs in a process of its own (test_quant_kernels.py starts it) with the variable set first.
+# TICKGPU_QUANT_CASES_DEVICE=cuda runs the same cases JIT-compiled on a GPU instead (needs torch+CUDA).
+DEVICE = os.environ.get("TICKGPU_QUANT_CASES_DEVICE", "cpu")
+if DEVICE == "cpu":
+    os.environ["TRITON_INTERPRET"] = "1"
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+from tickgpu.kernels import quant as kq  # noqa: E402
+from tickgpu.quant import QuantLinear, QuantMLP, gemm  # noqa: E402
+from tickgpu.quant import _gpu  # noqa: E402
+from tickgpu.quant.schemes import quantize_activations, quantize_weight, round_to_bfloat16  # noqa: E402
+
+ODD_M = [1, 15, 16, 17, 33, 129]
+_TORCH = {"int8": torch.int8, "int32": torch.int32, "float16": torch.float16,
+          "bfloat16": torch.bfloat16, "float32": torch.float32}
+_PTR = {"*i8": torch.int8, "*i32": torch.int32, "*fp16": torch.float16, "*bf16": torch.bfloat16,
+        "*fp32": torch.float32}
+VARIANTS = {v["variant"]: v for v in kq.QUANT_VARIANTS}
+
+
+class InterpretedRuntime:
+    """The kernel-runtime interface of tickgpu.quant._gpu, running bundle variants in the interpreter.
+
+    It checks every launch against the variant's signature: argument count, pointer dtypes, ints.
+    """
+
+    def __init__(self):
+        self.launches = []
+
+    def upload(self, array):
+        a = np.ascontiguousarray(array)
+        return torch.from_numpy(a.copy()).to(DEVICE)
+
+    def empty(self, shape, dtype):
+        fill = 77 if dtype in ("int8", "int32") else float("nan")
+        return torch.full(shape, fill, dtype=_TORCH[dtype], device=DEVICE)
+
+    def download(self, buf):
+        buf = buf.cpu()
+        if buf.dtype == torch.bfloat16:
+            return buf.view(torch.int16).numpy().view(np.uint16).copy()
+        return buf.numpy().copy()
+
+    def launch(self, variant, grid, args):
+        v = VARIANTS[variant]
+        params = [k for k, t in v["signature"].items() if t != "constexpr"]
+        assert len(args) == len(params), (variant, len(args), params)
+        for name, arg in zip(params, args):
+            kind = v["signature"][name]
+            if kind.startswith("*"):
+                assert isinstance(arg, torch.Tensor) and arg.dtype == _PTR[kind], (variant, name, kind, arg.dtype)
+            elif kind == "i32":
+                assert isinstance(arg, int) and -2**31 <= arg < 2**31, (variant, name, arg)
+            else:
+                assert isinstance(arg, float), (variant, name, arg)
+        self.launches.append(variant)
+        v["kernel"][grid](*args, **v["constexprs"])
+
+
+@pytest.fixture
+def rt():
+    return InterpretedRuntime()
+
+
+def _act(rt, x, has_ln=False, gamma=None, beta=None, eps=1e-5):
+    m, k = x.shape
+    k_pad = -(-k // 16) * 16
+    xb = rt.upload(x.astype(np.float32))
+    g = rt.upload(np.ones(k, np.float32) if gamma is None else gamma.astype(np.float32))
+    b = rt.upload(np.zeros(k, np.float32) if beta is None else beta.astype(np.float32))
+    xq, s, rs = rt.empty((m, k_pad), "int8"), rt.empty((m,), "float32"), rt.empty((m,), "int32")
+    bk = 64 if k <= 64 else 512
+    rt.launch(f"quant_act{'_ln' if has_ln else ''}_k{bk}", (m, 1, 1), [xb, g, b, xq, s, rs, m, k, k, k_pad, eps])
+    return rt.download(xq)[:, :k], rt.download(s), rt.download(rs)
+
+
+@pytest.mark.parametrize("m", ODD_M)
+def test_act_quant_kernel_is_bit_exact(rt, rng, m):
+    k = int(rng.choice([7, 50, 64, 65, 200, 700]))
+    x = (rng.standard_normal((m, k)) * 10 ** rng.uniform(-9, 3, (m, 1))).astype(np.float32)
+    if m > 3:
+        x[1] = 0.0
+        x[2, k // 2] = np.nan
+        x[3, 0] = np.inf
+    q, s, rs = _act(rt, x)
+    ref = quantize_activations(x)
+    assert np.array_equal(q, ref.q)
+    assert np.array_equal(s.view(np.uint32), ref.scale.view(np.uint32))  # NaN rows included
+    assert np.array_equal(rs, ref.rowsum)
+
+
+def test_act_quant_kernel_with_layernorm(rt, rng):
+    m, k = 33, 70
+    x = (rng.standard_normal((m, k)) * 5 + 3).astype(np.float32)
+    g, b = rng.uniform(0.5, 2, k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    q, s, rs = _act(rt, x, True, g, b)
+    mlp = QuantMLP([(np.ones((1, k)), None)], layernorm=(g, b, 1e-5))
+    ref = quantize_activations(mlp.normalize_cpu(x))
+    assert np.abs(q.astype(int) - ref.q).max() <= 1  # rounding-boundary ties only
+    assert (q != ref.q).mean() < 0.01
+    np.testing.assert_allclose(s, ref.scale, rtol=1e-5)
+    assert np.array_equal(rs, q.astype(np.int64).sum(axis=1))
+
+
+def _gemm(rt, act, w_q, out, gelu, tile):
+    m, k = act.q.shape
+    n = w_q.shape[0]
+    k_pad = -(-k // 16) * 16
+    a = rt.upload(_gpu._pad_rows(act.q, k_pad))
+    s, rs = rt.upload(act.scale), rt.upload(act.rowsum)
+    bias = np.linspace(-1, 1, n).astype(np.float32)
+    if w_q.format == "int16":
+        hi, lo = w_q.limbs
+        b, b2 = rt.upload(_gpu._pad_rows(hi, k_pad)), rt.upload(_gpu._pad_rows(lo, k_pad))
+        off = rt.upload(w_q.limb_offset)
+        name = "w16a8"
+    else:
+        b = b2 = rt.upload(_gpu._pad_rows(w_q.q, k_pad))
+        off = rt.upload(w_q.scale)
+        name = "w8a8"
+    c = rt.empty((m, n), out)
+    bm, bn = _gpu._TILE_M_N[tile]
+    rt.launch(f"quant_gemm_{name}{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{tile}",
+              (-(-m // bm) * -(-n // bn), 1, 1),
+              [a, s, rs, b, b2, rt.upload(w_q.scale), off, rt.upload(bias), c, m, n, k, k_pad, k_pad, n])
+    y = rt.download(c)
+    if out == "bfloat16":
+        y = (y.astype(np.uint32) << 16).view(np.float32)
+    return y, bias
+
+
+@pytest.mark.parametrize("m", ODD_M)
+@pytest.mark.parametrize("fmt", ["int8", "int16"])
+def test_quant_gemm_kernel_is_bit_exact(rt, rng, m, fmt):
+    n, k = int(rng.integers(1, 150)), int(rng.integers(1, 200))
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    x[0, 0] = np.nan  # a poisoned row travels through as NaN
+    act = quantize_activations(x)
+    wq = quantize_weight(rng.standard_normal((n, k)) + rng.uniform(-2, 2, (n, 1)), fmt)
+    out = str(rng.choice(["float32", "float16", "bfloat16"]))
+    tile = "s" if m <= 64 else "l"
+    y, bias = _gemm(rt, act, wq, out, False, tile)
+    if fmt == "int8":
+        ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias, out_dtype=out)
+        ref_f32 = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias)
+    else:
+        hi, lo = wq.limbs
+        ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias,
+                                out_dtype=out)
+        ref_f32 = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias)
+    ref = np.asarray(ref, np.float32)
+    assert np.isnan(y[0]).all()
+    got = y.astype(np.float32).view(np.uint32)
+    if out == "bfloat16":
+        # The interpreter narrows float32 to bfloat16 by truncation where the GPU rounds to nearest
+        # even (cvt.rn): there, accept either rounding of the bit-exact float32 result, nothing else.
+        ref32 = np.asarray(ref_f32, np.float32).view(np.uint32)
+        ok = (got == ref.view(np.uint32)) | np.isnan(ref)
+        if DEVICE == "cpu":
+            ok |= got == (ref32 & 0xFFFF0000)
+        assert ok.all()
+    else:
+        assert np.array_equal(got, ref.view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int16"])
+def test_quant_gemm_kernel_gelu(rt, rng, fmt):
+    m, n, k = 17, 70, 90
+    act = quantize_activations(rng.standard_normal((m, k)).astype(np.float32))
+    wq = quantize_weight(rng.standard_normal((n, k)), fmt)
+    y, bias = _gemm(rt, act, wq, "float32", True, "s")
+    if fmt == "int8":
+        ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias, apply_gelu=True)
+    else:
+        hi, lo = wq.limbs
+        ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias,
+                                apply_gelu=True)
+    np.testing.assert_allclose(y, ref, rtol=4e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("m", [1, 17, 129])
+def test_w8a16_kernel(rt, rng, m):
+    n, k = int(rng.integers(1, 150)), int(rng.integers(1, 200))
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    wq = quantize_weight(rng.standard_normal((n, k)), "int8")
+    k_pad = -(-k // 16) * 16
+    bias = rng.standard_normal(n).astype(np.float32)
+    c = rt.empty((m, n), "float32")
+    tile = "s" if m <= 64 else "l"
+    bm, bn = _gpu._TILE_M_N[tile]
+    rt.launch(f"quant_w8a16_f32_{tile}", (-(-m // bm) * -(-n // bn), 1, 1),
+              [rt.upload(x.astype(np.float16)), rt.upload(_gpu._pad_rows(wq.q, k_pad)), rt.upload(wq.scale),
+               rt.upload(bias), c, m, n, k, k, k_pad, n])
+    ref = gemm.linear_w8a16(x, wq.q, wq.scale, bias)
+    x16 = x.astype(np.float16).astype(np.float64)
+    bound = 4 * k * np.finfo(np.float32).eps * (np.abs(x16) @ np.abs(wq.q.astype(np.float64)).T) * wq.scale
+    assert np.all(np.abs(rt.download(c) - ref) <= bound + 1e-6)
+
+
+def test_layernorm_kernel(rt, rng):
+    m, k = 15, 600
+    x = (rng.standard_normal((m, k)) * 3 + 1).astype(np.float32)
+    g, b = rng.uniform(0.5, 2, k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
+    y = rt.empty((m, k), "float16")
+    rt.launch("quant_layernorm_f16_k512", (m, 1, 1), [rt.upload(x), rt.upload(g), rt.upload(b), y, m, k, k, k, 1e-5])
+    ref = QuantMLP([(np.ones((1, k)), None)], layernorm=(g, b, 1e-5)).normalize_cpu(x)
+    np.testing.assert_allclose(rt.download(y).astype(np.float64), ref, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("m", [1, 17, 65])
+def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m):
+    dims = [13, 40, 24, 3]
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, 13), rng.standard_normal(13) * 0.1)
+    for layernorm in (None, ln):
+        for out in ("float32", "bfloat16"):
+            mlp = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out)
+            x = (rng.standard_normal((m, 13)) * 2).astype(np.float32)
+            got = _gpu.plan_for(mlp, rt).run(x)
+            want = mlp.forward_cpu(x)
+            assert got.shape == want.shape == (m, 3)
+            if layernorm is None and scheme != "w8a16" and out == "float32":
+                # GELU's erf is the only inexact step here
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+            else:
+                np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
+    assert rt.launches  # something really ran
+
+
+def test_gpu_plan_quant_linear(rt, rng):
+    lin = QuantLinear(rng.standard_normal((30, 20)), rng.standard_normal(30), scheme="w8a8", out_dtype="float16")
+    x = rng.standard_normal((5, 20)).astype(np.float32)
+    got = _gpu.plan_for(lin, rt).run(x)
+    assert got.dtype == np.float16
+    assert np.array_equal(got, lin.forward_cpu(x))
+
+
+def test_variant_table_matches_the_kernels():
+    names = [v["variant"] for v in kq.QUANT_VARIANTS]
+    assert len(names) == len(set(names))
+    for v in kq.QUANT_VARIANTS:
+        fn = v["kernel"].fn if hasattr(v["kernel"], "fn") else v["kernel"]
+        params = list(inspect.signature(fn).parameters)
+        assert list(v["signature"]) == params, v["variant"]
+        cexpr = [k for k, t in v["signature"].items() if t == "constexpr"]
+        assert sorted(cexpr) == sorted(v["constexprs"]), v["variant"]
+        assert v["options"] == {"enable_fp_fusion": False}
+        assert v["family"] == "quant"

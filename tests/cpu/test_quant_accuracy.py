@@ -1,0 +1,45 @@
+"""The shipped reference models: they load, reproduce their stored float outputs, and the surrogate's
+quantized formats stay within the published error of the analytic Black-Scholes values."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tickgpu.quant import QuantMLP
+
+DATA = Path(__file__).resolve().parents[2] / "src" / "tickgpu" / "data"
+
+
+def _load(name):
+    z = np.load(DATA / name)
+    sd = {k: z[k] for k in z.files if not k.startswith("test_")}
+    return sd, {k: z[k] for k in z.files if k.startswith("test_")}
+
+
+def test_signal_model_reproduces_its_float_outputs():
+    sd, t = _load("quant_signal_mlp.npz")
+    mlp = QuantMLP.from_state_dict(sd, scheme="fp32")
+    np.testing.assert_allclose(mlp(t["test_x"]), t["test_fp32"], rtol=1e-5, atol=1e-5)
+    ref = t["test_fp32"][:, 0]
+    for scheme in ("w8a8", "w16a8", "w8a16"):
+        got = QuantMLP.from_state_dict(sd, scheme=scheme)(t["test_x"])[:, 0]
+        assert np.corrcoef(got, ref)[0, 1] > 0.999, scheme
+
+
+@pytest.mark.parametrize("scheme,price_tol,delta_tol", [
+    ("fp32", 0.01, 0.08), ("fp16", 0.01, 0.08), ("w8a16", 0.01, 0.08),
+    ("w16a8", 0.02, 0.1), ("w8a8", 0.02, 0.1)])
+def test_bsm_surrogate_against_the_analytic_formula(scheme, price_tol, delta_tol):
+    from scipy.special import ndtr
+
+    sd, t = _load("quant_bsm_surrogate.npz")
+    raw = t["test_raw"]
+    m, tt, v = raw.T
+    sd1 = v * np.sqrt(tt)
+    d1 = (-np.log(m) + 0.5 * sd1 ** 2) / sd1
+    price, delta = ndtr(d1) - m * ndtr(d1 - sd1), ndtr(d1)
+    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
+    x = (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
+    got = QuantMLP.from_state_dict(sd, scheme=scheme)(x)
+    assert np.abs(got[:, 0] - price).max() < price_tol
+    assert np.abs(got[:, 1] - delta).max() < delta_tol

@@ -1,0 +1,241 @@
+"""The NumPy integer reference against float64 evaluations of the same quantized math; limbs; edges;
+int32 overflow limits."""
+import numpy as np
+import pytest
+
+from tickgpu.quant import gemm
+from tickgpu.quant.schemes import (
+    EPS,
+    join_limbs,
+    quantize_activations,
+    quantize_weight,
+    round_to_bfloat16,
+    split_limbs,
+)
+
+ODD_M = [1, 15, 16, 17, 33, 129]
+F32_EPS = float(np.finfo(np.float32).eps)
+
+
+def _shapes(rng):
+    # N, K deliberately not multiples of 64 (nor of 16 for most draws)
+    return int(rng.integers(1, 200)), int(rng.integers(1, 300))
+
+
+@pytest.mark.parametrize("m", ODD_M)
+def test_int_gemm_exact_against_float64(rng, m):
+    n, k = _shapes(rng)
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (n, k)).astype(np.int8)
+    got = gemm.int_gemm(a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64).T  # exact: |sums| << 2**53
+    assert got.dtype == np.int32
+    assert np.array_equal(got.astype(np.float64), want)
+
+
+def test_int_gemm_rejects_bad_operands():
+    a = np.zeros((2, 3), np.int8)
+    with pytest.raises(TypeError, match="int8"):
+        gemm.int_gemm(a.astype(np.int16), a)
+    with pytest.raises(ValueError, match="do not match"):
+        gemm.int_gemm(a, np.zeros((2, 4), np.int8))
+
+
+def test_limbs_recombine_exactly_for_every_int16():
+    q = np.arange(-32768, 32768, dtype=np.int64).astype(np.int16)
+    hi, lo = split_limbs(q)
+    assert hi.dtype == lo.dtype == np.int8
+    assert np.array_equal(256 * hi.astype(np.int64) + lo.astype(np.int64) + 128, q.astype(np.int64))
+    assert np.array_equal(join_limbs(hi, lo), q)
+
+
+def test_limb_accumulators_recombine_to_the_int16_product(rng):
+    m, n, k = 17, 23, 301
+    xq = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    q = rng.integers(-32768, 32768, (n, k)).astype(np.int16)
+    hi, lo = split_limbs(q)
+    acc_hi, acc_lo = gemm.int_gemm(xq, hi), gemm.int_gemm(xq, lo)
+    rowsum = xq.astype(np.int64).sum(axis=1)
+    combined = 256 * acc_hi.astype(np.int64) + acc_lo + 128 * rowsum[:, None]
+    want = xq.astype(np.float64) @ q.astype(np.float64).T
+    assert np.array_equal(combined.astype(np.float64), want)
+
+
+def _fp32_bound(*terms):
+    # a handful of float32 roundings, each at most half an ulp of the largest intermediate
+    return 8 * F32_EPS * sum(np.abs(t) for t in terms) + 1e-30
+
+
+@pytest.mark.parametrize("m", ODD_M)
+def test_w8a8_matches_float64_of_the_same_quantized_math(rng, m):
+    n, k = _shapes(rng)
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.01, 100)).astype(np.float32)
+    w = rng.standard_normal((n, k))
+    b = rng.standard_normal(n)
+    act, wq = quantize_activations(x), quantize_weight(w, "int8")
+    y = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, b.astype(np.float32))
+    acc = act.q.astype(np.float64) @ wq.q.astype(np.float64).T
+    main = acc * act.scale.astype(np.float64)[:, None] * wq.scale.astype(np.float64)[None, :]
+    want = main + b.astype(np.float32).astype(np.float64)
+    assert np.all(np.abs(y - want) <= _fp32_bound(main, want))
+    # and the quantized layer approximates the float one to the quantization error
+    y_float = x.astype(np.float64) @ w.T + b
+    bound = (np.abs(x).max(axis=1, keepdims=True) / 127 * np.abs(w).sum(axis=1)[None, :] / 2
+             + np.abs(x).sum(axis=1, keepdims=True) * np.abs(w).max(axis=1)[None, :] / 127 / 2) * 1.01
+    assert np.all(np.abs(y - y_float) <= bound + 1e-6)
+
+
+@pytest.mark.parametrize("m", ODD_M)
+def test_w16a8_matches_float64_of_the_same_quantized_math(rng, m):
+    n, k = _shapes(rng)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w = rng.standard_normal((n, k)) + rng.uniform(-3, 3, (n, 1))  # off-centre rows: zero points != 0
+    b = rng.standard_normal(n).astype(np.float32)
+    act, wq = quantize_activations(x), quantize_weight(w, "int16")
+    hi, lo = wq.limbs
+    y = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, b)
+    centred = act.q.astype(np.float64) @ (wq.q.astype(np.float64) - wq.zero_point[:, None]).T
+    main = centred * act.scale.astype(np.float64)[:, None] * wq.scale.astype(np.float64)[None, :]
+    # intermediates reach 256*|acc_hi| + |(128-z) rowsum|: the float32 error is relative to those
+    big = (256 * np.abs(act.q.astype(np.float64) @ hi.astype(np.float64).T)
+           + np.abs(128.0 - wq.zero_point)[None, :] * np.abs(act.rowsum)[:, None]) \
+        * act.scale[:, None] * wq.scale[None, :]
+    assert np.all(np.abs(y - (main + b)) <= _fp32_bound(big, main + b))
+
+
+@pytest.mark.parametrize("m", [1, 17, 129])
+def test_w8a16_matches_float64(rng, m):
+    n, k = _shapes(rng)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    wq = quantize_weight(rng.standard_normal((n, k)), "int8")
+    y = gemm.linear_w8a16(x, wq.q, wq.scale)
+    x16 = x.astype(np.float16).astype(np.float64)
+    want = (x16 @ wq.q.astype(np.float64).T) * wq.scale.astype(np.float64)
+    assert np.all(np.abs(y - want) <= _fp32_bound(want))
+
+
+def test_weight_quantization_error_and_range(rng):
+    w = rng.standard_normal((37, 91)) * np.exp(rng.uniform(-5, 5, (37, 1)))
+    w[3] = 0.0           # all-zero channel
+    w[4] = 2.5           # min == max, positive
+    w[5, :] = 1e-8 * rng.standard_normal(91)  # tiny range
+    w8 = quantize_weight(w, "int8")
+    assert w8.q.dtype == np.int8 and np.abs(w8.q.astype(int)).max() <= 127
+    assert np.all(np.isfinite(w8.scale)) and np.all(w8.scale > 0)
+    assert np.all(np.abs(w8.dequantize() - w) <= 0.5 * w8.scale[:, None] * (1 + 1e-6))
+    w16 = quantize_weight(w, "int16")
+    assert w16.q.dtype == np.int16
+    assert np.all((w16.zero_point >= -32768) & (w16.zero_point <= 32767))
+    assert np.all(np.isfinite(w16.scale)) and np.all(w16.scale > 0)
+    assert np.all(np.abs(w16.dequantize() - w) <= 0.5 * w16.scale[:, None] * (1 + 1e-6))
+    # 0.0 is exactly representable (the zero point is a code)
+    assert np.all(w16.dequantize()[3] == 0.0)
+    # int16 is ~256x finer than int8 on the same channel
+    assert np.abs(w16.dequantize() - w).max() < np.abs(w8.dequantize() - w).max() / 50
+
+
+def test_weight_quantization_rejects_bad_weights():
+    with pytest.raises(ValueError, match=r"weight\[1, 2\]: must be finite"):
+        w = np.zeros((3, 4)); w[1, 2] = np.nan
+        quantize_weight(w)
+    with pytest.raises(ValueError, match="2-D"):
+        quantize_weight(np.zeros(4))
+    with pytest.raises(ValueError, match="format"):
+        quantize_weight(np.zeros((2, 2)), "int4")
+
+
+def test_activation_quantization_edges(rng):
+    k = 19
+    x = rng.standard_normal((8, k)).astype(np.float32)
+    x[1] = 0.0                         # all-zero row
+    x[2] = 3.0                         # min == max
+    x[3] = 1e-8 * rng.standard_normal(k)   # a 1e-8 range
+    x[4, 5] = np.nan                   # poisoned rows
+    x[5, 0] = -np.inf
+    x[6] = 3e38                        # near float32's max
+    x[7] = 1e-40                       # subnormal
+    act = quantize_activations(x)
+    ok = np.array([0, 1, 2, 3, 6, 7])
+    assert np.all(np.isfinite(act.scale[ok])) and np.all(act.scale[ok] > 0)
+    assert np.isnan(act.scale[4]) and np.isnan(act.scale[5])
+    assert np.all(act.q[[4, 5]] == 0) and np.all(act.rowsum[[4, 5]] == 0)
+    assert np.all(act.q[1] == 0) and act.scale[1] == np.float32(EPS) / np.float32(127)
+    assert np.all(act.q[2] == 127)
+    assert np.abs(act.q.astype(int)).max() <= 127
+    assert np.array_equal(act.rowsum, act.q.astype(np.int64).sum(axis=1))
+    err = np.abs(act.q[ok] * act.scale[ok, None].astype(np.float64) - x[ok].astype(np.float64))
+    assert np.all(err <= 0.5 * act.scale[ok, None] * (1 + 1e-5) + 1e-45)
+    # the tiny row is quantized at its own resolution, not flushed
+    assert np.abs(act.q[3]).max() == 127
+
+
+def test_int32_overflow_limit_is_where_the_arithmetic_says():
+    assert gemm.K_MAX == (2**31 - 1) // (127 * 128) == 132104
+    for k, overflows in ((gemm.K_MAX, False), (gemm.K_MAX + 1, True)):
+        # worst case: activations at +127 against limbs at -128
+        prods = np.full(k, 127 * -128, np.int64)
+        exact = prods.sum()
+        wrapped = np.cumsum(prods.astype(np.int32), dtype=np.int32)[-1]  # what an int32 register holds
+        assert (exact < -2**31) == overflows
+        assert (wrapped != exact) == overflows
+    # the scheme refuses such layers instead of wrapping silently
+    with pytest.raises(ValueError, match="K_MAX"):
+        gemm.int_gemm(np.zeros((1, gemm.K_MAX + 1), np.int8), np.zeros((1, gemm.K_MAX + 1), np.int8))
+
+
+def test_int32_accumulation_at_k_max_with_extreme_values_is_exact():
+    k = gemm.K_MAX
+    xq = np.full((2, k), 127, np.int8)
+    xq[1] = -127
+    hi = np.full((3, k), -128, np.int8)
+    hi[1] = 127
+    hi[2, ::2] = -128
+    hi[2, 1::2] = 127
+    acc = gemm.int_gemm(xq, hi)
+    want = xq.astype(np.float64) @ hi.astype(np.float64).T
+    assert np.array_equal(acc.astype(np.float64), want)
+    # also the int32 running sum a GPU would form, in order
+    prods = (xq[0].astype(np.int32) * hi[0].astype(np.int32))
+    assert np.cumsum(prods, dtype=np.int32)[-1] == want[0, 0]
+
+
+def test_simpler_schemes_would_overflow_much_sooner():
+    # one int32 accumulator for int8 x int16 products: 127 * 32768 * K
+    assert 127 * 32768 * 516 <= 2**31 - 1 < 127 * 32768 * 517
+    # zero point folded into the weights: |q - z| <= 65535
+    assert 127 * 65535 * 258 <= 2**31 - 1 < 127 * 65535 * 259
+
+
+def test_round_to_bfloat16(rng):
+    x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 1e3,
+                        np.array([1.0, 1.00390625, 1.01171875, -0.0, np.inf, -np.inf, np.nan], np.float32)])
+    r = round_to_bfloat16(x)
+    bits = r.view(np.uint32)
+    assert np.all(bits[np.isfinite(r)] & 0xFFFF == 0)
+    fin = np.isfinite(x) & (x != 0)  # the bit-neighbours of +-0 are not its value neighbours
+    # nearest: no other bfloat16 value is closer (neighbours are +-1 in the top 16 bits)
+    up = (bits[fin] + 0x10000).view(np.float32)
+    down = (bits[fin] - 0x10000).view(np.float32)
+    d = np.abs(r[fin].astype(np.float64) - x[fin])
+    assert np.all(d <= np.abs(up.astype(np.float64) - x[fin]))
+    assert np.all(d <= np.abs(down.astype(np.float64) - x[fin]))
+    # ties to even: 1 + 2**-8 lies halfway between 1 and 1 + 2**-7 -> 1 (even mantissa)
+    assert r[10000] == 1.0 and r[10001] == 1.0 and r[10002] == np.float32(1.015625)
+    assert np.isnan(r[-1]) and r[-2] == -np.inf and r[-3] == np.inf
+
+
+def test_round_to_bfloat16_matches_torch(rng):
+    torch = pytest.importorskip("torch")
+    x = (rng.standard_normal(4096) * 10 ** rng.uniform(-30, 30, 4096)).astype(np.float32)
+    want = torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
+    assert np.array_equal(round_to_bfloat16(x), want)
+
+
+def test_gelu_matches_float64(rng):
+    import math
+
+    y = (rng.standard_normal(2000) * 4).astype(np.float32)
+    want = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in y.astype(np.float64)])
+    got = gemm.gelu(y)
+    assert got.dtype == np.float32
+    assert np.all(np.abs(got - want) <= 4 * F32_EPS * (np.abs(want) + np.abs(y)) + 1e-30)

@@ -1,0 +1,55 @@
+"""The quant kernels compile ahead of time for sm_80 and sm_90 (no GPU needed), as the bundle builder
+will compile them, and the PTX keeps the properties the bit-exactness argument relies on."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent("""
+    import json, re, sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from tickgpu.kernels.quant import QUANT_VARIANTS
+    want = set(sys.argv[1:])
+    out = {}
+    for v in QUANT_VARIANTS:
+        if v["variant"] not in want:
+            continue
+        for arch in (80, 90):
+            src = ASTSource(fn=v["kernel"], signature=v["signature"], constexprs=v["constexprs"])
+            k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                               options={"num_warps": v["num_warps"], "num_stages": v["num_stages"], **v["options"]})
+            ptx = k.asm["ptx"]
+            out[f"{v['variant']}@{arch}"] = {
+                "cubin": len(k.asm["cubin"]), "fma": len(re.findall(r"\\bfma\\.rn\\.f32", ptx)),
+                "div_approx": len(re.findall(r"div\\.(full|approx)\\.f32", ptx)),
+                "magic": ptx.count("0f4B400000"), "mma": len(re.findall(r"mma", ptx)),
+                "cvt_bf16": len(re.findall(r"cvt\\.rn\\.bf16", ptx)),
+            }
+    print(json.dumps(out))
+""")
+
+
+def test_quant_variants_compile_for_sm80_and_sm90():
+    names = ["quant_act_k64", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f32_s"]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, *names], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(res) == 2 * len(names)
+    for key, r in res.items():
+        assert r["cubin"] > 0, key
+        assert r["fma"] == 0, key           # no contraction: the epilogue rounds like the reference
+        assert r["div_approx"] == 0, key    # divisions are IEEE (div_rn)
+    for arch in (80, 90):
+        assert res[f"quant_act_k64@{arch}"]["magic"] >= 2          # round-half-even kept, not folded
+        assert res[f"quant_gemm_w16a8_bf16_s@{arch}"]["mma"] > 0   # int8 tensor cores
+        assert res[f"quant_gemm_w16a8_bf16_s@{arch}"]["cvt_bf16"] > 0  # round-to-nearest narrowing
+        assert res[f"quant_w8a16_f32_s@{arch}"]["mma"] > 0

@@ -1,0 +1,181 @@
+"""QuantLinear / QuantMLP on the CPU backend: against float64 evaluations of the dequantized model,
+against the float model, state dicts (NumPy and torch), bad input."""
+import numpy as np
+import pytest
+
+from tickgpu.errors import BackendUnavailable
+from tickgpu.quant import K_MAX, SCHEMES, QuantLinear, QuantMLP
+from tickgpu.quant.schemes import quantize_activations
+
+
+def _gelu64(y):
+    from scipy.special import erf
+
+    return 0.5 * y * (1 + erf(y / np.sqrt(2)))
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8"])
+@pytest.mark.parametrize("m", [1, 16, 33])
+def test_quant_linear_equals_dequantized_float64_math(rng, scheme, m):
+    n, k = 45, 77
+    w, b = rng.standard_normal((n, k)), rng.standard_normal(n)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    lin = QuantLinear(w, b, scheme=scheme, gelu=True)
+    act = quantize_activations(x)
+    xd = act.q * act.scale.astype(np.float64)[:, None]
+    want = _gelu64(xd @ lin.weight_q.dequantize().T + b.astype(np.float32))
+    got = lin(x)
+    assert got.shape == (m, n) and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=5e-6, atol=5e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("scheme,tol", [("w8a8", 0.03), ("w16a8", 0.03), ("w8a16", 0.02),
+                                        ("fp16", 2e-3), ("fp32", 1e-6)])
+def test_quant_linear_is_close_to_the_float_layer(rng, scheme, tol):
+    w, b = rng.standard_normal((64, 96)), rng.standard_normal(64)
+    x = rng.standard_normal((40, 96))
+    want = x @ w.T + b
+    got = QuantLinear(w, b, scheme=scheme)(x)
+    assert np.abs(got - want).max() <= tol * np.abs(want).max()
+
+
+def test_w16a8_weights_are_near_exact(rng):
+    # activations exactly representable in int8: then only weight error remains, and int16 is tiny
+    w = rng.standard_normal((20, 30)) + 2.0
+    x = rng.integers(-127, 128, (9, 30)).astype(np.float32)
+    x[:, 0] = 127  # absmax 127 -> scale exactly 1
+    want = x.astype(np.float64) @ w.T
+    e16 = np.abs(QuantLinear(w, scheme="w16a8")(x) - want).max()
+    e8 = np.abs(QuantLinear(w, scheme="w8a8")(x) - want).max()
+    assert e16 < e8 / 100
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "float16", "bfloat16"])
+def test_out_dtypes(rng, out_dtype):
+    lin = QuantLinear(rng.standard_normal((8, 12)), scheme="w8a8", out_dtype=out_dtype)
+    x = rng.standard_normal((3, 12))
+    y = lin(x)
+    want = lin.forward_cpu(x.astype(np.float32), out_dtype="float32")
+    assert y.dtype == (np.float16 if out_dtype == "float16" else np.float32)
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=2 ** -7, atol=1e-6)
+
+
+def test_single_token_and_nan_handling(rng):
+    lin = QuantLinear(rng.standard_normal((5, 6)), rng.standard_normal(5))
+    x = rng.standard_normal((4, 6))
+    np.testing.assert_array_equal(lin(x[2]), lin(x)[2])
+    x[1, 3] = np.nan
+    with pytest.raises(ValueError, match=r"x\[1, 3\]: must be finite"):
+        lin(x)
+    y = lin(x, check=False)
+    assert np.all(np.isnan(y[1])) and np.all(np.isfinite(y[[0, 2, 3]]))
+    # the other rows are exactly what they are without the bad row
+    np.testing.assert_array_equal(y[[0, 2, 3]], lin(x[[0, 2, 3]]))
+
+
+def test_bad_arguments(rng):
+    with pytest.raises(ValueError, match="scheme"):
+        QuantLinear(np.ones((2, 2)), scheme="w4a4")
+    with pytest.raises(ValueError, match="out_dtype"):
+        QuantLinear(np.ones((2, 2)), out_dtype="int8")
+    with pytest.raises(ValueError, match="bias"):
+        QuantLinear(np.ones((2, 2)), np.ones(3))
+    with pytest.raises(ValueError, match=r"weight\[0, 1\]"):
+        QuantLinear(np.array([[1.0, np.inf]]), scheme="fp32")
+    with pytest.raises(ValueError, match="K_MAX"):
+        QuantLinear(np.ones((1, K_MAX + 1), np.float32))
+    lin = QuantLinear(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"shape \(tokens, 3\)"):
+        lin(np.ones((2, 4)))
+    with pytest.raises(ValueError, match="float16's range"):
+        QuantLinear(np.ones((2, 3)), scheme="w8a16")(np.full(3, 1e5))
+    with pytest.raises(ValueError, match="layers"):
+        QuantMLP([])
+    with pytest.raises(ValueError, match="does not match"):
+        QuantMLP([(np.ones((4, 3)), None), (np.ones((2, 5)), None)])
+
+
+def test_gpu_backend_refuses_cleanly_without_a_gpu(monkeypatch):
+    monkeypatch.setenv("TICKGPU_DISABLE_GPU", "1")
+    from tickgpu import dispatch
+
+    dispatch.gpu_available.cache_clear()
+    try:
+        with pytest.raises(BackendUnavailable):
+            QuantLinear(np.ones((2, 3)), backend="gpu")(np.ones(3))
+        assert QuantLinear(np.ones((2, 3)), backend="auto")(np.ones(3)).shape == (2,)
+    finally:
+        dispatch.gpu_available.cache_clear()
+
+
+def _float_mlp(x, layers, ln):
+    h = x.astype(np.float64)
+    if ln is not None:
+        g, b = ln
+        mu = h.mean(axis=1, keepdims=True)
+        h = (h - mu) / np.sqrt(h.var(axis=1, keepdims=True) + 1e-5) * g + b
+    for i, (w, b) in enumerate(layers):
+        h = h @ w.T + b
+        if i < len(layers) - 1:
+            h = _gelu64(h)
+    return h
+
+
+@pytest.mark.parametrize("scheme,tol", [("fp32", 1e-5), ("fp16", 5e-3), ("w8a16", 0.03),
+                                        ("w16a8", 0.04), ("w8a8", 0.05)])
+def test_quant_mlp_close_to_float(rng, scheme, tol):
+    dims = [11, 32, 24, 3]
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, 11), rng.standard_normal(11) * 0.1)
+    x = rng.standard_normal((65, 11)) * 3 + 1
+    want = _float_mlp(x, layers, ln)
+    got = QuantMLP(layers, layernorm=ln, scheme=scheme)(x)
+    assert got.shape == (65, 3)
+    assert np.abs(got - want).max() <= tol * np.abs(want).max()
+
+
+def test_quant_mlp_from_numpy_state_dict(rng):
+    sd = {
+        "0.weight": rng.uniform(0.5, 1.5, 6), "0.bias": rng.standard_normal(6),
+        "1.weight": rng.standard_normal((10, 6)), "1.bias": rng.standard_normal(10),
+        "3.weight": rng.standard_normal((2, 10)), "3.bias": rng.standard_normal(2),
+    }
+    mlp = QuantMLP.from_state_dict(sd, scheme="fp32")
+    x = rng.standard_normal((7, 6))
+    want = _float_mlp(x, [(sd["1.weight"], sd["1.bias"]), (sd["3.weight"], sd["3.bias"])],
+                      (sd["0.weight"], sd["0.bias"]))
+    np.testing.assert_allclose(mlp(x), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="neither"):
+        QuantMLP.from_state_dict({**sd, "4.weight": np.ones(2), "4.bias": np.ones(2)})
+
+
+def test_quant_mlp_from_torch_module(rng):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(int(rng.integers(1 << 31)))
+    model = torch.nn.Sequential(torch.nn.LayerNorm(9), torch.nn.Linear(9, 20), torch.nn.GELU(),
+                                torch.nn.Linear(20, 20), torch.nn.GELU(), torch.nn.Linear(20, 4))
+    x = rng.standard_normal((33, 9)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy().astype(np.float64)
+    for scheme, tol in [("fp32", 1e-5), ("w16a8", 0.03), ("w8a8", 0.05), ("w8a16", 0.03)]:
+        got = QuantMLP.from_state_dict(model.state_dict(), scheme=scheme)(x)
+        assert np.abs(got - want).max() <= tol * np.abs(want).max(), scheme
+
+
+def test_all_schemes_listed():
+    assert set(SCHEMES) == {"w8a8", "w16a8", "w8a16", "fp16", "fp32"}
+
+
+def test_running_models_imports_neither_torch_nor_triton():
+    import subprocess
+    import sys
+
+    code = ("import sys, numpy as np\n"
+            "from tickgpu.quant import QuantMLP, MinMaxObserver\n"
+            "m = QuantMLP([(np.ones((4, 3)), None), (np.ones((2, 4)), None)], layernorm=(np.ones(3), np.zeros(3)))\n"
+            "m(np.ones((2, 3))); MinMaxObserver().update(np.ones(3))\n"
+            "bad = [k for k in ('torch', 'triton') if k in sys.modules]\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr

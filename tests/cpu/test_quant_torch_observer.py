@@ -1,0 +1,73 @@
+"""SafeMinMaxObserver (torch.ao.quantization): causal, masked non-finite values, never a bad scale."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tickgpu.quant import MinMaxObserver, check_causal  # noqa: E402
+from tickgpu.quant import SafeMinMaxObserver  # noqa: E402
+
+
+def _trace(series, **kw):
+    obs = SafeMinMaxObserver(**kw)
+    scales, zps = [], []
+    for x in series:
+        obs(torch.from_numpy(np.asarray(x, np.float32)))
+        s, z = obs.calculate_qparams()
+        scales.append(s.numpy().copy())
+        zps.append(z.numpy().copy())
+    return np.array(scales), np.array(zps)
+
+
+def test_safe_observer_is_causal(rng):
+    series = rng.standard_t(3, (40, 6)) * np.repeat(np.exp(rng.uniform(-3, 3, 4)), 10)[:, None]
+    check_causal(_trace, series, cuts=6)
+
+
+def test_safe_observer_matches_tickgpu_ema(rng):
+    series = rng.standard_normal((30, 5)) * 3 + 1
+    s, z = _trace(series)
+    ours = MinMaxObserver(alpha=0.99, bits=8).trace(series)
+    lo = ours["lo"][:, 0]
+    hi = ours["hi"][:, 0]
+    want = (np.maximum(hi, 0) - np.minimum(lo, 0)) / 255
+    np.testing.assert_allclose(s[:, 0], want, rtol=1e-5)
+
+
+def test_safe_observer_degenerate_inputs():
+    cases = [np.full((3, 4), 2.0), np.zeros((3, 4)), 1e-8 * np.arange(12.0).reshape(3, 4),
+             np.array([[np.nan] * 4, [np.inf, 1.0, -np.inf, np.nan], [3e38, -3e38, 0, 1]])]
+    for series in cases:
+        s, z = _trace(series)
+        assert np.all(np.isfinite(s)) and np.all(s > 0), series
+        assert np.all((z >= 0) & (z <= 255))
+    # NaN and inf masked and counted; state from the finite values only
+    obs = SafeMinMaxObserver()
+    obs(torch.tensor([np.nan, np.inf, 1.0, -2.0]))
+    assert int(obs.n_nonfinite) == 2 and float(obs.min_val) == -2.0 and float(obs.max_val) == 1.0
+
+
+def test_tiny_ranges_keep_their_resolution():
+    from torch.ao.quantization.observer import MovingAverageMinMaxObserver
+
+    x = torch.linspace(0, 1e-8, 101)
+    safe, plain = SafeMinMaxObserver(), MovingAverageMinMaxObserver()
+    safe(x)
+    plain(x)
+    s_safe, z_safe = safe.calculate_qparams()
+    s_plain, z_plain = plain.calculate_qparams()
+    codes_safe = torch.quantize_per_tensor(x, float(s_safe), int(z_safe), torch.quint8).int_repr()
+    codes_plain = torch.quantize_per_tensor(x, float(s_plain), int(z_plain), torch.quint8).int_repr()
+    assert len(torch.unique(codes_safe)) > 100   # all 101 values distinguished
+    assert len(torch.unique(codes_plain)) == 1   # torch's 1.2e-7 floor collapses them
+
+
+def test_usable_in_a_qconfig():
+    from torch.ao.quantization import QConfig
+    from torch.ao.quantization.observer import PerChannelMinMaxObserver
+
+    qc = QConfig(activation=SafeMinMaxObserver.with_args(averaging_constant=0.05),
+                 weight=PerChannelMinMaxObserver.with_args(dtype=torch.qint8, qscheme=torch.per_channel_symmetric))
+    obs = qc.activation()
+    obs(torch.randn(8, 3))
+    assert obs.averaging_constant == 0.05
