@@ -70,9 +70,16 @@ typedef struct {
 int tg_greeks_f64(int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out, int nthreads);
 int tg_greeks_f32(int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out, int nthreads);
 
-/* ---- Implied volatility (csrc/cpu/iv.c) ---------------------------------------------------
- * Inputs as tg_bsm_inputs, with `vol` unused and `price` the option's premium.
- * Outputs: vol[n] (NaN where there is no answer) and status[n] (tg_iv_status, may be NULL). */
+/* ---- Implied volatility (csrc/cpu/iv.c, csrc/cpu/lbr_core.h) -----------------------------
+ * Black-Scholes-Merton implied vol from premiums by Jaeckel's "Let's Be Rational" (two
+ * Householder(3) iterations from a rational initial guess; about machine precision).
+ * Inputs: price (premium, currency), spot S, strike K, t (years), rate r, dividend q (continuous),
+ * call (nonzero = call); element strides s_* are 0 (broadcast) or 1 (contiguous), else TG_EINVAL.
+ * Bounds on discounted quantities S e^{-qt}, K e^{-rt}: intrinsic max(+-(S e^{-qt} - K e^{-rt}), 0),
+ * maximum S e^{-qt} (call) or K e^{-rt} (put).
+ * Outputs: vol[n] (per sqrt(year); NaN where there is no answer, 0 at intrinsic) and status[n]
+ * (tg_iv_status, may be NULL). f32: inputs promoted to double, solved, narrowed; PRECISION where
+ * the time value (in the money) or the room below the maximum is under 2^-21 max(S e^{-qt}, K e^{-rt}). */
 typedef enum {
     TG_IV_OK = 0,
     TG_IV_BELOW_INTRINSIC = 1,  /* price below the discounted intrinsic value: no vol exists */
@@ -94,9 +101,13 @@ typedef struct {
 
 int tg_implied_vol_f64(int64_t n, const tg_iv_inputs *in, double *vol, int8_t *status, int nthreads);
 int tg_implied_vol_f32(int64_t n, const tg_iv_inputs *in, float *vol, int8_t *status, int nthreads);
-/* Black price of a normalised, undiscounted option at total vol s = sigma sqrt(t), x = ln(F/K),
-   theta = +1 call / -1 put: b(x, s, theta) / sqrt(F K). Exposed for tests. */
+/* Normalised Black price b(x, s, theta) = Black(F, K, sigma, T, theta) / sqrt(F K) of an
+   undiscounted option, x = ln(F/K), s = sigma sqrt(T), theta = +1 call / -1 put; s = 0 gives the
+   intrinsic value, NaN for s < 0, NaN inputs or theta not +-1. Exposed for tests. */
 double tg_normalised_black(double x, double s, double theta);
+/* Its inverse: s from beta = b(x, s, theta), status a tg_iv_status (intrinsic 2 sinh(|x|/2) in the
+   money, maximum e^{theta x/2}). Exposed for tests. */
+double tg_normalised_implied_vol(double beta, double x, double theta, int *status);
 
 /* ---- Volatility surface (csrc/cpu/surface.c) ----------------------------------------------
  * Grid: nk strictly increasing strikes, nt strictly increasing positive expiries (years),

@@ -9,6 +9,17 @@ from tickgpu.finance.surface import VolSurface
 from tickgpu.finance.book import Book, BookFeatures
 from tickgpu.finance.lobster import LobsterData, read_lobster
 
+
+def warmup() -> None:
+    """Load the GPU kernel bundle and launch every kernel variant and graph once.
+
+    The driver loads modules lazily, so without this the first real call pays for loading and
+    first-launch setup. Raises BackendUnavailable where no GPU is usable. See tickgpu.runtime.warmup.
+    """
+    from tickgpu.runtime import warmup as _warmup
+
+    _warmup()
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -23,5 +34,6 @@ __all__ = [
     "greeks",
     "implied_vol",
     "read_lobster",
+    "warmup",
     "__version__",
 ]

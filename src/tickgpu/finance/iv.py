@@ -1,5 +1,218 @@
-"""PLACEHOLDER: replaced by the implied-vol implementation."""
+"""Implied volatility of European options from their premiums (Black-Scholes-Merton).
+
+The solver is Peter Jaeckel's "Let's Be Rational" (Wilmott, 2015): a rational initial guess on four
+branches of the normalised price and two Householder(3) iterations, which reach machine precision
+everywhere the price determines the vol. One C source (csrc/cpu/lbr_core.h) runs on both backends.
+"""
+from __future__ import annotations
+
 import enum
+
+import numpy as np
+
+from tickgpu import dispatch
+from tickgpu.finance import _checks
+
+__all__ = ["IVStatus", "implied_vol"]
+
+
 class IVStatus(enum.IntEnum):
+    """Why an implied vol is what it is; mirrors ``tg_iv_status`` in csrc/tickgpu.h."""
+
     OK = 0
-def implied_vol(*a, **k): raise NotImplementedError
+    #: price below the discounted intrinsic value: no vol exists (NaN)
+    BELOW_INTRINSIC = 1
+    #: price at or above the no-arbitrage maximum, S e^{-qt} (call) or K e^{-rt} (put) (NaN)
+    ABOVE_MAXIMUM = 2
+    #: non-finite input, spot <= 0, strike <= 0, t <= 0 or price < 0 (NaN)
+    BAD_INPUT = 3
+    #: price equal to the intrinsic value: vol 0
+    AT_INTRINSIC = 4
+    #: float32 inputs cannot resolve the price's distance to a bound (NaN); see `implied_vol`
+    PRECISION = 5
+
+
+_NAMES = ("price", "spot", "strike", "t", "rate", "div")
+
+
+def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.float64,
+                backend="auto", strict=False, return_status=False):
+    """Black-Scholes-Merton implied volatility of European option premiums.
+
+    Parameters
+    ----------
+    price : array_like
+        Option premium (present value, in currency).
+    spot, strike : array_like
+        Spot S and strike K, in the same currency.
+    t : array_like
+        Time to expiry in years (> 0).
+    rate, div : array_like
+        Continuously compounded risk-free rate r and dividend yield q, per year (``div=0.0`` by
+        default). For Black-76 on a forward F discounted at r, pass ``spot=F`` and ``div=rate``.
+    call : array_like of bool
+        True for calls, False for puts.
+    dtype : np.float64 or np.float32
+        Precision of the inputs and the result (see "float32" below).
+    backend : {"auto", "cpu", "gpu"}
+        ``"auto"`` leaves the choice to `tickgpu.dispatch.choose`.
+    strict : bool
+        If True, raise ValueError at the first element without a vol, naming the argument, the
+        index and the reason (non-finite, price < 0, spot <= 0, strike <= 0, t <= 0), or, for a
+        price outside the no-arbitrage bounds, the index and the `IVStatus` name. A price at its
+        intrinsic value is not an error (vol 0).
+    return_status : bool
+        If True, return ``(vols, status)``.
+
+    Returns
+    -------
+    vols : ndarray
+        Implied vol per sqrt(year) (0.2 = 20%), of the broadcast shape of the inputs (0-d for
+        all-scalar input), NaN where there is none.
+    status : ndarray of int8
+        `IVStatus` values, only with ``return_status=True``.
+
+    Notes
+    -----
+    Method: P. Jaeckel, "Let's Be Rational" (Wilmott, 2015). The premium is reduced to the
+    normalised price of an out-of-the-money option, a rational initial guess is taken on one of
+    four branches, and two Householder(3) iterations follow: a fixed cost (about 0.3 us per option
+    on one CPU core), no tolerance to tune and no iteration limit to hit. The same C source
+    (csrc/cpu/lbr_core.h) runs on the GPU.
+
+    No-arbitrage bounds are taken on the discounted quantities ``S e^{-qt}`` and ``K e^{-rt}``:
+    a call's premium must lie in ``[max(S e^{-qt} - K e^{-rt}, 0), S e^{-qt})``, a put's in
+    ``[max(K e^{-rt} - S e^{-qt}, 0), K e^{-rt})``. Below that range the status is
+    BELOW_INTRINSIC, at its lower end AT_INTRINSIC (vol 0), at or above its upper end
+    ABOVE_MAXIMUM. In between the vol is found to about machine precision in the normalised
+    price; how much of that survives in the vol depends on vega: deep in the money, the time
+    value ``price - intrinsic`` carries only the digits the price has beyond the intrinsic value.
+    A time value too small for a normalised double once divided by ``sqrt(S e^{-qt} K e^{-rt})``
+    (below ~1e-308 of it) is reported as AT_INTRINSIC, vol 0.
+
+    float32: the float32 inputs are promoted to double, solved exactly as in float64 and the vol is
+    rounded to float32. The status is PRECISION (NaN) where float32 inputs cannot carry the
+    information the vol comes from: with ``scale = max(S e^{-qt}, K e^{-rt})``, when an
+    in-the-money option's time value is below ``2**-21 * scale``, or when the room below the
+    maximum, ``max - price``, is below ``2**-21 * scale``. 2**-21 is four float32 unit roundoffs:
+    price, spot and strike each carry half an ulp of rounding, so a smaller difference has no
+    correct digit. Out-of-the-money premiums keep their own relative precision in float32 and are
+    never flagged for being small.
+
+    Mismatched shapes always raise ValueError; bad values raise only with ``strict=True``.
+    """
+    dt = _checks.check_dtype(dtype)
+    backend = _checks.check_backend(backend)
+    args = {"price": price, "spot": spot, "strike": strike, "t": t, "rate": rate, "div": div,
+            "call": call}
+    on_device = _any_on_device(args.values())
+    shape = _checks.broadcast_shape(**{k: _shape_stand_in(v) for k, v in args.items()})
+    n = int(np.prod(shape, dtype=np.int64))
+    if strict:
+        _check_values(args)
+
+    if dispatch.choose("implied_vol", n, backend, on_device) == "gpu":
+        from tickgpu.runtime import ops
+
+        vols, status = ops.implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
+                                       shape=shape)
+    else:
+        vols, status = _implied_vol_cpu(args, shape, n, dt)
+    if strict:
+        _check_status(args, shape, status)
+    return (vols, status) if return_status else vols
+
+
+def _implied_vol_cpu(args: dict, shape: tuple, n: int, dt: np.dtype):
+    from tickgpu._native import as_input, check, ffi, lib, ptr
+
+    vols = np.empty(shape, dtype=dt)
+    status = np.empty(shape, dtype=np.int8)
+    if n == 0:
+        return vols, status
+    keep = []  # arrays the C call reads; alive until it returns
+    inputs = ffi.new("tg_iv_inputs *")
+    for name in _NAMES:
+        a, stride = as_input(args[name], shape, dt)
+        keep.append(a)
+        setattr(inputs, name, ptr(a))
+        setattr(inputs, "s_" + name, stride)
+    calls, stride = as_input(np.asarray(args["call"]) != 0, shape, np.uint8)
+    keep.append(calls)
+    inputs.call = ptr(calls, "uint8_t *")
+    inputs.s_call = stride
+    solve = lib.tg_implied_vol_f64 if dt == np.float64 else lib.tg_implied_vol_f32
+    ctype = "double *" if dt == np.float64 else "float *"
+    check(solve(n, inputs, ptr(vols, ctype), ptr(status, "int8_t *"), 0), "implied_vol")
+    return vols, status
+
+
+def _any_on_device(values) -> bool:
+    # Only objects that are not NumPy-compatible can be GPU arrays; the runtime is imported just
+    # for those, so host calls never touch the GPU stack.
+    candidates = [v for v in values if not isinstance(v, (np.ndarray, np.generic, int, float, bool))
+                  and (hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"))]
+    if not candidates:
+        return False
+    try:
+        from tickgpu.runtime import is_device_array
+    except ImportError:
+        return any(hasattr(v, "__cuda_array_interface__") for v in candidates)
+    return any(is_device_array(v) for v in candidates)
+
+
+def _shape_stand_in(a):
+    """Something with `a`'s shape that np.shape can read without copying a GPU array."""
+    shape = getattr(a, "shape", None)
+    if shape is not None and not isinstance(a, (np.ndarray, np.generic)):
+        return np.broadcast_to(np.int8(0), tuple(shape))
+    return a
+
+
+def _to_host(a) -> np.ndarray:
+    if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
+        return np.asarray(a)
+    if hasattr(a, "get"):  # CuPy
+        return np.asarray(a.get())
+    if hasattr(a, "cpu"):  # PyTorch
+        return a.cpu().numpy()
+    return np.asarray(a)
+
+
+def _check_values(args: dict) -> None:
+    """strict=True: the first bad element of each argument, in argument order."""
+    for name in _NAMES:
+        _checks.require_finite(name, _to_host(args[name]))
+    _checks.require_nonnegative("price", _to_host(args["price"]))
+    for name in ("spot", "strike", "t"):
+        _checks.require_positive(name, _to_host(args[name]))
+
+
+def _check_status(args: dict, shape: tuple, status) -> None:
+    """strict=True: raise at the first element the solver could not give a vol."""
+    status = _to_host(status).reshape(shape)
+    bad = (status != IVStatus.OK) & (status != IVStatus.AT_INTRINSIC)
+    if not bad.any():
+        return
+    flat = int(np.flatnonzero(bad.ravel())[0])
+    index = flat if len(shape) <= 1 else tuple(int(i) for i in np.unravel_index(flat, shape))
+    where = f"price[{index}]" if shape else "price"
+    v = {k: float(np.broadcast_to(_to_host(args[k]), shape).ravel()[flat]) for k in _NAMES}
+    is_call = bool(np.broadcast_to(_to_host(args["call"]), shape).ravel()[flat])
+    with np.errstate(over="ignore", invalid="ignore"):
+        fwd = float(v["spot"] * np.exp(-v["div"] * v["t"]))
+        strike = float(v["strike"] * np.exp(-v["rate"] * v["t"]))
+    intrinsic = max(fwd - strike if is_call else strike - fwd, 0.0)
+    cap = fwd if is_call else strike
+    code = IVStatus(int(status.ravel()[flat]))
+    detail = {
+        IVStatus.BELOW_INTRINSIC: f"below the discounted intrinsic value {intrinsic!r}",
+        IVStatus.ABOVE_MAXIMUM: f"at or above the no-arbitrage maximum {cap!r}",
+        IVStatus.PRECISION: "float32 cannot resolve its distance to the no-arbitrage bounds "
+                            f"[{intrinsic!r}, {cap!r})",
+        IVStatus.BAD_INPUT: "inputs out of range after conversion (rate * t or div * t too large "
+                            "to discount, or a value beyond float32)",
+    }[code]
+    raise ValueError(f"{where}: {code.name}: {v['price']!r} is {detail} "
+                     f"({'call' if is_call else 'put'}, spot {v['spot']!r}, strike "
+                     f"{v['strike']!r}, t {v['t']!r})")

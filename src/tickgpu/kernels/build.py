@@ -1,0 +1,408 @@
+"""Ahead-of-time kernel bundle builder: ``tickgpu build-kernels``.
+
+Compiles every Triton kernel (``triton.compile`` on an ``ASTSource`` with an explicit
+``GPUTarget``) and every CUDA C kernel (``nvcc -cubin``) for each requested architecture and
+writes a bundle: one cubin per variant under ``<out>/sm_XX/`` and ``<out>/manifest.json``
+(format described in :mod:`tickgpu.kernels.manifest`). It needs neither a GPU nor torch: Triton's
+code generation and its bundled ``ptxas`` run on any Linux x86-64 machine.
+
+Usage::
+
+    python -m tickgpu.kernels.build --out src/tickgpu/kernels/bundle --arch sm_80 --arch sm_90
+
+Variants per Triton family: dtype x BLOCK_SIZE x aligned16, with num_warps fixed per
+(dtype, BLOCK_SIZE). These kernels are bound by memory bandwidth, and what decides their speed is
+occupancy: one or two elements per thread keep registers at 40-80 (no spills) and the SMs full.
+Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOCK_SIZE 256 /
+4 warps (2 elements per thread) 3.4-3.6 TB/s, float64 256 / 8 warps (1 per thread) 3.2 TB/s, while
+1024-element blocks with 4-8 elements per thread needed 143-255 registers and reached only
+1.3-2.5 TB/s. So:
+
+* BLOCK_SIZE 256 is the throughput variant (the best measured for large chains).
+* BLOCK_SIZE 128 (1 element per thread) is the latency variant: a call of a few thousand options
+  is spread over twice as many SMs, with the least serial work per thread; for large chains it
+  is within 5% of the 256 variant.
+* aligned16 variants assume every pointer is 16-byte aligned and n % 16 == 0 (both are needed
+  for the compiler to emit vector stores; the bound check must be constant over each 16-element
+  group). They gained ~5% for float32 at 256 and nothing measurable elsewhere; the runtime may
+  pick them when the condition holds.
+
+CUDA C kernels (implied vol) run one option per thread in blocks of 128; the solver is compute-
+bound and branchy (about 130 us for 200,000 options on an H200, launch included).
+
+The build is deterministic: rebuilding unchanged sources gives the same manifest apart from
+"created" (Triton's line info, which would embed absolute paths, is turned off).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from tickgpu.kernels.manifest import (FAMILY_PARAMS, FORMAT, TRITON_SCRATCH_PARAMS, layout_params,
+                                      validate)
+
+KERNELS_DIR = Path(__file__).resolve().parent
+#: The source checkout's root (csrc/ lives there; a wheel install has no csrc/).
+REPO_ROOT = KERNELS_DIR.parents[2]
+DEFAULT_OUT = KERNELS_DIR / "bundle"
+DEFAULT_ARCHS = ("sm_80", "sm_90")
+FAMILIES = ("greeks", "implied_vol", "surface")
+
+# Pointer element types that are not the variant's float type.
+_POINTER_ELEMENT = {"call_ptr": "u8", "status_ptr": "i8"}
+_TRITON_FLOAT = {"f32": "fp32", "f64": "fp64"}
+
+
+@dataclass(frozen=True)
+class TritonFamily:
+    """A Triton kernel and the variants built of it."""
+    family: str
+    module: str                 # module holding the @triton.jit function
+    kernel: str                 # its name
+    source: Path                # the file hashed into source_hash
+    configs: dict[str, tuple[tuple[int, int], ...]]   # dtype -> ((BLOCK_SIZE, num_warps), ...)
+
+
+@dataclass(frozen=True)
+class CudaFamily:
+    """A CUDA C kernel compiled by nvcc, one cubin per dtype."""
+    family: str
+    source: str                 # .cu file, relative to the repo root
+    headers: tuple[str, ...]    # kernel-code headers it includes (hashed after the source)
+    entries: dict[str, str]     # dtype -> extern "C" symbol
+    defines: dict[str, str]     # dtype -> -D macro selecting that kernel alone
+    block: int                  # threads per block = elements per block
+
+
+TRITON_FAMILIES = (
+    TritonFamily("greeks", "tickgpu.kernels.greeks", "bsm_greeks_kernel", KERNELS_DIR / "greeks.py",
+                 {"f32": ((256, 4), (128, 4)), "f64": ((256, 8), (128, 4))}),
+    TritonFamily("surface", "tickgpu.kernels.surface", "vol_surface_kernel", KERNELS_DIR / "surface.py",
+                 {"f64": ((256, 8), (128, 4))}),
+)
+
+CUDA_FAMILIES = (
+    CudaFamily("implied_vol", "csrc/cuda/iv.cu", ("lbr_core.h",),
+               {"f64": "tg_implied_vol_f64_kernel", "f32": "tg_implied_vol_f32_kernel"},
+               {"f64": "TG_IV_ONLY_F64", "f32": "TG_IV_ONLY_F32"}, 128),
+)
+
+
+class BuildError(RuntimeError):
+    """A kernel failed to compile, or its cubin disagrees with the manifest being written."""
+
+
+def source_hash(paths: Sequence[Path]) -> str:
+    """sha256 of the files' bytes, concatenated in order (see the manifest's ``source_hash``)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(Path(p).read_bytes())
+    return h.hexdigest()
+
+
+# ---- tool discovery ------------------------------------------------------------------------
+
+def _run(cmd: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True)
+
+
+def find_nvcc(explicit: str | None = None) -> str | None:
+    """nvcc from --nvcc, $CUDA_HOME/bin, or PATH; None when there is none."""
+    if explicit:
+        return explicit
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")):
+        if home and (Path(home) / "bin" / "nvcc").is_file():
+            return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def tool_version(path: str | None) -> str | None:
+    """'13.0.88' from a CUDA tool's --version banner ('... V13.0.88'), None without the tool."""
+    if not path:
+        return None
+    out = _run([path, "--version"]).stdout
+    m = re.search(r"\bV(\d+\.\d+\.\d+)", out)
+    return m.group(1) if m else None
+
+
+def _cuobjdump() -> str:
+    import triton
+    return triton.knobs.nvidia.cuobjdump.path
+
+
+def cubin_facts(cubin: bytes, entry: str) -> dict[str, Any]:
+    """What the cubin itself says about ``entry``: parameters, registers, stack, thread count.
+
+    Read with ``cuobjdump -elf`` (EIATTR_KPARAM_INFO, EIATTR_REGCOUNT, EIATTR_FRAME_SIZE,
+    EIATTR_REQNTID / EIATTR_MAX_THREADS), so the builder can check its manifest against the binary.
+    """
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        res = _run([_cuobjdump(), "-elf", f.name])
+    if res.returncode != 0:
+        raise BuildError(f"cuobjdump -elf failed on {entry}: {res.stderr.strip()}")
+    text = res.stdout
+    params = sorted(
+        (int(o, 16), int(off, 16), int(sz, 16))
+        for o, off, sz in re.findall(r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+"
+                                     r"Size\s*:\s*(0x[0-9a-f]+)", text))
+    regs = re.findall(rf"function: {entry}\(0x[0-9a-f]+\)\s+register count: (\d+)", text)
+    frame = re.findall(rf"function: {entry}\(0x[0-9a-f]+\)\s+frame size: (0x[0-9a-f]+)", text)
+    reqntid = re.search(r"EIATTR_REQNTID\s+Format:\s+\S+\s+Value:\s+(0x[0-9a-f]+)", text)
+    if not re.search(rf"\b{re.escape(entry)}\b", text):
+        raise BuildError(f"entry symbol {entry} not found in its cubin")
+    return {
+        "params": [(off, sz) for _, off, sz in params],
+        "registers": int(regs[0]) if regs else None,
+        "stack": int(frame[0], 16) if frame else 0,
+        "reqntid": int(reqntid.group(1), 16) if reqntid else None,
+    }
+
+
+def _check_against_cubin(entry: dict[str, Any], facts: dict[str, Any]) -> None:
+    mine = [(p["offset"], p["size"]) for p in entry["params"]]
+    if facts["params"] != mine:
+        raise BuildError(f"{entry['variant']} ({entry['arch']}): parameters (offset, size) in the cubin "
+                         f"{facts['params']} differ from the manifest's {mine}")
+    threads = entry["block"][0] * entry["block"][1] * entry["block"][2]
+    if facts["reqntid"] is not None and facts["reqntid"] != threads:
+        raise BuildError(f"{entry['variant']} ({entry['arch']}): cubin requires {facts['reqntid']} threads "
+                         f"per block, manifest says {threads}")
+
+
+# ---- Triton --------------------------------------------------------------------------------
+
+def _triton_signature(fn, family: str, dtype: str, aligned16: bool):
+    names = list(fn.arg_names)
+    expected = [n for n, _ in FAMILY_PARAMS[family]]
+    if [n for n in names if n != "BLOCK_SIZE"] != expected:
+        raise BuildError(f"{family}: kernel arguments {names} are not the contract's order {expected}")
+    kinds = dict(FAMILY_PARAMS[family])
+    signature, attrs = {}, {}
+    for i, name in enumerate(names):
+        if name == "BLOCK_SIZE":
+            signature[name] = "constexpr"
+            continue
+        if kinds[name] == "ptr":
+            signature[name] = "*" + _POINTER_ELEMENT.get(name, _TRITON_FLOAT[dtype])
+        else:
+            signature[name] = kinds[name]
+        # Divisibility by 16 (bytes for pointers, elements for n) is what aligned16 promises.
+        if aligned16 and (kinds[name] == "ptr" or name == "n"):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return signature, attrs
+
+
+def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
+    """Compile every variant of ``fam`` for ``arch``; returns (manifest entry, cubin, cubin facts)."""
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(fam.module), fam.kernel)
+    capability = int(arch[len("sm_"):])
+    digest = source_hash([fam.source])
+    out = []
+    for dtype, configs in sorted(fam.configs.items()):
+        for block_size, num_warps in configs:
+            for aligned16 in (True, False):
+                variant = f"{fam.family}_{dtype}_b{block_size}" + ("_a16" if aligned16 else "")
+                signature, attrs = _triton_signature(fn, fam.family, dtype, aligned16)
+                src = ASTSource(fn=fn, signature=signature, constexprs={"BLOCK_SIZE": block_size}, attrs=attrs)
+                with triton.knobs.cache.scope(), triton.knobs.compilation.scope(), triton.knobs.runtime.scope():
+                    triton.knobs.cache.dir = str(cache_dir)
+                    # Line info would put this checkout's absolute paths into the cubin.
+                    triton.knobs.compilation.disable_line_info = True
+                    triton.knobs.compilation.always_compile = True
+                    triton.knobs.runtime.override_arch = None
+                    try:
+                        compiled = triton.compile(
+                            src, target=GPUTarget("cuda", capability, 32),
+                            # No flush-to-zero in libdevice: float32 tails keep their subnormals.
+                            options={"num_warps": num_warps, "enable_reflect_ftz": False})
+                    except Exception as e:  # noqa: BLE001 - reported with the variant named
+                        raise BuildError(f"{variant} ({arch}): Triton compile failed: {e}") from e
+                md = compiled.metadata
+                params = layout_params(list(FAMILY_PARAMS[fam.family]) + list(TRITON_SCRATCH_PARAMS))
+                entry = {
+                    "variant": variant, "family": fam.family, "arch": arch,
+                    "file": f"{arch}/{variant}.cubin", "entry": md.name, "source": "triton",
+                    "source_hash": digest, "num_warps": md.num_warps, "block": [md.num_warps * 32, 1, 1],
+                    "shared": md.shared, "elements_per_block": block_size, "dtype": dtype,
+                    "aligned16": aligned16, "params": params,
+                    "scratch": {"global": md.global_scratch_size or 0,
+                                "global_align": md.global_scratch_align or 1,
+                                "profile": md.profile_scratch_size or 0},
+                }
+                cubin = compiled.asm["cubin"]
+                facts = cubin_facts(cubin, md.name)
+                _check_against_cubin(entry, facts)
+                out.append((entry, cubin, facts))
+    return out
+
+
+# ---- CUDA C --------------------------------------------------------------------------------
+
+def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
+    """nvcc -cubin each dtype's kernel of ``fam`` for ``arch``."""
+    src = REPO_ROOT / fam.source
+    headers = [lbr_dir / h for h in fam.headers]
+    for p in [src, *headers]:
+        if not p.is_file():
+            raise BuildError(f"{fam.family}: source {p} not found (pass --lbr-dir, or --family to skip it)")
+    digest = source_hash([src, *headers])
+    out = []
+    for dtype, symbol in sorted(fam.entries.items()):
+        variant = f"{fam.family}_{dtype}_b{fam.block}"
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin_path = Path(tmp) / "k.cubin"
+            # Relative paths from the repo root keep the cubin independent of where the checkout is.
+            include = os.path.relpath(lbr_dir, REPO_ROOT)
+            cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", f"-D{fam.defines[dtype]}",
+                   "-I", include, "-o", str(cubin_path), fam.source]
+            res = _run(cmd, cwd=REPO_ROOT)
+            if res.returncode != 0:
+                raise BuildError(f"{variant} ({arch}): nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
+            cubin = cubin_path.read_bytes()
+        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", res.stderr)]
+        entry = {
+            "variant": variant, "family": fam.family, "arch": arch, "file": f"{arch}/{variant}.cubin",
+            "entry": symbol, "source": "cuda", "source_hash": digest, "num_warps": fam.block // 32,
+            "block": [fam.block, 1, 1], "shared": 0, "elements_per_block": fam.block, "dtype": dtype,
+            "aligned16": False, "params": layout_params(FAMILY_PARAMS[fam.family]),
+            "scratch": {"global": 0, "global_align": 1, "profile": 0},
+        }
+        facts = cubin_facts(cubin, symbol)
+        facts["spill_stores"] = max(spills, default=0)
+        _check_against_cubin(entry, facts)
+        out.append((entry, cubin, facts))
+    return out
+
+
+# ---- the bundle ----------------------------------------------------------------------------
+
+def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequence[str] = FAMILIES,
+                 nvcc: str | None = None, lbr_dir: Path | None = None, log=print) -> dict[str, Any]:
+    """Compile the requested families for ``archs`` and write the bundle to ``out``.
+
+    Parameters
+    ----------
+    out : Path
+        Bundle directory; its manifest.json and sm_*/ *.cubin files are replaced, nothing else.
+    archs : sequence of str
+        Like "sm_80", "sm_90" (Triton compiles sm_90 as sm_90a: such cubins run only on compute
+        capability 9.0, i.e. H100/H200).
+    families : sequence of str
+        Subset of :data:`FAMILIES`.
+    nvcc : str, optional
+        nvcc to use for CUDA C families (default: $CUDA_HOME/bin/nvcc or PATH).
+    lbr_dir : Path, optional
+        Directory holding lbr_core.h (default csrc/cpu).
+    log : callable
+        Receives one line per variant (registers, stack, size).
+
+    Returns
+    -------
+    dict
+        The manifest written.
+
+    Raises
+    ------
+    BuildError
+        If a kernel fails to compile, a needed tool or source is missing, or a cubin's parameter
+        layout or thread count disagrees with the manifest.
+    """
+    out = Path(out)
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        raise BuildError(f"unknown famil{'y' if len(unknown) == 1 else 'ies'} {unknown}; known: {list(FAMILIES)}")
+    for arch in archs:
+        if not re.fullmatch(r"sm_\d+", arch):
+            raise BuildError(f"--arch {arch!r}: expected sm_NN, e.g. sm_90")
+    lbr_dir = Path(lbr_dir) if lbr_dir else REPO_ROOT / "csrc" / "cpu"
+
+    import triton
+
+    cuda_wanted = [f for f in CUDA_FAMILIES if f.family in families]
+    nvcc = find_nvcc(nvcc) if cuda_wanted else None
+    if cuda_wanted and not nvcc:
+        raise BuildError(f"nvcc not found (needed for {[f.family for f in cuda_wanted]}); "
+                         "set CUDA_HOME, pass --nvcc, or leave those families out with --family")
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="tickgpu-triton-cache-") as cache:
+        for arch in archs:
+            for fam in TRITON_FAMILIES:
+                if fam.family in families:
+                    results += build_triton(fam, arch, Path(cache))
+            for fam in cuda_wanted:
+                results += build_cuda(fam, arch, nvcc, lbr_dir)
+
+    results.sort(key=lambda r: (r[0]["arch"], r[0]["variant"]))
+    manifest = {
+        "format": FORMAT,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "compilers": {"triton": triton.__version__, "nvcc": tool_version(nvcc),
+                      "ptxas": tool_version(triton.knobs.nvidia.ptxas.path)},
+        "kernels": [r[0] for r in results],
+    }
+    validate(manifest)
+
+    out.mkdir(parents=True, exist_ok=True)
+    for old in sorted(out.glob("sm_*/*.cubin")):
+        old.unlink()
+    for entry, cubin, facts in results:
+        path = out / entry["file"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(cubin)
+        log(f"{entry['arch']}  {entry['variant']:<24} {entry['entry']:<28} regs {facts['registers']!s:>3}  "
+            f"stack {facts['stack']:>4} B  {len(cubin):>7} B")
+    for d in sorted(out.glob("sm_*")):
+        if d.is_dir() and not any(d.iterdir()):
+            d.rmdir()
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return manifest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``tickgpu build-kernels`` / ``python -m tickgpu.kernels.build``; returns the exit status."""
+    p = argparse.ArgumentParser(prog="tickgpu build-kernels",
+                                description="Compile tickgpu's GPU kernels ahead of time into a bundle "
+                                            "(cubins + manifest.json). Needs Triton and, for the CUDA C "
+                                            "kernels, nvcc; no GPU and no torch.")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"bundle directory (default {DEFAULT_OUT})")
+    p.add_argument("--arch", action="append", help="target architecture, repeatable (default sm_80 and sm_90)")
+    p.add_argument("--family", action="append", choices=FAMILIES,
+                   help="kernel family to build, repeatable (default all)")
+    p.add_argument("--nvcc", help="nvcc to use (default $CUDA_HOME/bin/nvcc or PATH)")
+    p.add_argument("--lbr-dir", type=Path, help="directory holding lbr_core.h (default csrc/cpu)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
+    args = p.parse_args(argv)
+    try:
+        manifest = build_bundle(args.out, archs=args.arch or DEFAULT_ARCHS, families=args.family or FAMILIES,
+                                nvcc=args.nvcc, lbr_dir=args.lbr_dir,
+                                log=(lambda *_: None) if args.quiet else print)
+    except BuildError as e:
+        print(f"build-kernels: {e}", file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(f"wrote {len(manifest['kernels'])} kernels to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

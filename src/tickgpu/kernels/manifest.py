@@ -1,0 +1,367 @@
+"""The kernel bundle's manifest: what each compiled kernel expects at launch, and its validation.
+
+A bundle is a directory (``src/tickgpu/kernels/bundle`` in the package) holding ``manifest.json``
+and one cubin per kernel variant and architecture (``sm_80/<variant>.cubin``, ``sm_90/...``). It is
+written by ``tickgpu build-kernels`` (:mod:`tickgpu.kernels.build`) and read by the runtime, which
+needs neither Triton nor torch: this module imports only the standard library.
+
+Each kernel entry says how to launch it without looking at its source:
+
+* ``entry``: the symbol for ``cuModuleGetFunction``.
+* ``block``: the launch block. Triton kernels must be launched with exactly ``(num_warps * 32, 1,
+  1)`` (the cubin carries that as a required thread count); ``grid = ceil(n / elements_per_block)``.
+* ``shared``: dynamic shared memory bytes to pass at launch.
+* ``params``: every kernel parameter in order, with its kind, size and byte offset in the
+  parameter buffer (natural alignment: pointers and 64-bit values on 8 bytes, 32-bit values on
+  4). Triton kernels end with two pointers, ``global_scratch`` and ``profile_scratch``; pass 0 for
+  each whose size in ``scratch`` is 0 (a nonzero size needs a device buffer of that many bytes per
+  program, aligned to ``scratch["global_align"]``).
+* ``aligned16``: the variant was compiled assuming every pointer parameter is 16-byte aligned
+  *and* ``n`` is a multiple of 16 (that is what lets the compiler use 16-byte vector stores: the
+  bound check ``offs < n`` is then constant over each group of 16 elements). Launch it only when
+  both hold; otherwise use the variant with ``aligned16`` false.
+* ``source_hash``: sha256 of the kernel's source: of the Triton source file for Triton kernels;
+  for CUDA C kernels, of the ``.cu`` file's bytes followed by those of the local headers it
+  includes that hold kernel code (``csrc/cpu/lbr_core.h`` for implied vol), in that order.
+
+The argument order of each family is fixed by :data:`FAMILY_PARAMS` (the contract between the
+kernels and the runtime); :func:`validate` checks every entry against it.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+FORMAT = 1
+
+#: Byte size of each parameter kind; each is aligned to its size in the parameter buffer.
+KIND_SIZE = {"ptr": 8, "i32": 4, "i64": 8, "f32": 4, "f64": 8}
+
+#: The two pointers Triton (3.x) appends to every kernel's parameters.
+TRITON_SCRATCH_PARAMS = (("global_scratch", "ptr"), ("profile_scratch", "ptr"))
+
+
+def _strided(*names: str) -> tuple[tuple[str, str], ...]:
+    """Each input pointer followed by its int32 element stride (0 broadcasts, 1 contiguous)."""
+    out: list[tuple[str, str]] = []
+    for name in names:
+        out += [(f"{name}_ptr", "ptr"), (f"s_{name}", "i32")]
+    return tuple(out)
+
+
+#: Kernel parameters of each family in launch order, before Triton's scratch pointers.
+FAMILY_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "greeks": _strided("spot", "strike", "t", "rate", "vol", "div", "call")
+    + tuple((f"{out}_ptr", "ptr") for out in
+            ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm"))
+    + (("n", "i32"),),
+    "implied_vol": _strided("price", "spot", "strike", "t", "rate", "div", "call")
+    + (("vol_ptr", "ptr"), ("status_ptr", "ptr"), ("n", "i32")),
+    "surface": (("strikes_ptr", "ptr"), ("expiries_ptr", "ptr"), ("vols_ptr", "ptr"),
+                ("nk", "i32"), ("nt", "i32"), ("mode", "i32"))
+    + _strided("strike", "t")
+    + (("out_ptr", "ptr"), ("what", "i32"), ("n", "i32")),
+}
+
+SOURCES = ("triton", "cuda")
+DTYPES = ("f32", "f64")
+
+_KERNEL_FIELDS = {
+    "variant": str, "family": str, "arch": str, "file": str, "entry": str, "source": str,
+    "source_hash": str, "num_warps": int, "block": list, "shared": int,
+    "elements_per_block": int, "dtype": str, "aligned16": bool, "params": list, "scratch": dict,
+}
+_PARAM_FIELDS = {"name": str, "kind": str, "size": int, "offset": int}
+_SCRATCH_FIELDS = {"global": int, "global_align": int, "profile": int}
+_TOP_FIELDS = {"format": int, "created": str, "compilers": dict, "kernels": list}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter: ``size`` bytes at ``offset`` in the packed parameter buffer."""
+    name: str
+    kind: str
+    size: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One compiled kernel variant for one architecture (see the module docstring)."""
+    variant: str
+    family: str
+    arch: str
+    file: str
+    entry: str
+    source: str
+    source_hash: str
+    num_warps: int
+    block: tuple[int, int, int]
+    shared: int
+    elements_per_block: int
+    dtype: str
+    aligned16: bool
+    params: tuple[Param, ...]
+    scratch: Mapping[str, int]
+
+    @property
+    def param_bytes(self) -> int:
+        """Size of the packed parameter buffer: the end of the last parameter, not rounded up.
+
+        Pass exactly this as CU_LAUNCH_PARAM_BUFFER_SIZE: the driver refuses any other size
+        (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES was seen for a buffer rounded up to 8 bytes).
+        """
+        if not self.params:
+            return 0
+        last = self.params[-1]
+        return last.offset + last.size
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A loaded, validated bundle manifest; ``root`` is the bundle directory."""
+    format: int
+    created: str
+    compilers: Mapping[str, Any]
+    kernels: tuple[Kernel, ...]
+    root: Path
+
+    def cubin_path(self, kernel: Kernel) -> Path:
+        """Where ``kernel``'s cubin lies on disk."""
+        return self.root / kernel.file
+
+    def find(self, family: str, arch: str, dtype: str | None = None) -> list[Kernel]:
+        """The variants of ``family`` built for ``arch`` (and ``dtype``), in manifest order."""
+        return [k for k in self.kernels
+                if k.family == family and k.arch == arch and (dtype is None or k.dtype == dtype)]
+
+
+def layout_params(params: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> list[dict]:
+    """Byte offsets of kernel parameters under the CUDA ABI: each at its natural alignment.
+
+    Parameters
+    ----------
+    params : sequence of (name, kind)
+        In launch order; kind is one of :data:`KIND_SIZE`.
+
+    Returns
+    -------
+    list of dict
+        ``{"name", "kind", "size", "offset"}`` per parameter, as recorded in the manifest.
+    """
+    out, offset = [], 0
+    for name, kind in params:
+        size = KIND_SIZE[kind]
+        offset = (offset + size - 1) // size * size
+        out.append({"name": name, "kind": kind, "size": size, "offset": offset})
+        offset += size
+    return out
+
+
+def _where(entry: Mapping[str, Any], index: int) -> str:
+    variant = entry.get("variant", f"#{index}") if isinstance(entry, Mapping) else f"#{index}"
+    arch = entry.get("arch", "?") if isinstance(entry, Mapping) else "?"
+    return f"kernel {variant} ({arch})"
+
+
+def _check_fields(obj: Any, fields: Mapping[str, type], where: str) -> None:
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+    missing = [f for f in fields if f not in obj]
+    if missing:
+        raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+    extra = sorted(set(obj) - set(fields))
+    if extra:
+        raise ValueError(f"{where}: unknown field(s) {', '.join(extra)}")
+    for name, typ in fields.items():
+        value = obj[name]
+        # bool is an int in Python; a JSON true where a count belongs is still an error.
+        if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
+            raise ValueError(f"{where}: field '{name}' must be {typ.__name__}, got {value!r}")
+
+
+def _check_kernel(k: Mapping[str, Any], where: str) -> None:
+    _check_fields(k, _KERNEL_FIELDS, where)
+
+    def bad(field: str, why: str) -> ValueError:
+        return ValueError(f"{where}: field '{field}' {why}, got {k[field]!r}")
+
+    if not re.fullmatch(r"[a-z0-9_]+", k["variant"]):
+        raise bad("variant", "must be lower-case letters, digits and _")
+    if k["family"] not in FAMILY_PARAMS:
+        raise bad("family", f"must be one of {sorted(FAMILY_PARAMS)}")
+    if not re.fullmatch(r"sm_\d+a?", k["arch"]):
+        raise bad("arch", "must look like sm_90")
+    if k["file"] != f"{k['arch']}/{k['variant']}.cubin":
+        raise bad("file", f"must be {k['arch']}/{k['variant']}.cubin")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k["entry"]):
+        raise bad("entry", "must be a C identifier")
+    if k["source"] not in SOURCES:
+        raise bad("source", f"must be one of {SOURCES}")
+    if not re.fullmatch(r"[0-9a-f]{64}", k["source_hash"]):
+        raise bad("source_hash", "must be 64 lower-case hex digits (sha256)")
+    nw = k["num_warps"]
+    if not (1 <= nw <= 32 and nw & (nw - 1) == 0):
+        raise bad("num_warps", "must be a power of two from 1 to 32")
+    block = k["block"]
+    if len(block) != 3 or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block):
+        raise bad("block", "must be three positive ints")
+    threads = block[0] * block[1] * block[2]
+    if k["source"] == "triton" and block != [nw * 32, 1, 1]:
+        raise bad("block", f"must be [num_warps * 32, 1, 1] = [{nw * 32}, 1, 1] for a Triton kernel")
+    if threads != nw * 32 or threads > 1024:
+        raise bad("block", f"must hold num_warps * 32 = {nw * 32} threads (at most 1024)")
+    if k["shared"] < 0:
+        raise bad("shared", "must be >= 0")
+    if k["elements_per_block"] < 1:
+        raise bad("elements_per_block", "must be >= 1")
+    if k["dtype"] not in DTYPES:
+        raise bad("dtype", f"must be one of {DTYPES}")
+
+    _check_fields(k["scratch"], _SCRATCH_FIELDS, f"{where}: field 'scratch'")
+    sc = k["scratch"]
+    if sc["global"] < 0 or sc["profile"] < 0:
+        raise bad("scratch", "sizes must be >= 0")
+    if sc["global_align"] < 1 or sc["global_align"] & (sc["global_align"] - 1):
+        raise bad("scratch", "global_align must be a power of two >= 1")
+
+    params = k["params"]
+    end = 0
+    seen: set[str] = set()
+    for i, p in enumerate(params):
+        pw = f"{where}: params[{i}]"
+        _check_fields(p, _PARAM_FIELDS, pw)
+        if p["kind"] not in KIND_SIZE:
+            raise ValueError(f"{pw}: field 'kind' must be one of {sorted(KIND_SIZE)}, got {p['kind']!r}")
+        if p["size"] != KIND_SIZE[p["kind"]]:
+            raise ValueError(f"{pw}: field 'size' must be {KIND_SIZE[p['kind']]} for kind {p['kind']}, "
+                             f"got {p['size']}")
+        if p["offset"] % p["size"]:
+            raise ValueError(f"{pw}: field 'offset' {p['offset']} is not aligned to {p['size']} bytes")
+        if p["offset"] < end:
+            raise ValueError(f"{pw}: field 'offset' {p['offset']} overlaps the previous parameter "
+                             f"(which ends at {end})")
+        if p["name"] in seen:
+            raise ValueError(f"{pw}: field 'name' {p['name']!r} repeats")
+        seen.add(p["name"])
+        end = p["offset"] + p["size"]
+    if end > 4096:
+        raise bad("params", f"take {end} bytes, over the 4096-byte kernel parameter limit")
+
+    expected = list(FAMILY_PARAMS[k["family"]])
+    if k["source"] == "triton":
+        expected += list(TRITON_SCRATCH_PARAMS)
+    got = [(p["name"], p["kind"]) for p in params]
+    if got != expected:
+        raise ValueError(f"{where}: field 'params' must be {expected} (the {k['family']} argument order), "
+                         f"got {got}")
+
+
+def validate(manifest: Manifest | Mapping[str, Any]) -> None:
+    """Check a manifest's structure; raise ValueError naming the kernel and field at fault.
+
+    Parameters
+    ----------
+    manifest : Manifest or mapping
+        A loaded :class:`Manifest`, or the raw JSON object.
+
+    Raises
+    ------
+    ValueError
+        On a missing, unknown or mistyped field, a parameter list that is not the family's
+        argument order, misaligned or overlapping offsets, a block that is not num_warps * 32
+        threads, or a (variant, arch) pair that repeats. For a :class:`Manifest`, also when a cubin
+        file is missing or is not an ELF file.
+    """
+    if isinstance(manifest, Manifest):
+        raw = _to_raw(manifest)
+        root: Path | None = manifest.root
+    else:
+        raw, root = manifest, None
+    _check_fields(raw, _TOP_FIELDS, "manifest")
+    if raw["format"] != FORMAT:
+        raise ValueError(f"manifest: field 'format' must be {FORMAT}, got {raw['format']!r}")
+    for name in ("triton", "nvcc", "ptxas"):
+        if name not in raw["compilers"]:
+            raise ValueError(f"manifest: field 'compilers' lacks {name!r}")
+        v = raw["compilers"][name]
+        if v is not None and not isinstance(v, str):
+            raise ValueError(f"manifest: field 'compilers.{name}' must be a string or null, got {v!r}")
+    seen: set[tuple[str, str]] = set()
+    for i, k in enumerate(raw["kernels"]):
+        where = _where(k, i)
+        _check_kernel(k, where)
+        key = (k["variant"], k["arch"])
+        if key in seen:
+            raise ValueError(f"{where}: field 'variant' repeats for arch {k['arch']}")
+        seen.add(key)
+        if root is not None:
+            path = root / k["file"]
+            if not path.is_file():
+                raise ValueError(f"{where}: field 'file' {k['file']!r}: no such file under {root}")
+            with open(path, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    raise ValueError(f"{where}: field 'file' {k['file']!r} is not a cubin (no ELF magic)")
+
+
+def _to_raw(m: Manifest) -> dict[str, Any]:
+    return {
+        "format": m.format, "created": m.created, "compilers": dict(m.compilers),
+        "kernels": [
+            {"variant": k.variant, "family": k.family, "arch": k.arch, "file": k.file, "entry": k.entry,
+             "source": k.source, "source_hash": k.source_hash, "num_warps": k.num_warps,
+             "block": list(k.block), "shared": k.shared, "elements_per_block": k.elements_per_block,
+             "dtype": k.dtype, "aligned16": k.aligned16,
+             "params": [{"name": p.name, "kind": p.kind, "size": p.size, "offset": p.offset} for p in k.params],
+             "scratch": dict(k.scratch)}
+            for k in m.kernels
+        ],
+    }
+
+
+def load_manifest(path: str | Path) -> Manifest:
+    """Read and validate a bundle's manifest.
+
+    Parameters
+    ----------
+    path : str or Path
+        The bundle directory or its ``manifest.json``.
+
+    Returns
+    -------
+    Manifest
+        With ``root`` set to the bundle directory.
+
+    Raises
+    ------
+    FileNotFoundError
+        If there is no manifest at ``path``.
+    ValueError
+        If the JSON is malformed or the manifest fails :func:`validate` (the message names the
+        kernel and field).
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "manifest.json"
+    try:
+        raw = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from None
+    validate(raw)
+    kernels = tuple(
+        Kernel(
+            variant=k["variant"], family=k["family"], arch=k["arch"], file=k["file"], entry=k["entry"],
+            source=k["source"], source_hash=k["source_hash"], num_warps=k["num_warps"],
+            block=tuple(k["block"]), shared=k["shared"], elements_per_block=k["elements_per_block"],
+            dtype=k["dtype"], aligned16=k["aligned16"],
+            params=tuple(Param(**p) for p in k["params"]), scratch=dict(k["scratch"]),
+        )
+        for k in raw["kernels"]
+    )
+    m = Manifest(format=raw["format"], created=raw["created"], compilers=dict(raw["compilers"]),
+                 kernels=kernels, root=path.parent)
+    validate(m)     # the cubin files themselves
+    return m

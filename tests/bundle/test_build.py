@@ -1,0 +1,287 @@
+"""`tickgpu build-kernels` without a GPU: the bundle it writes, and the committed bundle.
+
+The builder runs once per session (sm_80 and sm_90) in a subprocess that must not import torch.
+Its cubins are checked as ELF files and their parameter records (EIATTR_KPARAM_INFO, read here by a
+small ELF reader of this test's own) against the manifest; the manifest against the contract; the
+committed bundle (src/tickgpu/kernels/bundle) against the current sources and a fresh build, so a
+stale bundle fails.
+"""
+import copy
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tickgpu.kernels import manifest as mf
+
+ROOT = Path(__file__).resolve().parents[2]
+KERNELS = ROOT / "src" / "tickgpu" / "kernels"
+COMMITTED = KERNELS / "bundle"
+LBR_CORE = ROOT / "csrc" / "cpu" / "lbr_core.h"
+TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface.py"}
+CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE]}
+ARCHS = ("sm_80", "sm_90")
+EM_CUDA = 190
+
+
+def _nvcc():
+    from tickgpu.kernels.build import find_nvcc
+    return find_nvcc()
+
+
+def buildable_families():
+    fams = ["greeks", "surface"]
+    if LBR_CORE.is_file() and _nvcc():
+        fams.append("implied_vol")
+    return fams
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """A bundle built now, for sm_80 and sm_90, by a process that has neither torch nor a GPU."""
+    pytest.importorskip("triton", reason="building kernels needs Triton (the 'build' extra)")
+    out = tmp_path_factory.mktemp("bundle")
+    argv = ["--out", str(out), "-q"]
+    for a in ARCHS:
+        argv += ["--arch", a]
+    for f in buildable_families():
+        argv += ["--family", f]
+    code = ("import sys\n"
+            "from tickgpu.kernels.build import main\n"
+            f"rc = main({argv!r})\n"
+            "assert 'torch' not in sys.modules, 'the builder imported torch'\n"
+            "sys.exit(rc)\n")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    env.pop("TRITON_INTERPRET", None)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert res.returncode == 0, f"build-kernels failed:\n{res.stdout}\n{res.stderr}"
+    return out
+
+
+# ---- an ELF reader independent of the builder ------------------------------------------------
+
+def elf_sections(data: bytes) -> dict:
+    assert data[:4] == b"\x7fELF", "no ELF magic"
+    assert data[4] == 2 and data[5] == 1, "not a little-endian ELF64 file"
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    strtab = headers[shstrndx][4]
+
+    def name(off):
+        return data[strtab + off:data.index(b"\0", strtab + off)].decode()
+    return {name(h[0]): data[h[4]:h[4] + h[5]] for h in headers}
+
+
+def kparam_info(nv_info: bytes) -> list:
+    """(ordinal, offset, size) of every EIATTR_KPARAM_INFO record of a .nv.info.<kernel> section."""
+    out, i = [], 0
+    while i < len(nv_info):
+        fmt, attr = nv_info[i], nv_info[i + 1]
+        if fmt == 0x04:                        # EIFMT_SVAL: u16 size, then the payload
+            size, = struct.unpack_from("<H", nv_info, i + 2)
+            if attr == 0x17:                   # EIATTR_KPARAM_INFO
+                _, ordinal, offset, flags = struct.unpack_from("<IHHI", nv_info, i + 4)
+                out.append((ordinal, offset, (flags >> 18) & 0x3FFF))
+            i += 4 + size
+        elif fmt in (0x01, 0x02, 0x03):        # no value / byte / half-word: 4 bytes in all
+            i += 4
+        else:
+            raise AssertionError(f"unknown .nv.info record format {fmt:#x}")
+    return sorted(out)
+
+
+# ---- the fresh bundle ------------------------------------------------------------------------
+
+def test_fresh_bundle_has_every_variant(fresh):
+    raw = json.loads((fresh / "manifest.json").read_text())
+    assert raw["format"] == 1
+    families = buildable_families()
+    got = {(k["arch"], k["family"], k["dtype"], k["elements_per_block"], k["aligned16"]) for k in raw["kernels"]}
+    for arch in ARCHS:
+        for dt in ("f32", "f64"):
+            for block in (128, 256):
+                for a16 in (False, True):
+                    assert (arch, "greeks", dt, block, a16) in got
+        for block in (128, 256):
+            for a16 in (False, True):
+                assert (arch, "surface", "f64", block, a16) in got
+        if "implied_vol" in families:
+            for dt in ("f32", "f64"):
+                assert (arch, "implied_vol", dt, 128, False) in got
+    assert len(raw["kernels"]) == len(got)
+    # Nothing but the manifest and the listed cubins.
+    files = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file())
+    assert files == sorted(["manifest.json"] + [k["file"] for k in raw["kernels"]])
+
+
+def test_fresh_cubins_are_cuda_elf_with_the_manifest_parameters(fresh):
+    raw = json.loads((fresh / "manifest.json").read_text())
+    for k in raw["kernels"]:
+        data = (fresh / k["file"]).read_bytes()
+        sections = elf_sections(data)
+        assert struct.unpack_from("<H", data, 18)[0] == EM_CUDA, k["variant"]
+        info = sections.get(f".nv.info.{k['entry']}")
+        assert info is not None, f"{k['variant']}: no kernel {k['entry']} in the cubin"
+        want = [(i, p["offset"], p["size"]) for i, p in enumerate(k["params"])]
+        assert kparam_info(info) == want, k["variant"]
+
+
+def test_fresh_manifest_fields(fresh):
+    """The manifest against the contract, written out here rather than through mf.validate."""
+    raw = json.loads((fresh / "manifest.json").read_text())
+    assert set(raw) == {"format", "created", "compilers", "kernels"}
+    assert set(raw["compilers"]) == {"triton", "nvcc", "ptxas"}
+    import triton
+    assert raw["compilers"]["triton"] == triton.__version__
+    fields = {"variant", "family", "arch", "file", "entry", "source", "source_hash", "num_warps", "block",
+              "shared", "elements_per_block", "dtype", "aligned16", "params", "scratch"}
+    for k in raw["kernels"]:
+        assert set(k) == fields, k.get("variant")
+        assert k["file"] == f"{k['arch']}/{k['variant']}.cubin"
+        assert isinstance(k["aligned16"], bool) and k["dtype"] in ("f32", "f64")
+        assert k["shared"] == 0
+        assert k["scratch"] == {"global": 0, "global_align": 1, "profile": 0}, k["variant"]
+        threads = k["block"][0] * k["block"][1] * k["block"][2]
+        assert threads == k["num_warps"] * 32
+        if k["source"] == "triton":
+            assert k["block"] == [k["num_warps"] * 32, 1, 1]
+            assert [p["name"] for p in k["params"][-2:]] == ["global_scratch", "profile_scratch"]
+            assert k["elements_per_block"] % threads == 0
+        else:
+            assert k["elements_per_block"] == threads and not k["aligned16"]
+        end = 0
+        for p in k["params"]:
+            assert p["size"] == {"ptr": 8, "i32": 4}[p["kind"]]
+            assert p["offset"] % p["size"] == 0 and p["offset"] >= end, (k["variant"], p)
+            end = p["offset"] + p["size"]
+        names = [p["name"] for p in k["params"]]
+        assert names[:len(mf.FAMILY_PARAMS[k["family"]])] == [n for n, _ in mf.FAMILY_PARAMS[k["family"]]]
+    mf.load_manifest(fresh)      # and the runtime's own check accepts it
+
+
+def test_fresh_source_hashes_are_the_sources(fresh):
+    raw = json.loads((fresh / "manifest.json").read_text())
+    for k in raw["kernels"]:
+        files = [TRITON_SOURCES[k["family"]]] if k["source"] == "triton" else CUDA_SOURCES[k["family"]]
+        assert k["source_hash"] == hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+
+
+def test_rebuild_is_deterministic(fresh, tmp_path):
+    """A second build of the Triton kernels gives the same manifest (but "created") and cubins."""
+    from tickgpu.kernels.build import build_bundle
+    build_bundle(tmp_path, archs=["sm_90"], families=["surface"], log=lambda *_: None)
+    first = {k["variant"]: k for k in json.loads((fresh / "manifest.json").read_text())["kernels"]
+             if k["arch"] == "sm_90" and k["family"] == "surface"}
+    second = json.loads((tmp_path / "manifest.json").read_text())["kernels"]
+    assert {k["variant"]: k for k in second} == first
+    for k in second:
+        assert (tmp_path / k["file"]).read_bytes() == (fresh / k["file"]).read_bytes(), k["variant"]
+
+
+# ---- the committed bundle --------------------------------------------------------------------
+
+def test_committed_bundle_loads_and_matches_the_sources():
+    m = mf.load_manifest(COMMITTED)
+    families = {k.family for k in m.kernels}
+    assert {"greeks", "surface"} <= families
+    if LBR_CORE.is_file():
+        assert "implied_vol" in families, ("csrc/cpu/lbr_core.h exists but the committed bundle has no "
+                                           "implied_vol kernels: run `tickgpu build-kernels`")
+    for k in m.kernels:
+        files = [TRITON_SOURCES[k.family]] if k.source == "triton" else CUDA_SOURCES[k.family]
+        if not all(f.is_file() for f in files):
+            pytest.fail(f"{k.variant}: source {[str(f) for f in files]} missing")
+        digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+        assert k.source_hash == digest, (f"{k.variant} ({k.arch}) was built from another version of "
+                                         f"{[f.name for f in files]}: run `tickgpu build-kernels`")
+
+
+def test_committed_bundle_matches_a_fresh_build(fresh):
+    committed = json.loads((COMMITTED / "manifest.json").read_text())
+    new = json.loads((fresh / "manifest.json").read_text())
+    assert committed["compilers"]["triton"] == new["compilers"]["triton"], "rebuild with the pinned Triton"
+    built = {k["family"] for k in new["kernels"]}
+    old = {(k["arch"], k["variant"]): k for k in committed["kernels"] if k["family"] in built}
+    fresh_k = {(k["arch"], k["variant"]): k for k in new["kernels"] if k["family"] in {k2["family"] for k2 in committed["kernels"]}}
+    assert old == fresh_k, "committed manifest differs from a fresh build: run `tickgpu build-kernels`"
+    same_nvcc = committed["compilers"]["nvcc"] == new["compilers"]["nvcc"]
+    for key, k in old.items():
+        if k["source"] == "triton" or same_nvcc:
+            assert (COMMITTED / k["file"]).read_bytes() == (fresh / k["file"]).read_bytes(), key
+
+
+# ---- validation of bad manifests ---------------------------------------------------------------
+
+def _good(fresh):
+    return json.loads((fresh / "manifest.json").read_text())
+
+
+BREAKAGES = [
+    ("missing field", lambda k: k.pop("entry"), "entry"),
+    ("mistyped field", lambda k: k.update(num_warps="4"), "num_warps"),
+    ("bool for an int", lambda k: k.update(shared=True), "shared"),
+    ("block off num_warps", lambda k: k.update(block=[k["block"][0] * 2, 1, 1]), "block"),
+    ("misaligned param", lambda k: k["params"][1].update(offset=k["params"][1]["offset"] + 2), "offset"),
+    ("overlapping params", lambda k: k["params"][2].update(offset=k["params"][1]["offset"]), "offset"),
+    ("wrong size", lambda k: k["params"][0].update(size=4), "size"),
+    ("wrong order", lambda k: k["params"].reverse(), "params"),
+    ("unknown kind", lambda k: k["params"][0].update(kind="f16"), "kind"),
+    ("bad hash", lambda k: k.update(source_hash="abc"), "source_hash"),
+    ("unknown family", lambda k: k.update(family="heston"), "family"),
+    ("file elsewhere", lambda k: k.update(file="../x.cubin"), "file"),
+    ("negative scratch", lambda k: k["scratch"].update(profile=-1), "scratch"),
+    ("extra field", lambda k: k.update(registers=64), "registers"),
+]
+
+
+@pytest.mark.parametrize("what,breakage,field", BREAKAGES, ids=[b[0] for b in BREAKAGES])
+def test_validate_names_kernel_and_field(fresh, what, breakage, field):
+    raw = _good(fresh)
+    k = raw["kernels"][3]
+    breakage(k)
+    with pytest.raises(ValueError) as e:
+        mf.validate(raw)
+    assert k["variant"] in str(e.value) and field in str(e.value), str(e.value)
+
+
+def test_validate_rejects_duplicates_and_missing_or_corrupt_cubins(fresh, tmp_path):
+    raw = _good(fresh)
+    raw["kernels"].append(copy.deepcopy(raw["kernels"][0]))
+    with pytest.raises(ValueError, match="repeats"):
+        mf.validate(raw)
+    shutil.copytree(fresh, tmp_path / "b")
+    victim = json.loads((tmp_path / "b" / "manifest.json").read_text())["kernels"][5]
+    (tmp_path / "b" / victim["file"]).write_bytes(b"not a cubin")
+    with pytest.raises(ValueError, match=f"{victim['variant']}.*ELF"):
+        mf.load_manifest(tmp_path / "b")
+    (tmp_path / "b" / victim["file"]).unlink()
+    with pytest.raises(ValueError, match=f"{victim['variant']}.*no such file"):
+        mf.load_manifest(tmp_path / "b")
+    (tmp_path / "b" / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        mf.load_manifest(tmp_path / "b")
+
+
+def test_manifest_module_needs_no_triton():
+    code = "import sys, tickgpu.kernels.manifest; assert 'triton' not in sys.modules and 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_builder_refuses_bad_requests(tmp_path):
+    pytest.importorskip("triton")
+    from tickgpu.kernels.build import BuildError, build_bundle, main
+    with pytest.raises(BuildError, match="unknown famil"):
+        build_bundle(tmp_path, families=["heston"])
+    with pytest.raises(BuildError, match="sm_NN"):
+        build_bundle(tmp_path, archs=["hopper"], families=["greeks"])
+    with pytest.raises(BuildError, match="lbr_core.h"):
+        build_bundle(tmp_path, archs=["sm_90"], families=["implied_vol"], lbr_dir=tmp_path / "nowhere",
+                     nvcc=_nvcc() or "nvcc")
+    assert main(["--out", str(tmp_path), "--arch", "hopper", "--family", "greeks"]) == 1

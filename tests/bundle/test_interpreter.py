@@ -1,0 +1,402 @@
+"""The Triton kernels (greeks, vol surface) run under the Triton interpreter, against float64
+NumPy references (tests/kernel_reference.py), which are themselves checked against QuantLib and finite
+differences.
+
+The interpreter (TRITON_INTERPRET=1) runs a kernel's Python source on the CPU with NumPy; it takes
+torch tensors as arguments, so these tests need torch (CPU) as well as Triton, and skip without
+them. It has no libdevice: the kernels' libdevice calls (exp, log, sqrt, erfc) are routed here to
+NumPy / SciPy float64 functions rounded to the element type, which stand for libdevice's
+(documented to within a few ulps). Everything else the kernels do runs as written.
+"""
+import importlib.util
+import types
+
+import numpy as np
+import pytest
+
+triton = pytest.importorskip("triton", reason="Triton (the 'build' extra) is needed to interpret the kernels")
+torch = pytest.importorskip("torch", reason="the Triton interpreter takes torch (CPU) tensors as kernel arguments")
+special = pytest.importorskip("scipy.special")
+
+from triton.runtime import interpreter as _interp  # noqa: E402
+
+import kernel_reference as ref  # noqa: E402
+
+
+def _on_numpy(f):
+    def apply(x):
+        data = x.handle.data
+        with np.errstate(all="ignore"):
+            y = f(data.astype(np.float64)).astype(data.dtype)
+        return triton.language.core.tensor(_interp.TensorHandle(y, x.handle.dtype), x.type)
+    return apply
+
+
+LIBDEVICE_ON_NUMPY = types.SimpleNamespace(exp=_on_numpy(np.exp), log=_on_numpy(np.log),
+                                           sqrt=_on_numpy(np.sqrt), erfc=_on_numpy(special.erfc))
+
+
+def _load_interpreted(name):
+    """A private copy of tickgpu.kernels.<name> whose @triton.jit functions are interpreted."""
+    origin = importlib.util.find_spec(f"tickgpu.kernels.{name}").origin
+    spec = importlib.util.spec_from_file_location(f"_interpreted_{name}", origin)
+    mod = importlib.util.module_from_spec(spec)
+    with triton.knobs.runtime.scope():
+        triton.knobs.runtime.interpret = True    # read when @triton.jit runs, at import
+        spec.loader.exec_module(mod)
+    mod.libdevice = LIBDEVICE_ON_NUMPY
+    return mod
+
+
+@pytest.fixture(scope="module")
+def greeks_mod():
+    return _load_interpreted("greeks")
+
+
+@pytest.fixture(scope="module")
+def surface_mod():
+    return _load_interpreted("surface")
+
+
+TORCH_DTYPE = {np.float32: torch.float32, np.float64: torch.float64}
+
+
+def _arg(a, dtype):
+    """(tensor, stride): a one-element input is passed with stride 0, as the runtime does."""
+    a = np.ascontiguousarray(a, dtype=dtype).reshape(-1)
+    return torch.from_numpy(a.copy()), (0 if a.size == 1 else 1)
+
+
+def run_greeks(mod, dtype, S, K, t, r, sig, q, call, block=256):
+    n = max(np.size(a) for a in (S, K, t, r, sig, q, call))
+    args = []
+    for a in (S, K, t, r, sig, q):
+        args += _arg(a, dtype)
+    args += _arg(np.asarray(call, dtype=np.uint8), np.uint8)
+    outs = [torch.full((n,), 12345.0, dtype=TORCH_DTYPE[dtype]) for _ in ref.GREEKS]
+    grid = (triton.cdiv(n, block),)
+    mod.bsm_greeks_kernel[grid](*args, *outs, n, BLOCK_SIZE=block)
+    return {g: o.numpy() for g, o in zip(ref.GREEKS, outs)}
+
+
+def random_chain(rng, n):
+    S = rng.uniform(20, 200, n)
+    K = S * np.exp(rng.normal(0, 0.3, n))
+    t = np.exp(rng.uniform(np.log(1e-3), np.log(5.0), n))
+    r = rng.uniform(-0.02, 0.10, n)
+    sig = np.exp(rng.uniform(np.log(0.02), np.log(1.5), n))
+    q = rng.uniform(0.0, 0.06, n)
+    call = rng.integers(0, 2, n).astype(bool)
+    return S, K, t, r, sig, q, call
+
+
+def assert_greeks_close(got, S, K, t, r, sig, q, call, rtol, atol=0.0, input_eps=0.0, want=None):
+    """Each greek within tolerance of the float64 reference (or of ``want``), NaN where it is NaN.
+
+    The tolerance is rtol * (1 + d1^2) * scale + atol, plus, when input_eps > 0, how far the
+    reference itself moves when S, K, t or sigma moves by a relative input_eps. d1^2 is the relative
+    condition number of N(d1) in a tail: an implementation that rounds d1 at the working precision
+    is off by that much there. The input_eps term admits the rounding of ln(S/K), sigma sqrt(t)
+    and the like at float32 precision, i.e. that the kernel computes the exact greeks of inputs
+    within a few float32 roundings of the given ones -- and nothing more.
+    """
+    truth, scale, d1 = ref.bsm_greeks(S, K, t, r, sig, q, call)
+    want = truth if want is None else {g: np.asarray(want[g], dtype=np.float64) for g in ref.GREEKS}
+    moved = {g: np.zeros(np.shape(want[g])) for g in ref.GREEKS}
+    if input_eps:
+        args = [np.asarray(a, dtype=np.float64) for a in (S, K, t, r, sig, q)]
+        for i in (0, 1, 2, 4):
+            bumped = list(args)
+            bumped[i] = args[i] * (1 + input_eps)
+            other, _, _ = ref.bsm_greeks(*bumped, call)
+            for g in ref.GREEKS:
+                with np.errstate(invalid="ignore"):
+                    moved[g] += np.nan_to_num(np.abs(other[g] - truth[g]), nan=0.0, posinf=0.0)
+    for g in ref.GREEKS:
+        w, x = want[g], got[g].astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(x), np.isnan(w), err_msg=f"{g}: NaN pattern")
+        inf = np.isinf(w)
+        np.testing.assert_array_equal(x[inf], w[inf], err_msg=f"{g}: infinities")
+        ok = np.isfinite(w)
+        tol = rtol * (1.0 + d1[ok] ** 2) * scale[g][ok] + moved[g][ok] + atol
+        err = np.abs(x[ok] - w[ok])
+        bad = np.flatnonzero(err > tol)
+        assert bad.size == 0, (
+            f"{g}: {bad.size} of {ok.sum()} beyond tolerance; worst at "
+            f"{[(S[ok][i], K[ok][i], t[ok][i], r[ok][i], sig[ok][i], q[ok][i], bool(call[ok][i]), x[ok][i], w[ok][i], tol[i]) for i in bad[:3]]}")
+
+
+# Within 1e-12 (float64) / 1e-5 (float32, against the float64 truth at the float32-rounded
+# inputs) relative to each greek's scale, plus the effect of 4 roundings of the inputs at the
+# working precision (ln(S/K) near the money, sigma sqrt(t), ... are rounded by any implementation).
+F32 = {"rtol": 1e-5, "atol": 1e-36, "input_eps": 2.0**-22}
+F64 = {"rtol": 1e-12, "atol": 1e-300, "input_eps": 2.0**-51}
+
+
+# ---- the reference itself ------------------------------------------------------------------
+
+def test_reference_matches_quantlib(rng):
+    ql = pytest.importorskip("QuantLib")
+    today = ql.Date(15, 6, 2026)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    for _ in range(40):
+        S, K = rng.uniform(50, 150), rng.uniform(50, 150)
+        days = int(rng.integers(5, 1500))
+        r, q, sig = rng.uniform(-0.01, 0.08), rng.uniform(0, 0.05), rng.uniform(0.05, 0.8)
+        is_call = bool(rng.integers(0, 2))
+        t = dc.yearFraction(today, today + days)
+        spot = ql.QuoteHandle(ql.SimpleQuote(S))
+        process = ql.BlackScholesMertonProcess(
+            spot, ql.YieldTermStructureHandle(ql.FlatForward(today, q, dc)),
+            ql.YieldTermStructureHandle(ql.FlatForward(today, r, dc)),
+            ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), sig, dc)))
+        option = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Call if is_call else ql.Option.Put, K),
+                                  ql.EuropeanExercise(today + days))
+        option.setPricingEngine(ql.AnalyticEuropeanEngine(process))
+        want, scale, _ = ref.bsm_greeks(S, K, t, r, sig, q, is_call)
+        ql_values = {"price": option.NPV(), "delta": option.delta(), "gamma": option.gamma(),
+                     "vega": option.vega(), "theta": option.theta(), "rho": option.rho(),
+                     "phi": option.dividendRho()}
+        for g, v in ql_values.items():
+            assert abs(float(want[g]) - v) <= 1e-10 * float(scale[g]) + 1e-12, (g, S, K, t, r, q, sig, is_call)
+
+
+def test_reference_second_order_greeks_match_finite_differences(rng):
+    S, K, t, r, sig, q, call = random_chain(rng, 200)
+    t = np.maximum(t, 0.05)
+    want, _, _ = ref.bsm_greeks(S, K, t, r, sig, q, call)
+    h = 1e-5
+    up, _, _ = ref.bsm_greeks(S, K, t, r, sig + h, q, call)
+    dn, _, _ = ref.bsm_greeks(S, K, t, r, sig - h, q, call)
+    np.testing.assert_allclose(want["vanna"], (up["delta"] - dn["delta"]) / (2 * h), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(want["volga"], (up["vega"] - dn["vega"]) / (2 * h), rtol=1e-5, atol=1e-5)
+    later, _, _ = ref.bsm_greeks(S, K, t - h, r, sig, q, call)       # a day passes: expiry nearer
+    earlier, _, _ = ref.bsm_greeks(S, K, t + h, r, sig, q, call)
+    np.testing.assert_allclose(want["charm"], (later["delta"] - earlier["delta"]) / (2 * h), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(want["theta"], (later["price"] - earlier["price"]) / (2 * h), rtol=1e-5, atol=1e-5)
+
+
+# ---- the greeks kernel ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype,block", [(np.float64, 256), (np.float64, 1024), (np.float32, 256)])
+def test_greeks_kernel_random_chain(greeks_mod, rng, dtype, block):
+    n = 1500     # not a multiple of the block: the last program is partly masked
+    S, K, t, r, sig, q, call = (np.asarray(a, dtype=dtype) if a.dtype != bool else a
+                                for a in random_chain(rng, n))
+    got = run_greeks(greeks_mod, dtype, S, K, t, r, sig, q, call, block=block)
+    assert_greeks_close(got, S, K, t, r, sig, q, call, **(F64 if dtype == np.float64 else F32))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_greeks_kernel_broadcast_scalars(greeks_mod, rng, dtype):
+    """Stride-0 inputs: one spot, rate, vol, div and flag for a whole strip of strikes."""
+    K = np.linspace(50, 150, 101).astype(dtype)
+    t = rng.uniform(0.1, 2.0, 101).astype(dtype)
+    S, r, sig, q = (np.asarray([v], dtype=dtype) for v in (100.0, 0.03, 0.25, 0.01))
+    for call in (True, False):
+        got = run_greeks(greeks_mod, dtype, S, K, t, r, sig, q, np.asarray([call]))
+        assert_greeks_close(got, np.broadcast_to(S, K.shape), K, t, np.broadcast_to(r, K.shape),
+                            np.broadcast_to(sig, K.shape), np.broadcast_to(q, K.shape),
+                            np.full(K.shape, call), **(F64 if dtype == np.float64 else F32))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_greeks_kernel_edges(greeks_mod, dtype):
+    nan, inf = np.nan, np.inf
+    cases = [
+        # S, K, t, r, sig, q, call
+        (100, 100, 0.0, 0.05, 0.2, 0.02, True),     # expired at the money: limits
+        (100, 100, 0.0, 0.05, 0.2, 0.02, False),
+        (120, 100, 0.0, 0.05, 0.2, 0.02, True),     # expired in the money
+        (80, 100, 0.0, 0.05, 0.2, 0.02, False),
+        (80, 100, 0.0, 0.05, 0.2, 0.02, True),      # expired out of the money
+        (100, 100, 0.0, 0.125, 0.5, 0.25, True),     # expired at the money, zero drift
+        (100, 100, 1e-10, 0.05, 0.3, 0.0, True),    # tiny t
+        (100, 300, 0.1, 0.0, 0.1, 0.0, True),       # deep out of the money: price underflows
+        (100, 150, 0.25, 0.01, 0.15, 0.0, True),    # tail: price ~1e-6 of spot, kept to relative precision
+        (100, 60, 0.25, 0.01, 0.15, 0.0, False),
+        (100, 100, 30.0, 0.05, 3.0, 0.0, True),     # huge total vol
+        (nan, 100, 1.0, 0.05, 0.2, 0.0, True),      # bad input -> NaN everywhere
+        (100, inf, 1.0, 0.05, 0.2, 0.0, True),
+        (100, 100, -1.0, 0.05, 0.2, 0.0, True),
+        (100, 100, 1.0, nan, 0.2, 0.0, True),
+        (100, 100, 1.0, 0.05, 0.0, 0.0, False),
+        (100, 100, 1.0, 0.05, -0.2, 0.0, False),
+        (100, 100, 1.0, 0.05, 0.2, -inf, True),
+        (0.0, 100, 1.0, 0.05, 0.2, 0.0, True),
+        (100, -5.0, 1.0, 0.05, 0.2, 0.0, True),
+        (100, 100, inf, 0.05, 0.2, 0.0, True),
+    ]
+    cols = [np.array(c, dtype=dtype) for c in list(zip(*cases))[:6]]
+    call = np.array([c[6] for c in cases])
+    got = run_greeks(greeks_mod, dtype, *cols, call)
+    assert_greeks_close(got, *cols, call, **(F64 if dtype == np.float64 else F32))
+    # Spot checks of the convention itself, independent of the reference.
+    assert got["price"][0] == 0.0 and got["delta"][0] == 0.5 and got["gamma"][0] == np.inf
+    assert got["theta"][0] == -np.inf and got["charm"][0] == -np.inf      # drift r - q + sigma^2/2 > 0
+    assert got["delta"][1] == -0.5 and got["charm"][1] == -np.inf
+    assert got["price"][2] == 20 and got["delta"][2] == 1.0 and got["gamma"][2] == 0.0
+    assert np.isclose(got["theta"][2], 0.02 * 120 - 0.05 * 100, rtol=1e-6)
+    assert got["price"][3] == 20 and got["delta"][3] == -1.0
+    assert got["price"][4] == 0.0 and got["delta"][4] == 0.0 and got["theta"][4] == 0.0
+    assert got["charm"][5] == 0.125 and got["vega"][5] == 0.0          # zero drift: q e^{-qt} / 2
+    assert got["price"][8] > 0
+    for i in range(11, len(cases)):
+        for g in ref.GREEKS:
+            assert np.isnan(got[g][i]), (g, cases[i])
+
+
+EDGE_INPUTS = [
+    # S, K, t, r, sig, q: expiry in, at and out of the money, tiny t, subnormal and huge total vol,
+    # deep tails, and every kind of bad input
+    (100, 100, 0.0, 0.05, 0.2, 0.02), (120, 100, 0.0, 0.05, 0.2, 0.02), (80, 100, 0.0, 0.05, 0.2, 0.02),
+    (100, 100, 0.0, 0.125, 0.5, 0.25), (100, 100, 1e-10, 0.05, 0.3, 0.0), (100, 100, 1e-300, 0.05, 1e-300, 0.0),
+    (100, 300, 0.1, 0.0, 0.1, 0.0), (100, 150, 0.25, 0.01, 0.15, 0.0), (100, 60, 0.25, 0.01, 0.15, 0.0),
+    (100, 100, 30.0, 0.05, 3.0, 0.0), (np.nan, 100, 1.0, 0.05, 0.2, 0.0), (100, np.inf, 1.0, 0.05, 0.2, 0.0),
+    (100, 100, -1.0, 0.05, 0.2, 0.0), (100, 100, 1.0, np.nan, 0.2, 0.0), (100, 100, 1.0, 0.05, 0.0, 0.0),
+    (100, 100, 1.0, 0.05, -0.2, 0.0), (100, 100, 1.0, 0.05, 0.2, -np.inf), (0.0, 100, 1.0, 0.05, 0.2, 0.0),
+    (100, -5.0, 1.0, 0.05, 0.2, 0.0), (100, 100, np.inf, 0.05, 0.2, 0.0),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")   # 1/(sigma sqrt t) -> inf, as on the GPU
+def test_greeks_kernel_agrees_with_cpu_backend(greeks_mod, rng, dtype):
+    """The GPU kernel and the CPU backend (csrc/cpu/greeks_kernel.h) give the same numbers, NaNs
+    and infinities: random chains and every edge case, calls and puts."""
+    import tickgpu
+
+    edges = np.array(EDGE_INPUTS, dtype=np.float64)
+    chain = np.column_stack(random_chain(rng, 1000)[:6])
+    X = np.concatenate([chain, edges, edges]).astype(dtype)
+    call = np.concatenate([rng.integers(0, 2, len(chain)).astype(bool),
+                           np.ones(len(edges), bool), np.zeros(len(edges), bool)])
+    cols = [X[:, i] for i in range(6)]
+    cpu = tickgpu.greeks(*cols, call=call, dtype=dtype, backend="cpu").as_dict()
+    got = run_greeks(greeks_mod, dtype, *cols, call)
+    tol = F64 if dtype == np.float64 else {**F32, "rtol": 2 * F32["rtol"], "input_eps": 2 * F32["input_eps"]}
+    assert_greeks_close(got, *cols, call, want=cpu, **tol)
+
+
+def test_greeks_kernel_single_element(greeks_mod):
+    got = run_greeks(greeks_mod, np.float64, *(np.array([v]) for v in (100.0, 95.0, 0.5, 0.03, 0.2, 0.01)),
+                     np.array([False]))
+    want, _, _ = ref.bsm_greeks(100.0, 95.0, 0.5, 0.03, 0.2, 0.01, False)
+    for g in ref.GREEKS:
+        np.testing.assert_allclose(got[g], want[g], rtol=1e-13, err_msg=g)
+
+
+def test_greeks_kernel_second_order_greeks_match_finite_differences(greeks_mod, rng):
+    """vanna, volga, charm from the kernel against central differences of the kernel's own
+    delta and vega (a second algorithm: no closed form of a second-order greek involved)."""
+    S, K, t, r, sig, q, call = random_chain(rng, 300)
+    t = np.maximum(t, 0.05)
+    h = 1e-5
+    base = run_greeks(greeks_mod, np.float64, S, K, t, r, sig, q, call)
+    up = run_greeks(greeks_mod, np.float64, S, K, t, r, sig + h, q, call)
+    dn = run_greeks(greeks_mod, np.float64, S, K, t, r, sig - h, q, call)
+    later = run_greeks(greeks_mod, np.float64, S, K, t - h, r, sig, q, call)
+    earlier = run_greeks(greeks_mod, np.float64, S, K, t + h, r, sig, q, call)
+    np.testing.assert_allclose(base["vanna"], (up["delta"] - dn["delta"]) / (2 * h), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(base["volga"], (up["vega"] - dn["vega"]) / (2 * h), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(base["charm"], (later["delta"] - earlier["delta"]) / (2 * h), rtol=1e-5, atol=1e-6)
+
+
+# ---- the surface kernel --------------------------------------------------------------------
+
+def run_surface(mod, strikes, expiries, vols, mode, k, t, what, block=256):
+    k_t, s_k = _arg(k, np.float64)
+    t_t, s_t = _arg(t, np.float64)
+    n = max(np.size(k), np.size(t))
+    out = torch.full((n,), 12345.0, dtype=torch.float64)
+    grid = (triton.cdiv(n, block),)
+    mod.vol_surface_kernel[grid](
+        torch.from_numpy(np.ascontiguousarray(strikes, float)), torch.from_numpy(np.ascontiguousarray(expiries, float)),
+        torch.from_numpy(np.ascontiguousarray(vols, float).reshape(-1)), len(strikes), len(expiries), mode,
+        k_t, s_k, t_t, s_t, out, what, n, BLOCK_SIZE=block)
+    return out.numpy()
+
+
+def random_surface(rng, nk, nt):
+    strikes = np.sort(rng.choice(np.arange(50.0, 151.0, 2.5), nk, replace=False))
+    expiries = np.sort(rng.choice(np.array([7, 14, 30, 61, 91, 182, 365, 730]) / 365.0, nt, replace=False))
+    vols = rng.uniform(0.05, 0.8, (nt, nk))
+    return strikes, expiries, vols
+
+
+def surface_queries(rng, strikes, expiries, n=400):
+    k = np.concatenate([rng.uniform(30, 170, n), strikes, [strikes[0] - 1, strikes[-1] + 1, 1e-3, -5.0]])
+    t = np.concatenate([rng.uniform(0, 3.0, n), rng.choice(expiries, len(strikes)), [0.0, 0.0, 5.0, 1e-9]])
+    t[:20] = 0.0
+    t[20:40] = rng.choice(expiries, 20)             # exactly on expiry rows
+    k[40:60] = rng.choice(strikes, 20)              # exactly on strike columns
+    return k, t
+
+
+@pytest.mark.parametrize("nk,nt", [(1, 1), (1, 3), (4, 1), (2, 2), (7, 5)])
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("what", [0, 1])
+def test_surface_kernel_matches_reference(surface_mod, rng, nk, nt, mode, what):
+    strikes, expiries, vols = random_surface(rng, nk, nt)
+    k, t = surface_queries(rng, strikes, expiries)
+    got = run_surface(surface_mod, strikes, expiries, vols, mode, k, t, what)
+    want = ref.surface(strikes, expiries, vols, mode, k, t, what)
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-300)
+
+
+def test_surface_kernel_bad_queries_and_broadcast(surface_mod, rng):
+    strikes, expiries, vols = random_surface(rng, 5, 4)
+    k = np.array([np.nan, np.inf, 100.0, 100.0, 100.0, -np.inf])
+    t = np.array([1.0, 1.0, -1e-9, np.nan, np.inf, 0.5])
+    for mode in (0, 1):
+        for what in (0, 1):
+            assert np.isnan(run_surface(surface_mod, strikes, expiries, vols, mode, k, t, what)).all()
+    # One strike (stride 0) across many times, block boundary crossed.
+    t = np.linspace(0, 3, 600)
+    got = run_surface(surface_mod, strikes, expiries, vols, 0, np.array([97.5]), t, 0)
+    np.testing.assert_allclose(got, ref.surface(strikes, expiries, vols, 0, 97.5, t, 0), rtol=1e-13)
+
+
+@pytest.mark.parametrize("interpolation,mode", [("variance", 0), ("vol", 1)])
+def test_surface_kernel_agrees_with_cpu_backend(surface_mod, rng, interpolation, mode):
+    import tickgpu
+
+    for nk, nt in [(1, 1), (3, 1), (1, 4), (6, 5)]:
+        strikes, expiries, vols = random_surface(rng, nk, nt)
+        k, t = surface_queries(rng, strikes, expiries)
+        k = np.concatenate([k, [np.nan, 100.0, np.inf, 100.0]])
+        t = np.concatenate([t, [1.0, -0.5, 1.0, np.nan]])
+        surf = tickgpu.VolSurface(strikes, expiries, vols, interpolation=interpolation)
+        for what, cpu in ((0, surf.vol(k, t, backend="cpu")), (1, surf.variance(k, t, backend="cpu"))):
+            got = run_surface(surface_mod, strikes, expiries, vols, mode, k, t, what)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(cpu))
+            np.testing.assert_allclose(got, cpu, rtol=1e-14, atol=1e-300, err_msg=f"{interpolation} what={what}")
+
+
+def test_surface_kernel_matches_quantlib_variance_surface(surface_mod, rng):
+    """Mode 0 is QuantLib's BlackVarianceSurface with flat strike extrapolation."""
+    ql = pytest.importorskip("QuantLib")
+    today = ql.Date(15, 6, 2026)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    days = [30, 91, 182, 365]
+    strikes = [80.0, 90.0, 100.0, 110.0, 125.0]
+    vols = rng.uniform(0.1, 0.5, (len(days), len(strikes)))
+    matrix = ql.Matrix(len(strikes), len(days))
+    for i in range(len(strikes)):
+        for j in range(len(days)):
+            matrix[i][j] = float(vols[j, i])
+    surf = ql.BlackVarianceSurface(today, ql.NullCalendar(), [today + d for d in days], strikes, matrix, dc,
+                                   ql.BlackVarianceSurface.ConstantExtrapolation,
+                                   ql.BlackVarianceSurface.ConstantExtrapolation)
+    surf.enableExtrapolation()
+    expiries = np.array([dc.yearFraction(today, today + d) for d in days])
+    k = rng.uniform(60, 140, 300)
+    t = rng.uniform(0.001, 2.0, 300)
+    got_vol = run_surface(surface_mod, strikes, expiries, vols, 0, k, t, 0)
+    got_var = run_surface(surface_mod, strikes, expiries, vols, 0, k, t, 1)
+    want_vol = np.array([surf.blackVol(float(tt), float(kk)) for kk, tt in zip(k, t)])
+    want_var = np.array([surf.blackVariance(float(tt), float(kk)) for kk, tt in zip(k, t)])
+    np.testing.assert_allclose(got_vol, want_vol, rtol=1e-12)
+    np.testing.assert_allclose(got_var, want_var, rtol=1e-12)
