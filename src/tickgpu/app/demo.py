@@ -156,7 +156,7 @@ class BookFeed:
             if not np.array_equal(book.snapshot(self.levels).ravel(), row):
                 book.sync_from_orderbook_row(row)
                 self.resyncs += 1
-        self.last = book.features()
+        self.last = book.features(reuse=True)
         return float(self.last.mid)
 
     def time_of(self, i: int) -> float:
