@@ -199,6 +199,7 @@ def advice(info: dict) -> list[str]:
 def render(info: dict, console) -> None:
     """Print the report as rich tables."""
     from rich.table import Table
+    from rich.markup import escape
 
     t = Table(title="tickgpu doctor", show_header=False, title_justify="left")
     t.add_column("item", style="bold")
@@ -218,7 +219,7 @@ def render(info: dict, console) -> None:
               f"soft {_bytes(ml['soft_bytes'])}, hard {_bytes(ml['hard_bytes'])}")
     g = info["gpu"]
     rt = g["runtime"]
-    t.add_row("GPU runtime", "available" if rt["available"] else f"unavailable: {rt['reason']}")
+    t.add_row("GPU runtime", "available" if rt["available"] else escape(f"unavailable: {rt['reason']}"))
     smi = g["nvidia_smi"]
     if smi["gpus"]:
         for i, gpu in enumerate(smi["gpus"]):
@@ -232,4 +233,4 @@ def render(info: dict, console) -> None:
         t.add_row(name, v or "not installed")
     console.print(t)
     for note in advice(info):
-        console.print(f"- {note}")
+        console.print(escape(f"- {note}"))
