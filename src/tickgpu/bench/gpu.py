@@ -406,3 +406,17 @@ def print_summary(res: dict) -> None:
     for k, v in res["targets"].items():
         table.add_row(k, f"{v:.4g}")
     Console().print(table)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m tickgpu.bench.gpu", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--floor", default=None, help="output of the floor programs (native_floor, mailbox)")
+    p.add_argument("--quick", action="store_true")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
