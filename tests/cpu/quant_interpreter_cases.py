@@ -84,6 +84,11 @@ class InterpretedRuntime:
         fill = 77 if dtype in ("int8", "int32") else float("nan")
         return torch.full(shape, fill, dtype=_TORCH[dtype], device=DEVICE)
 
+    def write(self, buf, array):
+        a = np.ascontiguousarray(array)
+        assert tuple(buf.shape) == a.shape and buf.element_size() == a.dtype.itemsize, (buf.shape, a.shape)
+        buf.copy_(torch.from_numpy(a.copy()).to(DEVICE))
+
     def download(self, buf):
         buf = buf.cpu()
         if buf.dtype == torch.bfloat16:

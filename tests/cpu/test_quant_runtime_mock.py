@@ -7,6 +7,7 @@ buffer at the manifest's offsets, checks the grid against the manifest's rule an
 promise, and computes the kernel with the NumPy reference on "device" memory: so a swapped
 argument, a wrong stride or a K that is not the padded one gives wrong numbers, not a pass.
 """
+import gc
 import struct
 import sys
 from pathlib import Path
@@ -195,9 +196,37 @@ def test_steady_state_allocates_nothing(kr, mock, rng):
     for _ in range(5):
         plan.run(x)
     assert mock.counts["mem_alloc"] == allocs
-    assert kr.pool.in_use > 0   # the weights stay resident
+    assert kr.pool.in_use > 0 and not kr.pool.free   # weights and the step's buffers stay resident
+    in_use = kr.pool.in_use
+    plan.run(rng.standard_normal((3, 20)).astype(np.float32))   # another row count: a program of its own
+    assert kr.pool.in_use > in_use
+    del plan
+    mlp._gpu_plan = None
+    gc.collect()
+    assert kr.pool.in_use == 0
     freed = kr.pool.trim()
-    assert freed > 0 and not kr.pool.free
+    assert freed > 0 and not kr.pool.free and kr.pool.reserved == 0
+
+
+def test_prepared_launch_repeats_without_repacking(kr, mock, rng):
+    m, n, k = 4, 32, 16
+    a = kr.upload(rng.integers(-127, 128, (m, k), dtype=np.int8))
+    b = kr.upload(rng.integers(-127, 128, (n, k), dtype=np.int8))
+    ones_m, ones_n = kr.upload(np.ones(m, np.float32)), kr.upload(np.ones(n, np.float32))
+    rs, bias, c = kr.upload(np.zeros(m, np.int32)), kr.upload(np.zeros(n, np.float32)), kr.empty((m, n), "float32")
+    p = kr.prepare("quant_gemm_w8a8_f32_s", None, [a, ones_m, rs, b, b, ones_n, ones_n, bias, c, m, n, k, k, k, n])
+    with pytest.raises(ValueError, match="grid"):
+        kr.prepare("quant_gemm_w8a8_f32_s", (3, 1, 1), [a, ones_m, rs, b, b, ones_n, ones_n, bias, c, m, n, k, k, k, n])
+    for _ in range(3):
+        p.launch()
+    assert [ln["variant"] for ln in mock.launches[-3:]] == ["quant_gemm_w8a8_f32_s"] * 3
+    want = kr.download(a).astype(np.int64) @ kr.download(b).astype(np.int64).T
+    assert np.array_equal(kr.download(c), want.astype(np.float32))
+    kr.write(a, np.zeros((m, k), np.int8))
+    p.launch()
+    assert not kr.download(c).any()
+    with pytest.raises(ValueError, match="does not fit"):
+        kr.write(a, np.zeros((m, k + 1), np.int8))
 
 
 def test_buffer_pool_size_classes(mock):

@@ -6,11 +6,14 @@
 - ``upload(array) -> DeviceBuffer``: a device copy of a NumPy array;
 - ``empty(shape, dtype) -> DeviceBuffer``: uninitialised; dtype "int8", "int32", "float16",
   "bfloat16" or "float32";
+- ``write(buffer, array)``: copies a host array into an existing buffer;
 - ``download(buffer) -> ndarray``: waits for the work queued so far, then copies back (bfloat16
   comes back as its uint16 bit patterns);
 - ``launch(variant, grid, args)``: a bundle variant on ``grid`` with ``args`` in the order of the
   kernel's parameters (its manifest ``params`` without Triton's scratch pointers): buffers (or raw
-  device addresses) for pointers, ints for i32, floats for f32.
+  device addresses) for pointers, ints for i32, floats for f32;
+- ``prepare(variant, grid, args) -> PreparedLaunch``: the same, checked and packed once, for
+  ``PreparedLaunch.launch()`` to repeat at the cost of the driver call.
 
 Everything runs in order on the context's one stream, so a buffer given back to the pool may be
 handed out again at once: whatever the next owner queues runs after what the last one queued.
@@ -31,7 +34,7 @@ import numpy as np
 from tickgpu.runtime.bundle import QUANT_FAMILY, BundleError
 from tickgpu.runtime.launch import Launcher
 
-__all__ = ["DeviceBuffer", "BufferPool", "KernelRuntime", "DTYPES"]
+__all__ = ["DeviceBuffer", "BufferPool", "KernelRuntime", "PreparedLaunch", "DTYPES"]
 
 #: Element types of device buffers: name -> the NumPy dtype that holds them on the host.
 DTYPES = {"int8": np.dtype(np.int8), "int32": np.dtype(np.int32), "float16": np.dtype(np.float16),
@@ -176,6 +179,17 @@ class KernelRuntime:
                 self.driver.memcpy_htod_async(buf.ptr, a.ctypes.data, a.nbytes, self.stream)
         return buf
 
+    def write(self, buf: DeviceBuffer, array) -> None:
+        """Copy host `array` into `buf` (same shape and element size), queued on the stream."""
+        a = np.ascontiguousarray(array)
+        if a.shape != buf.shape or a.dtype.itemsize != DTYPES[buf.dtype].itemsize:
+            raise ValueError(f"write: array of shape {a.shape} and dtype {a.dtype} does not fit a {buf.dtype} "
+                             f"buffer of shape {buf.shape}")
+        if a.nbytes:
+            with self.ctx.lock:
+                self.ctx.enter()
+                self.driver.memcpy_htod_async(buf.ptr, a.ctypes.data, a.nbytes, self.stream)
+
     def download(self, buf: DeviceBuffer) -> np.ndarray:
         """A host copy of `buf`, after everything queued so far (bfloat16 as uint16 bits)."""
         out = np.empty(buf.shape, DTYPES[buf.dtype])
@@ -243,6 +257,22 @@ class KernelRuntime:
             lau.launch_grid(grid, self.stream, sync=sync)
         self.launches += 1
 
+    def prepare(self, variant: str, grid, args) -> "PreparedLaunch":
+        """Check and pack one launch now; `PreparedLaunch.launch` then repeats it for the cost of the
+        driver call alone (a model step, a benchmark loop). Same checks and errors as `launch`.
+        """
+        spec = self.spec(variant)
+        values = self._values(spec, args)
+        want = spec.grid_for(values)
+        grid = want if grid is None else tuple(int(g) for g in grid) + (1,) * (3 - len(grid))
+        if grid != want:
+            raise ValueError(f"{variant}: grid {grid} is not the manifest's {spec.grid!r} grid {want} "
+                             f"for these arguments")
+        lk = self.ctx.bundle.kernels[variant]
+        with self.ctx.lock:
+            self.ctx.bundle.ensure_scratch(lk, grid[0])
+        return PreparedLaunch(self, lk, grid, values, args)
+
     def _values(self, spec, args) -> list:
         params = spec.contract_params
         if len(args) != len(params):
@@ -307,3 +337,33 @@ class KernelRuntime:
             count += 1
         self.synchronize()
         return count
+
+
+class PreparedLaunch:
+    """One launch of a bundle kernel, checked and packed once (`KernelRuntime.prepare`).
+
+    Holds references to the buffers it was given, so they outlive it. ``launch()`` queues it again
+    on the runtime's stream; not thread-safe (one argument buffer).
+    """
+
+    def __init__(self, runtime: KernelRuntime, kernel, grid, values, keep):
+        self.runtime = runtime
+        self.grid = grid
+        self._keep = list(keep)
+        self._launcher = Launcher(runtime.driver, kernel)   # an argument buffer of its own
+        self._epoch = -1
+        self._values = values
+        self._pack()
+
+    def _pack(self) -> None:
+        self._launcher.args.pack(*self._values)
+        self._epoch = self.runtime.ctx.bundle.scratch_epoch
+
+    def launch(self, *, sync: bool = False) -> None:
+        """Queue the launch (and wait for it with ``sync``)."""
+        ctx = self.runtime.ctx
+        with ctx.lock:
+            ctx.enter()
+            if ctx.bundle.scratch_epoch != self._epoch:
+                self._pack()   # a scratch block moved since: repack its pointer
+            self._launcher.launch_grid(self.grid, self.runtime.stream, sync=sync)
