@@ -29,6 +29,8 @@ arguments raise ValueError / TypeError naming the variant and the parameter.
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from tickgpu.runtime.bundle import QUANT_FAMILY, BundleError
@@ -55,6 +57,7 @@ class BufferPool:
 
     def __init__(self, driver):
         self.driver = driver
+        self._lock = threading.Lock()   # buffers are given back from whichever thread collects them
         self.free: dict[int, list[int]] = {}
         self.in_use = 0          # bytes handed out
         self.reserved = 0        # bytes obtained from the driver (in use + cached)
@@ -66,29 +69,38 @@ class BufferPool:
     def acquire(self, nbytes: int) -> tuple[int, int]:
         """(device pointer, block size) of a block of at least `nbytes`."""
         size = self.size_class(nbytes)
-        cached = self.free.get(size)
-        if cached:
-            ptr = cached.pop()
-        else:
-            ptr = self.driver.mem_alloc(size)
-            self.reserved += size
-        self.in_use += size
+        with self._lock:
+            cached = self.free.get(size)
+            ptr = cached.pop() if cached else None
+            self.in_use += size
+        if ptr is None:
+            try:
+                ptr = self.driver.mem_alloc(size)
+            except BaseException:
+                with self._lock:
+                    self.in_use -= size
+                raise
+            with self._lock:
+                self.reserved += size
         return ptr, size
 
     def release(self, ptr: int, size: int) -> None:
-        self.in_use -= size
-        self.free.setdefault(size, []).append(ptr)
+        with self._lock:
+            self.in_use -= size
+            self.free.setdefault(size, []).append(ptr)
 
     def trim(self) -> int:
         """Free every cached block (after the device finished with them); returns the bytes freed."""
-        blocks = [(p, s) for s, ps in self.free.items() for p in ps]
+        with self._lock:
+            blocks = [(p, s) for s, ps in self.free.items() for p in ps]
+            self.free.clear()
         if not blocks:
             return 0
         self.driver.ctx_synchronize()
         for p, s in blocks:
             self.driver.mem_free(p)
-            self.reserved -= s
-        self.free.clear()
+        with self._lock:
+            self.reserved -= sum(s for _, s in blocks)
         return sum(s for _, s in blocks)
 
 
