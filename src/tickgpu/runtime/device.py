@@ -129,6 +129,7 @@ class Context:
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
         self.plans: dict[tuple, object] = {}                     # staged tick plans (ops._TickPlan)
         self.dummy = 0                                           # warm-up's placeholder block
+        self.kernel_runtime = None                               # kernels_api.KernelRuntime, on first use
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
 
