@@ -335,19 +335,39 @@ typedef struct {
     int branch;
 } tg_lbr_otm_state;
 
-/* Stage 1: the branch and the initial guess, from rational cubic interpolation of s(beta) or of
-   the asymptotic forms (see the header comment). */
-TG_HD static inline void tg_lbr_otm_guess(double beta, double x, double b_max, tg_lbr_otm_state *st)
+/* Stage 1a: the inflection point s_c of b(s), where the price b_c decides between the lower
+   branches (beta < b_c) and the upper ones. A stage of its own for the same reason as the split
+   above: the lower and upper guesses are different code. */
+typedef struct {
+    double beta, x, b_max;
+    double s_c, v_c, t_c, b_c;
+} tg_lbr_otm_pivot;
+
+TG_HD static inline void tg_lbr_otm_pivot_point(double beta, double x, double b_max, tg_lbr_otm_pivot *pv)
 {
     double s_c = sqrt(-2.0 * x);
     /* At s_c: h = -t, b' = b_max / sqrt(2 pi), b'' = 0 (the inflection point), and
        Delta = M(0) - M(-2t). */
     double v_c = b_max * (1.0 / TG_LBR_SQRT_2PI);
     double t_c = 0.5 * s_c;
-    double b_c = x < 0.0 ? v_c * (t_c <= TG_LBR_SMALL_T
-                                      ? tg_lbr_delta(-t_c, t_c)
-                                      : TG_LBR_SQRT_PI_OVER_2 * (1.0 - tg_lbr_erfcx(s_c * TG_LBR_INV_SQRT_2)))
-                         : 0.0;
+    pv->b_c = x < 0.0 ? v_c * (t_c <= TG_LBR_SMALL_T
+                                   ? tg_lbr_delta(-t_c, t_c)
+                                   : TG_LBR_SQRT_PI_OVER_2 * (1.0 - tg_lbr_erfcx(s_c * TG_LBR_INV_SQRT_2)))
+                      : 0.0;
+    pv->beta = beta;
+    pv->x = x;
+    pv->b_max = b_max;
+    pv->s_c = s_c;
+    pv->v_c = v_c;
+    pv->t_c = t_c;
+}
+
+/* Stage 1b: the branch and the initial guess, from rational cubic interpolation of s(beta) or of
+   the asymptotic forms (see the header comment). */
+TG_HD static inline void tg_lbr_otm_guess_from(const tg_lbr_otm_pivot *pv, tg_lbr_otm_state *st)
+{
+    double beta = pv->beta, x = pv->x, b_max = pv->b_max;
+    double s_c = pv->s_c, v_c = pv->v_c, t_c = pv->t_c, b_c = pv->b_c;
     double s, lo, hi;
     int branch; /* 0 lowest, 1 lower middle, 2 upper middle, 3 upper */
 
@@ -524,8 +544,10 @@ TG_HD static inline double tg_lbr_otm_refine(const tg_lbr_otm_state *st)
    0 < beta < e^{x/2}. */
 TG_HD static inline double tg_lbr_normalised_vol_otm(double beta, double x, double b_max)
 {
+    tg_lbr_otm_pivot pv;
     tg_lbr_otm_state st;
-    tg_lbr_otm_guess(beta, x, b_max, &st);
+    tg_lbr_otm_pivot_point(beta, x, b_max, &pv);
+    tg_lbr_otm_guess_from(&pv, &st);
     return tg_lbr_otm_refine(&st);
 }
 
