@@ -1,23 +1,28 @@
 """Black-Scholes-Merton price and greeks, fused in one Triton kernel.
 
-One program handles tiles of ``BLOCK_SIZE`` consecutive options: it reads each of the seven inputs
+One program handles a tile of ``BLOCK_SIZE`` consecutive options: it reads each of the seven inputs
 once, computes the price and the nine greeks in registers and writes each of the ten outputs once,
-so a large chain costs one pass over memory. Launched with ``ceil(n / BLOCK_SIZE)`` programs each
-program does one tile; launched with fewer (a persistent grid, a few programs per SM) each steps
-through the tiles with a stride of the grid size. Same code, same results either way.
+so a large chain costs one pass over memory. The runtime launches ``ceil(n / BLOCK_SIZE)``
+programs; compiled with PERSISTENT, any grid (say a few programs per SM) steps through the tiles.
 
-What the code does for speed, each checked in the SASS (``cuobjdump -sass``):
+At 1e8 options the kernel needs more issue slots than the memory system needs time (float32: ~500
+instructions per option before these changes against a copy-bandwidth budget of ~1.5 ms; float64
+also ~385 DP operations per option against the H200's 64 DP lanes per SM), so what counts is the
+instruction count per option. What the code does for it, each checked in the SASS
+(``cuobjdump -sass``; scripts/kernel-sweep prints the counts):
 
 * Each input's stride (0: one value for the whole chain, 1: contiguous) is a branch, not a
   multiplier: ``ptr + offs * stride`` hides the contiguity from the compiler, which then issues
-  one 4- or 8-byte load per element; with the branch, the contiguous case of the aligned16
-  variants is vector loads (LDG.E.64 / LDG.E.128), like the stores.
+  one 4- or 8-byte load per element; with the branch the contiguous case of the aligned16 variants
+  is vector loads (LDG.E.64 at 2 float32 per thread, LDG.E.128 at 4), like the stores.
 * Options that are bad input or at zero total variance are rare and need the limit formulas and
-  twenty selects; a program whose tile has none (nearly always) takes a branch that computes the
-  general formulas only.
-* Divisions are few (1/(sigma sqrt t), 1/sigma, (S - K)/K, 1/S): sigma/sqrt(t) and 1/(2t) are
-  formed from the reciprocal already at hand. Each replaced division moves a result by an ulp or
-  two, far inside the 1e-12 (float64) / 1e-5 (float32) agreement with the CPU backend.
+  twenty selects; a tile with none (nearly always) takes a branch that computes the general
+  formulas only (FAST_PATH: float32 ~360 instructions per option instead of ~500, float64 ~330 DP
+  operations instead of ~385). The branch costs a block-wide OR (shared memory and barriers).
+* Divisions are few: 1/(sigma sqrt t) (IEEE in float64, where it also judges the limit as the CPU
+  does), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and 1/(2t) are formed from the
+  reciprocal at hand. Each replaced division moves a result by an ulp or two, far inside the 1e-12
+  (float64) / 1e-5 (float32) agreement with the CPU backend.
 * Inputs are read once and outputs written once: with STREAM the loads are marked evict-first and
   the stores streaming (.cs), so they do not push other data out of the caches for nothing. A
   broadcast input (stride 0) is read by every program and keeps the default policy.
