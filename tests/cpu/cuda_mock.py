@@ -21,7 +21,7 @@ import json
 
 import numpy as np
 
-from tickgpu.runtime.bundle import FAMILY_ARGS, GREEKS_OUTPUTS
+from tickgpu.kernels.manifest import FAMILY_PARAMS, GREEKS_OUTPUTS
 from tickgpu.runtime.driver import CudaError
 
 _KIND_DTYPE = {"ptr": np.uint64, "i32": np.int32, "i64": np.int64, "f32": np.float32, "f64": np.float64}
@@ -227,7 +227,7 @@ class MockDriver:
         if "kinds" in fn:
             kinds = fn["kinds"]
         else:
-            kinds = [k for _, k in FAMILY_ARGS[fn["family"]]] + ["ptr"] * (len(layout) - len(FAMILY_ARGS[fn["family"]]))
+            kinds = [k for _, k in FAMILY_PARAMS[fn["family"]]] + ["ptr"] * (len(layout) - len(FAMILY_PARAMS[fn["family"]]))
         ptrs = (ctypes.c_uint64 * len(layout)).from_address(params_addr)
         vals = []
         for (offset, size), kind, p in zip(layout, kinds, ptrs):
@@ -263,7 +263,7 @@ class MockDriver:
         fam = fn["family"]
         if fam == "quant":
             return self._run_quant(fn, grid, block, shared, args)
-        n = args[len(FAMILY_ARGS[fam]) - 1]
+        n = args[len(FAMILY_PARAMS[fam]) - 1]
         epb = fn["elements_per_block"]
         assert tuple(block) == tuple(fn["block"]), f"{fn['variant']}: block {block} != {fn['block']}"
         assert grid[0] * epb >= n and (grid[0] - 1) * epb < max(n, 1), f"{fn['variant']}: grid {grid} for n={n}"
@@ -275,7 +275,7 @@ class MockDriver:
         if n == 0:
             return
         if fam in ("greeks", "implied_vol"):
-            names = [a for a, _ in FAMILY_ARGS[fam]]
+            names = [a.removesuffix("_ptr") for a, _ in FAMILY_PARAMS[fam]]
             ins = {}
             for i in range(7):
                 name, ptr, stride = names[2 * i], args[2 * i], args[2 * i + 1]
@@ -472,8 +472,8 @@ def layout(kinds):
 
 
 def kernel_entry(family, dtype, epb, block, aligned16, source="triton", arch="sm_90", scratch=None, variant=None):
-    kinds = [k for _, k in FAMILY_ARGS[family]]
-    names = [n for n, _ in FAMILY_ARGS[family]]
+    kinds = [k for _, k in FAMILY_PARAMS[family]]
+    names = [n for n, _ in FAMILY_PARAMS[family]]
     if source == "triton":
         kinds += ["ptr", "ptr"]
         names += ["global_scratch", "profile_scratch"]
@@ -529,5 +529,5 @@ def write_bundle(root, entries, cubin_params=None):
                         multiple_of_16=ent.get("multiple_of_16", []), shared=ent["shared"])
         path.write_text(json.dumps({"entries": {ent.get("entry", "?"): info}}))
     (root / "manifest.json").write_text(json.dumps({"format": 1, "created": "2026-01-01",
-                                                    "compilers": {"triton": "3.6", "nvcc": None}, "kernels": entries}))
+                                                    "compilers": {"triton": "3.6", "nvcc": None, "ptxas": None}, "kernels": entries}))
     return root

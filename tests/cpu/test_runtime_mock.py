@@ -18,7 +18,8 @@ import pytest
 import tickgpu.runtime as rt
 from tickgpu.errors import BackendUnavailable, TickGpuError
 from tickgpu.runtime import ops
-from tickgpu.runtime.bundle import FAMILY_ARGS, Bundle, BundleError, Manifest, arch_for
+from tickgpu.kernels.manifest import FAMILY_PARAMS
+from tickgpu.runtime.bundle import Bundle, BundleError, Manifest, arch_for
 from tickgpu.runtime.driver import CudaError
 from tickgpu.runtime.launch import ArgBuffer, grid_for
 
@@ -84,7 +85,7 @@ def test_manifest_reads_contract(bundle_dir):
     m = Manifest.read(bundle_dir)
     assert {k.family for k in m.kernels} == {"greeks", "implied_vol", "surface"}
     k = next(k for k in m.kernels if k.family == "greeks")
-    assert len(k.contract_params) == len(FAMILY_ARGS["greeks"]) == 25
+    assert len(k.contract_params) == len(FAMILY_PARAMS["greeks"]) == 25
     assert [p.name for p in k.scratch_params] == ["global_scratch", "profile_scratch"]
 
 
@@ -178,7 +179,7 @@ def test_global_scratch_allocated_once_and_passed(tmp_path, mock, rng):
 def test_arg_buffer_layout_matches_manifest(ctx):
     k = ctx.bundle.kernels["greeks_f64_b256_a16"]
     buf = ArgBuffer(k)
-    vals = tuple((0x10000 + 16 * i) if kind == "ptr" else (i % 2) for i, (_, kind) in enumerate(FAMILY_ARGS["greeks"]))
+    vals = tuple((0x10000 + 16 * i) if kind == "ptr" else (i % 2) for i, (_, kind) in enumerate(FAMILY_PARAMS["greeks"]))
     vals = vals[:-1] + (123456,)
     buf.pack(*vals)
     base = buf.values.ctypes.data

@@ -147,11 +147,32 @@ def jsonable(x):
         return {str(k): jsonable(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
         return [jsonable(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return jsonable(x.tolist())
     if isinstance(x, np.generic):
         x = x.item()
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def run_sections(res: dict, sections: dict[str, Callable[[], object]], echo=None) -> None:
+    """Run each section into ``res[name]``, printing its wall time.
+
+    A section that raises is recorded as ``{"error": "<type>: <message>"}`` and the others still
+    run (one broken comparison should not lose a whole suite). ``echo(name, result)``, if given,
+    prints each result.
+    """
+    for name, fn in sections.items():
+        t1 = time.perf_counter()
+        try:
+            res[name] = fn()
+        except Exception as e:   # reported in the results, see above
+            res[name] = {"error": f"{type(e).__name__}: {e}"}
+            print(f"[{name}] failed: {res[name]['error']}", flush=True)
+        print(f"[{name}] {time.perf_counter() - t1:.1f} s", flush=True)
+        if echo is not None:
+            echo(name, res[name])
 
 
 def case(section: str, impl: str, n: int, timing: Timing, *, items: int | None = None, threads: int | None = None,

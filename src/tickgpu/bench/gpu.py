@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 import tickgpu
+from tickgpu.bench.common import jsonable, run_sections, write_results
+from tickgpu.bench.common import machine_info as host_info
 
 GREEK_KEYS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
 
@@ -311,9 +313,12 @@ def crossover_sweep(quick: bool) -> dict:
 # ---- driver ---------------------------------------------------------------------------------------
 
 def machine_info() -> dict:
-    info = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "python": sys.version.split()[0],
-            "numpy": np.__version__, "tickgpu": tickgpu.__version__,
-            "commit": os.environ.get("TICKGPU_COMMIT") or _git_commit(), "cpu_cores": os.cpu_count()}
+    """The host (:func:`tickgpu.bench.common.machine_info`) plus ``gpu``: name, driver and memory as
+    nvidia-smi reports them (None without nvidia-smi). ``commit`` is ``$TICKGPU_COMMIT`` where set
+    (a copy of the tree without its git history), else the checkout's commit."""
+    info = host_info()
+    info["commit"] = os.environ.get("TICKGPU_COMMIT") or info["git_commit"]
+    info["cpu_cores"] = os.cpu_count()
     try:
         q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                            capture_output=True, text=True, timeout=20)
@@ -321,13 +326,6 @@ def machine_info() -> dict:
     except (OSError, subprocess.SubprocessError):
         info["gpu"] = None
     return info
-
-
-def _git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def run(args) -> int:
@@ -354,20 +352,10 @@ def run(args) -> int:
         "warm_start": lambda: bench_warm_start(2000),
         "crossover": lambda: crossover_sweep(quick),
     }
-    for name, fn in steps.items():
-        t1 = time.perf_counter()
-        try:
-            res[name] = fn()
-        except Exception as e:  # a failing section is reported, the others still run
-            res[name] = {"error": f"{type(e).__name__}: {e}"}
-        print(f"[{name}] {time.perf_counter() - t1:.1f} s", flush=True)
-        print(json.dumps(res[name], indent=1, default=float)[:3000], flush=True)
+    run_sections(res, steps, echo=lambda name, r: print(json.dumps(jsonable(r), indent=1)[:3000], flush=True))
 
     res["targets"] = evaluate_targets(res)
-    out = Path(getattr(args, "out", "benchmarks/results"))
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"gpu-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
-    path.write_text(json.dumps(res, indent=1, default=float))
+    path = write_results("gpu", res, getattr(args, "out", "benchmarks/results"))
     print_summary(res)
     print(f"saved {path}")
     return 0

@@ -27,14 +27,13 @@ torch is imported here only (never by the library). Results are printed and save
 """
 from __future__ import annotations
 
-import json
 import math
 import time
-from pathlib import Path
 
 import numpy as np
 
 import tickgpu
+from tickgpu.bench.common import run_sections, write_results
 from tickgpu.bench.gpu import machine_info, stats_us, time_calls
 
 GEMM_M = (1, 16, 17, 64, 65, 128, 129, 1024, 4096)
@@ -336,20 +335,10 @@ def run(args) -> int:
         "signal_mlp": lambda: mlp_section(torch, quick),
     }
     with torch.cuda.stream(stream):
-        for name, fn in sections.items():
-            t1 = time.perf_counter()
-            try:
-                res[name] = fn()
-            except Exception as e:   # a failing section is reported, the other still runs
-                res[name] = {"error": f"{type(e).__name__}: {e}"}
-                print(f"[{name}] failed: {res[name]['error']}", flush=True)
-            print(f"[{name}] {time.perf_counter() - t1:.1f} s", flush=True)
+        run_sections(res, sections)
     torch.cuda.synchronize()
 
-    out = Path(getattr(args, "out", "benchmarks/results"))
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"quant-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
-    path.write_text(json.dumps(res, indent=1, default=float))
+    path = write_results("quant", res, getattr(args, "out", "benchmarks/results"))
     print_summary(res)
     print(f"saved {path}")
     return 0

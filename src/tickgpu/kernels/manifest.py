@@ -69,11 +69,13 @@ def _strided(*names: str) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+#: The greeks family's outputs, in the order of their pointers.
+GREEKS_OUTPUTS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
+
 #: Kernel parameters of each family in launch order, before Triton's scratch pointers.
 FAMILY_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
     "greeks": _strided("spot", "strike", "t", "rate", "vol", "div", "call")
-    + tuple((f"{out}_ptr", "ptr") for out in
-            ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm"))
+    + tuple((f"{out}_ptr", "ptr") for out in GREEKS_OUTPUTS)
     + (("n", "i32"),),
     "implied_vol": _strided("price", "spot", "strike", "t", "rate", "div", "call")
     + (("vol_ptr", "ptr"), ("status_ptr", "ptr"), ("n", "i32")),
@@ -100,8 +102,10 @@ QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
                          ("M", "i32"), ("K", "i32"), ("stride_xm", "i32"), ("stride_ym", "i32"),
                          ("ln_eps", "f32")),
 }
+#: The family of the quantized linear layers, whose argument lists go by entry (QUANT_PARAMS).
+QUANT_FAMILY = "quant"
 #: Every family a manifest may name.
-FAMILIES = (*FAMILY_PARAMS, "quant")
+FAMILIES = (*FAMILY_PARAMS, QUANT_FAMILY)
 GRIDS = ("rows", "tiles")
 
 SOURCES = ("triton", "cuda")
@@ -173,6 +177,31 @@ class Manifest:
     kernels: tuple[Kernel, ...]
     root: Path
 
+    @classmethod
+    def from_json(cls, raw: Any, root: str | Path) -> "Manifest":
+        """Validate a manifest's JSON object (:func:`validate`, without the cubin files) and build it.
+
+        Raises
+        ------
+        ValueError
+            If the manifest fails :func:`validate` (the message names the kernel and field).
+        """
+        validate(raw)
+        kernels = tuple(
+            Kernel(
+                variant=k["variant"], family=k["family"], arch=k["arch"], file=k["file"], entry=k["entry"],
+                source=k["source"], source_hash=k["source_hash"], num_warps=k["num_warps"],
+                block=tuple(k["block"]), shared=k["shared"], elements_per_block=k["elements_per_block"],
+                dtype=k["dtype"], aligned16=k["aligned16"],
+                params=tuple(Param(**p) for p in k["params"]), scratch=dict(k["scratch"]),
+                grid=k.get("grid"), block_m=k.get("block_m"), block_n=k.get("block_n"),
+                multiple_of_16=tuple(k["multiple_of_16"]) if "multiple_of_16" in k else None,
+            )
+            for k in raw["kernels"]
+        )
+        return cls(format=raw["format"], created=raw["created"], compilers=dict(raw["compilers"]),
+                   kernels=kernels, root=Path(root))
+
     def cubin_path(self, kernel: Kernel) -> Path:
         """Where ``kernel``'s cubin lies on disk."""
         return self.root / kernel.file
@@ -217,7 +246,7 @@ def _check_fields(obj: Any, fields: Mapping[str, type], where: str,
         raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
     missing = [f for f in fields if f not in obj]
     if missing:
-        raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
+        raise ValueError(f"{where}: missing {', '.join(repr(f) for f in missing)}")
     optional = optional or {}
     extra = sorted(set(obj) - set(fields) - set(optional))
     if extra:
@@ -238,7 +267,8 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
     if not re.fullmatch(r"[a-z0-9_]+", k["variant"]):
         raise bad("variant", "must be lower-case letters, digits and _")
     if k["family"] not in FAMILIES:
-        raise bad("family", f"must be one of {sorted(FAMILIES)}")
+        raise ValueError(f"{where}: unknown family {k['family']!r} (field 'family' must be one of "
+                         f"{sorted(FAMILIES)})")
     if not re.fullmatch(r"sm_\d+a?", k["arch"]):
         raise bad("arch", "must look like sm_90")
     if k["file"] != f"{k['arch']}/{k['variant']}.cubin":
@@ -266,7 +296,7 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
         raise bad("elements_per_block", "must be >= 1")
     if k["dtype"] not in DTYPES:
         raise bad("dtype", f"must be one of {DTYPES}")
-    if k["family"] == "quant":
+    if k["family"] == QUANT_FAMILY:
         _check_quant_launch(k, where)
     else:
         present = sorted(f for f in _OPTIONAL_KERNEL_FIELDS if f in k)
@@ -290,11 +320,10 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
         _check_fields(p, _PARAM_FIELDS, pw)
         if p["kind"] not in KIND_SIZE:
             raise ValueError(f"{pw}: field 'kind' must be one of {sorted(KIND_SIZE)}, got {p['kind']!r}")
-        if p["size"] != KIND_SIZE[p["kind"]]:
-            raise ValueError(f"{pw}: field 'size' must be {KIND_SIZE[p['kind']]} for kind {p['kind']}, "
-                             f"got {p['size']}")
-        if p["offset"] % p["size"]:
-            raise ValueError(f"{pw}: field 'offset' {p['offset']} is not aligned to {p['size']} bytes")
+        size = KIND_SIZE[p["kind"]]
+        if p["size"] != size or p["offset"] % size:
+            raise ValueError(f"{pw} ({p['name']}): fields 'size' {p['size']} / 'offset' {p['offset']} do not "
+                             f"fit kind {p['kind']} ({size} bytes, naturally aligned)")
         if p["offset"] < end:
             raise ValueError(f"{pw}: field 'offset' {p['offset']} overlaps the previous parameter "
                              f"(which ends at {end})")
@@ -305,7 +334,7 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
     if end > 4096:
         raise bad("params", f"take {end} bytes, over the 4096-byte kernel parameter limit")
 
-    if k["family"] == "quant":
+    if k["family"] == QUANT_FAMILY:
         if k["entry"] not in QUANT_PARAMS:
             raise bad("entry", f"must be one of the quant kernels {sorted(QUANT_PARAMS)}")
         expected = list(QUANT_PARAMS[k["entry"]])
@@ -315,8 +344,15 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
         expected += list(TRITON_SCRATCH_PARAMS)
     got = [(p["name"], p["kind"]) for p in params]
     if got != expected:
-        raise ValueError(f"{where}: field 'params' must be {expected} (the {k['family']} argument order), "
-                         f"got {got}")
+        family = k["family"]
+        i = next((i for i, (g, e) in enumerate(zip(got, expected)) if g != e), min(len(got), len(expected)))
+        if i < min(len(got), len(expected)):
+            detail = (f"param {i} is {got[i][1]} {got[i][0]!r}, the {family} contract wants "
+                      f"{expected[i][1]} {expected[i][0]!r} there")
+        else:
+            detail = f"{len(got)} params, the {family} contract has {len(expected)}"
+        raise ValueError(f"{where}: field 'params': {detail} (the {family} argument order is "
+                         f"{', '.join(f'{n} {kind}' for n, kind in expected)})")
 
 
 def _check_quant_launch(k: Mapping[str, Any], where: str) -> None:
@@ -376,9 +412,11 @@ def validate(manifest: Manifest | Mapping[str, Any]) -> None:
         root: Path | None = manifest.root
     else:
         raw, root = manifest, None
+    # The format first: a manifest of another format may differ in any other field.
+    if not isinstance(raw, Mapping) or raw.get("format") != FORMAT:
+        got = raw.get("format") if isinstance(raw, Mapping) else raw
+        raise ValueError(f"manifest: format must be {FORMAT} (field 'format'), got {got!r}")
     _check_fields(raw, _TOP_FIELDS, "manifest")
-    if raw["format"] != FORMAT:
-        raise ValueError(f"manifest: field 'format' must be {FORMAT}, got {raw['format']!r}")
     for name in ("triton", "nvcc", "ptxas"):
         if name not in raw["compilers"]:
             raise ValueError(f"manifest: field 'compilers' lacks {name!r}")
@@ -456,20 +494,6 @@ def load_manifest(path: str | Path) -> Manifest:
         raw = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON: {e}") from None
-    validate(raw)
-    kernels = tuple(
-        Kernel(
-            variant=k["variant"], family=k["family"], arch=k["arch"], file=k["file"], entry=k["entry"],
-            source=k["source"], source_hash=k["source_hash"], num_warps=k["num_warps"],
-            block=tuple(k["block"]), shared=k["shared"], elements_per_block=k["elements_per_block"],
-            dtype=k["dtype"], aligned16=k["aligned16"],
-            params=tuple(Param(**p) for p in k["params"]), scratch=dict(k["scratch"]),
-            grid=k.get("grid"), block_m=k.get("block_m"), block_n=k.get("block_n"),
-            multiple_of_16=tuple(k["multiple_of_16"]) if "multiple_of_16" in k else None,
-        )
-        for k in raw["kernels"]
-    )
-    m = Manifest(format=raw["format"], created=raw["created"], compilers=dict(raw["compilers"]),
-                 kernels=kernels, root=path.parent)
+    m = Manifest.from_json(raw, path.parent)
     validate(m)     # the cubin files themselves
     return m

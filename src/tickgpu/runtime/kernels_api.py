@@ -291,7 +291,7 @@ class KernelRuntime:
             raise TypeError(f"{spec.variant}: {len(args)} arguments for {len(params)} parameters "
                             f"({', '.join(p.name for p in params)})")
         values = []
-        m16 = spec.multiple_of_16 if spec.aligned16 else ()
+        m16 = (spec.multiple_of_16 or ()) if spec.aligned16 else ()
         for p, a in zip(params, args):
             if p.kind == "ptr":
                 ptr = a.ptr if isinstance(a, DeviceBuffer) else a
