@@ -18,10 +18,13 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
 1024-element blocks with 4-8 elements per thread needed 143-255 registers and reached only
 1.3-2.5 TB/s. So:
 
-* BLOCK_SIZE 256 is the throughput variant (the best measured for large chains).
-* BLOCK_SIZE 128 (1 element per thread) is the latency variant: a call of a few thousand options
-  is spread over twice as many SMs, with the least serial work per thread; for large chains it
-  is within 5% of the 256 variant.
+* float32: BLOCK_SIZE 256 is the throughput variant (the best measured for large chains);
+  BLOCK_SIZE 128 (1 element per thread) is the latency variant: a call of a few thousand options
+  is spread over twice as many SMs, with the least serial work per thread.
+* float64: only BLOCK_SIZE 128 / 4 warps. The kernel-sweep on the H200 (1e8 options, after the
+  fast-path rewrite) gave 128/4 warps 74% of copy bandwidth against 62-67% for 256 with 4 or 8
+  warps: float64 greeks are bound by the FP64 units (about 400 DP operations an option, for the
+  exp, log and erfc), not by memory, and smaller blocks schedule that better.
 * aligned16 variants assume every pointer is 16-byte aligned and n % 16 == 0 (both are needed
   for the compiler to emit vector stores; the bound check must be constant over each 16-element
   group). They gained ~5% for float32 at 256 and nothing measurable elsewhere; the runtime may
@@ -93,7 +96,7 @@ class CudaFamily:
 
 TRITON_FAMILIES = (
     TritonFamily("greeks", "tickgpu.kernels.greeks", "bsm_greeks_kernel", KERNELS_DIR / "greeks.py",
-                 {"f32": ((256, 4), (128, 4)), "f64": ((256, 8), (128, 4))}),
+                 {"f32": ((256, 4), (128, 4)), "f64": ((128, 4),)}),
     TritonFamily("surface", "tickgpu.kernels.surface", "vol_surface_kernel", KERNELS_DIR / "surface.py",
                  {"f64": ((256, 8), (128, 4))}),
 )
