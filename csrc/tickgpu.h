@@ -367,9 +367,9 @@ int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uint
  * graph must already hold its chunk's layout. On a driver error every launched stream is waited
  * for (no copy stays in flight into staging) and the first error is returned. */
 typedef struct {
-    const tg_hot_copy *in;
+    const tg_hot_copy *copies_in;
     int n_in;
-    const tg_hot_copy *out;
+    const tg_hot_copy *copies_out;
     int n_out;
     uintptr_t graph_exec;
     uintptr_t stream;

@@ -502,8 +502,8 @@ int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result)
     if (n_chunks < 0 || (n_chunks > 0 && chunks == NULL))
         return TG_EINVAL;
     for (int k = 0; k < n_chunks; k++)
-        if (chunks[k].graph_exec == 0 || check_list(chunks[k].in, chunks[k].n_in) != TG_OK ||
-            check_list(chunks[k].out, chunks[k].n_out) != TG_OK)
+        if (chunks[k].graph_exec == 0 || check_list(chunks[k].copies_in, chunks[k].n_in) != TG_OK ||
+            check_list(chunks[k].copies_out, chunks[k].n_out) != TG_OK)
             return TG_EINVAL;
     int collected = 0, launched = 0, st = TG_OK;
     copy_job job;
@@ -521,12 +521,12 @@ int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result)
             st = report(cu.stream_sync((CUstream)chunks[j].stream), cu_result);
             if (st != TG_OK)
                 goto fail;
-            job_add(&job, chunks[j].out, chunks[j].n_out);
+            job_add(&job, chunks[j].copies_out, chunks[j].n_out);
         }
         if (upto >= 0)
             collected = upto + 1;
         /* Results of the chunks collected and this chunk's inputs: one job for the copy threads. */
-        job_add(&job, c->in, c->n_in);
+        job_add(&job, c->copies_in, c->n_in);
         copy_job_run(&job);
         st = report(cu.graph_launch((CUgraphExec)c->graph_exec, (CUstream)c->stream), cu_result);
         if (st != TG_OK)
@@ -539,7 +539,7 @@ int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result)
         st = report(cu.stream_sync((CUstream)chunks[j].stream), cu_result);
         if (st != TG_OK)
             goto fail;
-        job_add(&job, chunks[j].out, chunks[j].n_out);
+        job_add(&job, chunks[j].copies_out, chunks[j].n_out);
     }
     copy_job_run(&job);
     return TG_OK;

@@ -304,35 +304,112 @@ def test_surface_bad_grid(ctx):
 
 
 # ---- graphs ---------------------------------------------------------------------------------------
-def test_graph_captured_once_replayed_and_updated(ctx, mock, rng):
+def test_graph_per_bucket_captured_once_and_replayed(ctx, mock, rng):
     d = _bsm_inputs(rng, 20, np.float64)
     ops.greeks(**d, dtype=np.float64, shape=(20,))
     r = ctx.runners[("greeks", "f64", 0)]
     instantiated = mock.counts["graph_instantiate"]
     s0 = dict(r.stats)
-    for _ in range(5):                                   # same layout: replay only
+    for _ in range(5):                                   # same bucket: replay only
         ops.greeks(**d, dtype=np.float64, shape=(20,))
     assert r.stats["captures"] == s0["captures"] == 1
     assert r.stats["replays"] == s0["replays"] + 5
     assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
-    d2 = _bsm_inputs(rng, 40, np.float64)                 # new n: nodes updated, not recaptured
+    d2 = _bsm_inputs(rng, 40, np.float64)                 # new bucket: its own graph, nothing re-pointed
     out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
-    assert r.stats["captures"] == 1 and r.stats["kernel_updates"] == s0["kernel_updates"] + 1
-    assert r.stats["copy_updates"] == s0["copy_updates"] + 2
-    assert mock.counts["graph_instantiate"] == instantiated
+    assert r.stats["captures"] == 2 and mock.counts["graph_instantiate"] == instantiated + 1
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
     assert mock.launches[-1]["n"] == 48 and mock.launches[-1]["grid"] == (1, 1, 1)
     _close(out["vega"], expected_greeks(**_ref(d2))["vega"], np.float64)
-    out = ops.greeks(**d, dtype=np.float64, shape=(20,))  # back: updated again, results right
-    _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)
+    for _ in range(3):                                   # back and forth: no capture, no update
+        out = ops.greeks(**d, dtype=np.float64, shape=(20,))
+        _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)
+        out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+        _close(out["rho"], expected_greeks(**_ref(d2))["rho"], np.float64)
+    assert r.stats["captures"] == 2 and r.stats["kernel_updates"] == s0["kernel_updates"]
+
+
+def test_broadcast_pattern_changes_only_the_strides(ctx, mock, rng):
+    """Single values go into the same slots (stride 0): a new pattern is one kernel-node update."""
+    n = 30
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(n,))
+    r = ctx.runners[("greeks", "f64", 0)]
+    s0 = dict(r.stats)
+    mixed = dict(d, t=0.5, rate=np.float64(0.01), vol=np.array(0.3), div=np.array([0.02]), call=False)
+    for _ in range(3):
+        out = ops.greeks(**mixed, dtype=np.float64, shape=(n,))
+        want = expected_greeks(**_ref(dict(d, t=0.5, rate=0.01, vol=0.3, div=0.02, call=False)))
+        for k in want:
+            _close(out[k], want[k], np.float64)
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] + 1 and r.stats["captures"] == s0["captures"]
+    assert r.stats["copy_updates"] == s0["copy_updates"]
+    assert [mock.launches[-1]["args"][2 * i + 1] for i in range(7)] == [1, 1, 0, 0, 0, 0, 0]
+    out = ops.greeks(**d, dtype=np.float64, shape=(n,))  # back to arrays: right again
+    _close(out["gamma"], expected_greeks(**_ref(d))["gamma"], np.float64)
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] + 2
+
+
+def test_host_inputs_conversions(ctx, rng):
+    n = 3 * CHUNK + 7                                    # a pipeline, so chunk offsets apply too
+    d = _bsm_inputs(rng, n, np.float64)
+    wide = np.empty((n, 2))
+    wide[:, 0] = d["strike"]
+    calls_int = d["call"].astype(np.int64)
+    args = dict(spot=d["spot"].astype(np.float32),         # another dtype: converted
+                strike=wide[:, 0],                          # strided: copied
+                t=d["t"][::-1].copy()[::-1],                # negative stride
+                rate=d["rate"].astype(">f8"),               # big-endian
+                vol=0.25, div=np.float32(0.01), call=calls_int)
+    out = ops.greeks(**args, dtype=np.float64, shape=(n,))
+    want = expected_greeks(**_ref(dict(d, spot=d["spot"].astype(np.float32), vol=0.25,
+                                       div=float(np.float32(0.01)))))
+    for k in want:
+        _close(out[k], want[k], np.float64)
+    # 2-D broadcast across a pipeline, flags as uint8 and bool
+    spot = rng.uniform(80, 120, (5, CHUNK))
+    strike = rng.uniform(80, 120, (1, CHUNK))
+    for flags in (np.ones((5, 1), np.uint8), np.zeros(CHUNK, bool)):
+        out = ops.greeks(spot, strike, 0.5, 0.02, 0.3, 0.0, flags, dtype=np.float32, shape=(5, CHUNK))
+        want = expected_greeks(spot, strike, 0.5, 0.02, 0.3, 0.0, np.broadcast_to(flags, (5, CHUNK)))
+        for k in want:
+            assert out[k].shape == (5, CHUNK) and out[k].dtype == np.float32
+            _close(out[k], want[k], np.float32)
+
+
+def test_pipeline_waits_for_a_runner_before_reusing_it(ctx, mock, rng):
+    """The chunk order tg_hot_pipeline follows, checked on its Python twin: a chunk is staged into
+    a runner only after that runner's previous chunk was waited for and copied out."""
+    events = []
+    real_launch, real_sync = mock.graph_launch, mock.stream_synchronize
+    mock.graph_launch = lambda e, s, sync=False: (events.append(("launch", s)), real_launch(e, s, sync=sync))
+    mock.stream_synchronize = lambda s: (events.append(("sync", s)), real_sync(s))
+    n = 6 * CHUNK + 5
+    d = _bsm_inputs(rng, n, np.float64)
+    out = ops.greeks(**d, dtype=np.float64, shape=(n,))
+    _close(out["volga"], expected_greeks(**_ref(d))["volga"], np.float64)
+    launches = [s for kind, s in events if kind == "launch"]
+    streams = [ctx.runners[("greeks", "f64", i)].stream for i in range(3)]
+    assert launches == [streams[0], streams[1]] * 3 + [streams[2]]
+    pending = set()
+    for kind, s in events:
+        if kind == "launch":
+            assert s not in pending, "a runner was reused before its chunk was collected"
+            pending.add(s)
+        else:
+            pending.discard(s)
+    assert not pending
 
 
 def test_copies_move_only_the_layout(ctx, mock, rng):
     n = 10
     d = _bsm_inputs(rng, n, np.float64)
     ops.greeks(**d, dtype=np.float64, shape=(n,))
-    r = ctx.runners[("greeks", "f64", 0)]
-    in_bytes, out_bytes = r._copy_bytes
-    assert in_bytes == 6 * 128 + 64 and out_bytes == 10 * 128   # 80 (10 for call) bytes each, 64-byte aligned
+    plan = ctx.plans[("greeks", "d", 16, 0, (), None)]
+    r = plan.runner
+    in_bytes, out_bytes = plan.graph._copy_bytes
+    # every input has a slot of the bucket (16 elements): 128 bytes, 64 for call
+    assert in_bytes == 6 * 128 + 64 and out_bytes == 10 * 128
     assert in_bytes < r.in_capacity and out_bytes < r.out_capacity
 
 
@@ -356,9 +433,31 @@ def test_warmup_launches_every_variant_and_graph(ctx, mock):
     launched = {l["variant"] for l in mock.launches}
     assert launched == set(ctx.bundle.kernels)
     assert info["kernels"] == len(default_entries())
-    assert info["graphs"] == 2 * 5                      # (greeks, iv) x (f64, f32) + surface f64, two runners each
-    assert all(r.stats["captures"] == 1 and r.stats["replays"] >= 1 for r in ctx.runners.values())
+    buckets = len(ops.staged.bucket_sizes(CHUNK))       # 16, 32, 48, 64
+    # (greeks, iv) x (f64, f32): a graph per bucket on runner 0, one on runner 1 and one on runner
+    # 2; surface f64: the shared graph of each of its three runners
+    assert info["graphs"] == 4 * (buckets + 2) + 3
+    for (fam, _, index), r in ctx.runners.items():
+        assert r.stats["captures"] == (buckets if index == 0 and fam != "surface" else 1)
+        assert r.stats["replays"] >= 1 and not r.stats.get("update_refusals")
     assert ctx.warm
+
+
+def test_first_call_after_warmup_builds_nothing(ctx, mock, rng):
+    """Any size up to a chunk, any broadcast pattern: the plan and graph are there already."""
+    ops.warmup(ctx)
+    plans, counts = len(ctx.plans), dict(mock.counts)
+    captures = {k: r.stats["captures"] for k, r in ctx.runners.items()}
+    for n in (1, 9, 16, 17, 33, 64, 200):
+        for dtype in (np.float64, np.float32):
+            d = _bsm_inputs(rng, n, dtype)
+            out = ops.greeks(d["spot"], d["strike"], 0.5, 0.01, 0.2, 0.0, True, dtype=dtype, shape=(n,))
+            _close(out["price"], expected_greeks(d["spot"].astype(np.float64), d["strike"], 0.5, 0.01, 0.2, 0.0,
+                                                 True)["price"], dtype)
+            d.pop("vol")
+            ops.implied_vol(np.full(n, 5.0, dtype), **d, dtype=dtype, shape=(n,))
+    assert len(ctx.plans) == plans and mock.counts == counts
+    assert {k: r.stats["captures"] for k, r in ctx.runners.items()} == captures
 
 
 # ---- device-array path (a CAI array in mock "device" memory) --------------------------------------
@@ -706,12 +805,96 @@ def test_warmup_prebuilds_tick_plans(ctx, mock, rng):
 
 
 def test_refused_graph_update_recaptures(ctx, mock, rng):
-    d = _bsm_inputs(rng, 20, np.float64)
-    ops.greeks(**d, dtype=np.float64, shape=(20,))
-    r = ctx.runners[("greeks", "f64", 0)]
+    strikes, expiries = np.array([80.0, 100.0, 120.0]), np.array([0.5, 1.0])
+    vols = rng.uniform(0.1, 0.3, (2, 3))
+    k = rng.uniform(70, 130, 20)
+    ops.surface_eval(strikes, expiries, vols, 0, k, 0.5, what=0, shape=(20,))
+    r = ctx.runners[("surface", "f64", 0)]
     mock.fail["cuGraphExecMemcpyNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
-    d2 = _bsm_inputs(rng, 40, np.float64)
-    out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+    strikes2, vols2 = np.linspace(60, 140, 9), rng.uniform(0.1, 0.3, (2, 9))   # another layout
+    out = ops.surface_eval(strikes2, expiries, vols2, 1, k, 0.5, what=1, shape=(20,))
     assert r.stats["update_refusals"] == 1 and r.stats["captures"] == 2
     assert "CUDA_ERROR_INVALID_VALUE" in r.last_update_error
-    _close(out["theta"], expected_greeks(**_ref(d2))["theta"], np.float64)
+    _close(out, expected_surface(strikes2, expiries, vols2.ravel(), 1, k, 0.5, 1), np.float64)
+    # a refused kernel-node update (a new broadcast pattern) recaptures that graph too
+    mock.fail["cuGraphExecKernelNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
+    d = _bsm_inputs(rng, 20, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(20,))
+    g = ctx.runners[("greeks", "f64", 0)]
+    out = ops.greeks(**dict(d, vol=0.4), dtype=np.float64, shape=(20,))
+    assert g.stats["update_refusals"] == 1
+    _close(out["vanna"], expected_greeks(**_ref(dict(d, vol=0.4)))["vanna"], np.float64)
+
+
+# ---- native staging copies and dispatch ----------------------------------------------------------
+@pytest.mark.parametrize("threads", [1, 2, 3, 0])
+def test_large_staging_copies_split_across_threads(rng, threads):
+    """Copy lists past the threshold are cut at page boundaries across threads: every byte once."""
+    from tickgpu._native import ffi, lib
+
+    before = lib.tg_hot_set_copy_threads(threads)
+    try:
+        for sizes in ([3 << 20], [5, 700_001, 1, 0, 2 << 20, 4097], [(1 << 19) + 3] * 9):
+            src = [rng.integers(0, 255, s, dtype=np.uint8) for s in sizes]
+            dst = [np.zeros(s, np.uint8) for s in sizes]
+            table = ffi.new("tg_hot_copy[]", len(sizes))
+            for i, (a, b) in enumerate(zip(src, dst)):
+                table[i].dst, table[i].src, table[i].bytes = ffi.from_buffer(b), ffi.from_buffer(a), a.nbytes
+            assert lib.tg_hot_stage(table, len(sizes)) == lib.TG_OK
+            for a, b in zip(src, dst):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        lib.tg_hot_set_copy_threads(before)
+
+
+def test_bucket_sizes_cover_every_tick():
+    from tickgpu.runtime.staged import bucket_sizes
+
+    for chunk in (64, 1 << 12, 1 << 17):
+        sizes = set(bucket_sizes(chunk))
+        assert max(sizes) == chunk
+        for n in list(range(1, min(chunk, 5000) + 1)) + [chunk - 1, chunk]:
+            assert ops.bucket(n, chunk) in sizes
+
+
+def test_dispatch_gpu_range(monkeypatch):
+    from tickgpu import dispatch
+
+    monkeypatch.setattr(dispatch, "gpu_available", lambda: True)
+    monkeypatch.setattr(dispatch, "gpu_range", lambda: {"greeks": (256, 524288), "implied_vol": (128, None)})
+    assert dispatch.choose("greeks", 255, "auto") == "cpu"
+    assert dispatch.choose("greeks", 256, "auto") == "gpu"
+    assert dispatch.choose("greeks", 524287, "auto") == "gpu"
+    assert dispatch.choose("greeks", 524288, "auto") == "cpu"
+    assert dispatch.choose("implied_vol", 10**9, "auto") == "gpu"
+    assert dispatch.choose("surface", 10**9, "auto") == "cpu"
+    assert dispatch.choose("surface", 1, "auto", on_device=True) == "gpu"
+    assert dispatch.crossover() == {"greeks": 256, "implied_vol": 128}
+    sweep = [{"n": n, "cpu_p50_us": c, "gpu_p50_us": g} for n, c, g in
+             [(16, 53, 77), (32, 79, 69), (64, 54, 60), (256, 103, 81), (1024, 187, 73), (2**18, 2856, 2725),
+              (2**19, 5619, 9933), (2**20, 10431, 24771)]]
+    assert dispatch.range_from_sweep(sweep) == (256, 2**19)
+    assert dispatch.range_from_sweep([dict(r, gpu_p50_us=1) for r in sweep]) == (16, None)
+    assert dispatch.range_from_sweep([dict(r, gpu_p50_us=1e9) for r in sweep]) is None
+
+
+def test_dispatch_reads_both_file_forms(tmp_path, monkeypatch):
+    from tickgpu import dispatch
+
+    class Files:
+        def __init__(self, text):
+            self.text = text
+
+        def joinpath(self, _):
+            return self
+
+        def read_text(self):
+            return self.text
+
+    for text, want in (('{"crossover_n": {"greeks": 300, "surface": null}}', {"greeks": (300, None)}),
+                       ('{"gpu_range": {"greeks": [256, 524288], "implied_vol": [128, null]}}',
+                        {"greeks": (256, 524288), "implied_vol": (128, None)})):
+        monkeypatch.setattr(dispatch.resources, "files", lambda _pkg, t=text: Files(t))
+        dispatch.gpu_range.cache_clear()
+        assert dispatch.gpu_range() == want
+    dispatch.gpu_range.cache_clear()

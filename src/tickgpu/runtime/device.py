@@ -127,7 +127,7 @@ class Context:
         self.constants = ConstantRing(d)
         self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
-        self.plans: dict[tuple, object] = {}                     # staged tick plans (ops._TickPlan)
+        self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
         self.dummy = 0                                           # warm-up's placeholder block
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
@@ -149,7 +149,8 @@ class Context:
         return lau
 
     def runner(self, family: str, dtype: str, index: int, layout, full_layout) -> GraphRunner:
-        """Graph runner `index` of an op (0: ticks and even chunks, 1: odd chunks of the pipeline).
+        """Graph runner `index` of an op (0: ticks and even chunks of a pipeline, 1: odd chunks,
+        2: a pipeline's last chunk).
 
         Made on first use with room for `full_layout` (a whole staged chunk), so later calls of
         any size up to a chunk reuse it; regrown only for a layout beyond it (a surface grid
@@ -167,6 +168,8 @@ class Context:
             self.driver.stream_synchronize(r.stream)
             r.close()
             in_cap, out_cap = max(in_cap, 2 * r.in_capacity), max(out_cap, r.out_capacity)
+            # Plans on the old runner point into its staging and graphs: forget them.
+            self.plans = {k: p for k, p in self.plans.items() if p.runner is not r}
         r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}")
         return r
 

@@ -1,41 +1,70 @@
 """NumPy in, NumPy out: a tick as a replayed CUDA graph through pinned staging.
 
-n up to ``staging_elements`` is one replay through the native round trip (GIL released); more is
-a pipeline over two graph runners, the host staging chunk k+1 while the GPU runs chunk k.
+n up to ``staging_elements`` is one replay through the native round trip (inputs into pinned
+staging, graph, wait, results out: one C call, GIL released). More is a pipeline: chunks
+alternate between two graph runners, and one native call (`tg_hot_pipeline`) stages chunk k+1
+and copies chunk k-1 out, with several copy threads, while the GPU runs chunk k.
+
+What a call costs in Python is kept to what changes per call: the caller's array addresses and
+sizes go into the plan's copy table, broadcast values straight into pinned staging, and one
+NumPy block per output dtype is allocated. Everything else about a tick -- runner, kernel,
+staging layout, argument values, copy sizes, its graph -- depends only on (op, dtype, size
+bucket) and is a cached `_TickPlan`, built for every bucket by warm-up.
+
+Broadcast values. Every input has a whole slot of the bucket's size in staging, whether the call
+passes an array or a single value; a single value is written to the slot's first element and the
+kernel reads it with stride 0. Which inputs are single values (the call's "pattern") therefore
+changes only the kernel's stride arguments: a plan whose pattern changes updates its graph's
+kernel node in place (one driver call), and a steady stream of calls with one pattern replays
+with no update at all.
 """
 from __future__ import annotations
-
-import math
-import struct
 
 import numpy as np
 
 from tickgpu._native import as_input as _as_input
 from tickgpu._native import ffi as _ffi
+from tickgpu._native import lib as _lib
+from tickgpu.runtime.bundle import FAMILY_ARGS
+from tickgpu.runtime.driver import CudaError
 from tickgpu.runtime.graph import plan_layout
 
-__all__ = ["host_call", "bucket", "plan_for", "tick", "addr", "DTYPE_CODE"]
+__all__ = ["host_call", "bucket", "plan_for", "tick", "addr", "DTYPE_CODE", "host_inputs"]
 
 DTYPE_CODE = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+_U8, _BOOL = np.dtype(np.uint8), np.dtype(np.bool_)
+_from_buffer = _ffi.from_buffer
+_ndarray = np.ndarray
+_empty = np.empty
 
-
-# The per-call Python work is kept to what changes per call: the caller's addresses and the
-# broadcast values. Everything else about a tick -- runner, kernel, staging layout, argument
-# values, copy sizes -- depends only on (op, dtype, n, which inputs are arrays) and is a cached
-# `_TickPlan`.
 
 def addr(a: np.ndarray) -> int:
-    # ffi.from_buffer is ~4x cheaper than a.ctypes.data, which builds a ctypes object per call.
-    return int(_ffi.cast("uintptr_t", _ffi.from_buffer(a)))
+    # ffi.from_buffer is ~8x cheaper than a.ctypes.data, which builds a ctypes object per call.
+    return int(_ffi.cast("uintptr_t", _from_buffer(a)))
 
 
-def _is_scalar(x) -> bool:
-    return isinstance(x, (float, int, np.generic)) or (isinstance(x, np.ndarray) and x.size == 1)
+def bucket(n: int, chunk: int) -> int:
+    """The element count a tick of `n` runs as: n rounded up to 1/8 of its power of two (multiples
+    of 16 below 128), at most `chunk`.
+
+    A tick's graph, plan and argument values depend only on the bucket, so ticks whose size moves
+    a little (an option chain gaining a strike) replay the same graph with no update; the price is
+    at most 12.5% more elements copied and computed (the kernel runs the bucket; the tail of its
+    output is never handed out).
+    """
+    step = max(16, 1 << max(0, n.bit_length() - 4))
+    return min(-(-n // step) * step, chunk)
 
 
-def _scalar_value(x, flag: bool):
-    v = x.reshape(-1)[0] if isinstance(x, np.ndarray) else x
-    return int(bool(v)) if flag else float(v)
+def bucket_sizes(chunk: int) -> list[int]:
+    """Every bucket up to `chunk` (what warm-up builds plans for)."""
+    out, n = [], 1
+    while n <= chunk:
+        b = bucket(n, chunk)
+        if not out or out[-1] != b:
+            out.append(b)
+        n = b + 1
+    return out
 
 
 _BLOCKS: dict = {}
@@ -62,195 +91,367 @@ def _output_blocks(fam, dtype):
     return hit
 
 
-def bucket(n: int, chunk: int) -> int:
-    """The element count a tick of `n` runs as: n rounded up to 1/8 of its power of two (multiples
-    of 16 below 128), at most `chunk`.
+# ---- inputs -------------------------------------------------------------------------------------
+_SCALAR_TYPES = (float, int, bool)
+_WANT: dict = {}
 
-    A tick's graph, plan and argument values depend only on the bucket, so ticks whose size moves
-    a little (an option chain gaining a strike) replay the same graph with no update; the price is
-    at most 12.5% more elements copied and computed (the kernel runs the bucket; the tail of its
-    output is never handed out).
+
+def _wants(fam, dtype) -> tuple:
+    key = (fam.name, dtype)
+    w = _WANT.get(key)
+    if w is None:
+        w = _WANT[key] = tuple(_U8 if name == fam.flag else dtype for name in fam.inputs)
+    return w
+
+
+def _scalar(v, flag: bool):
+    return (1 if v else 0) if flag else float(v)
+
+
+def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
+    """(values, pattern): each input as a C-contiguous array of `shape` and the kernel's dtype,
+    or as one Python number; bit i of `pattern` set where input i is an array.
+
+    Arrays already right (the usual case) are passed as they are; anything else is broadcast and
+    converted once. A flag (``call``) array may be bool or uint8 (both are bytes of 0 and 1);
+    other flag arrays count as calls where nonzero.
     """
-    step = max(16, 1 << max(0, n.bit_length() - 4))
-    return min(-(-n // step) * step, chunk)
+    want = _WANT.get((fam.name, dtype)) or _wants(fam, dtype)
+    flag = fam.flag_index
+    vals, pattern = [], 0
+    for i, x in enumerate(inputs):
+        tx = type(x)
+        if tx is float or tx is int or tx is bool:
+            vals.append(((1 if x else 0) if i == flag else x))
+            continue
+        if tx is _ndarray:
+            if n != 1 and x.shape == shape and x.flags.c_contiguous and (
+                    x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
+                vals.append(x)
+                pattern |= 1 << i
+                continue
+            if x.size == 1:
+                vals.append(_scalar(x.reshape(-1)[0], i == flag))
+                continue
+        elif isinstance(x, (np.generic, float, int)):
+            vals.append(_scalar(x, i == flag))
+            continue
+        a = np.asarray(x)
+        target = want[i]
+        if i == flag:
+            if a.dtype is not _BOOL and a.dtype is not _U8:
+                a = a != 0
+            target = a.dtype
+        if a.size == 1:
+            vals.append(_scalar(a.reshape(-1)[0], i == flag))
+            continue
+        a, _ = _as_input(a, shape, target)
+        vals.append(a)
+        pattern |= 1 << i
+    return vals, pattern
 
 
+# ---- plans --------------------------------------------------------------------------------------
 class _TickPlan:
-    """Everything about one staged tick that does not change from call to call.
+    """Everything about one staged tick of `m` elements (a bucket) on one runner.
 
-    Built for (op, dtype, bucket of m elements, runner index, which inputs are arrays, surface
-    grid) and cached; per call only the caller's addresses and sizes go into the copy tables
-    (cffi-owned ``tg_hot_copy[]``) and broadcast values straight into pinned staging.
+    Built for (op, dtype, bucket, runner index[, surface grid sizes and mode]) and cached in the
+    context. Staging holds a whole slot of m elements per input (see the module docstring) and
+    each output block as rows of m, so a tick's results leave staging in one copy per block
+    straight into a NumPy block of the same shape (the caller gets row views), while a pipeline
+    chunk copies row by row into the caller's arrays at its offset.
 
-    Output staging holds each output block as rows of the bucket size, so a tick's results leave
-    staging in one copy per block straight into a NumPy block of the same shape (the caller gets
-    row views), while a pipeline chunk copies row by row into the caller's arrays at its offset.
+    ``own_graph``: the plan has a graph of its own (tick buckets, pipeline chunks), captured here
+    and never re-pointed; otherwise it shares its runner's graph and re-points it when bound.
     """
 
-    def __init__(self, ctx, fam, dtype, m, index, is_array, extra, grid_sizes):
+    def __init__(self, ctx, fam, dtype, m, index, grid_sizes, extra, own_graph):
         dts = DTYPE_CODE[dtype]
-        self.m = self.mpad = m          # a bucket: a multiple of 16
+        self.fam, self.dtype, self.m, self.index = fam, dtype, m, index
         self.blocks, rows = _output_blocks(fam, dtype)
+        self.rows = rows
+        k = len(fam.inputs)
         self.itemsizes = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
-        in_sizes = list(grid_sizes) + [s * (m if arr else 1) for s, arr in zip(self.itemsizes, is_array)]
-        self.layout = lay = plan_layout(in_sizes, [odt.itemsize * cnt * self.mpad for odt, cnt in self.blocks])
+        self.grid_sizes = tuple(int(s) for s in grid_sizes)
+        ng = self.ng = len(grid_sizes)
+        in_sizes = list(self.grid_sizes) + [s * m for s in self.itemsizes]
+        self.layout = lay = plan_layout(in_sizes, [odt.itemsize * cnt * m for odt, cnt in self.blocks])
         chunk = ctx.staging_elements
-        full = plan_layout(list(grid_sizes) + [s * chunk for s in self.itemsizes],
+        full = plan_layout(list(self.grid_sizes) + [s * chunk for s in self.itemsizes],
                            [odt.itemsize * cnt * chunk for odt, cnt in self.blocks])
         self.runner = r = ctx.runner(fam.name, dts, index, lay, full)
         # Staging is 64-byte aligned and a bucket a multiple of 16: the aligned variants apply.
         self.launcher = lau = ctx.launcher(fam.name, dts, m, aligned16=True)
         ctx.bundle.ensure_scratch(lau.kernel, lau.grid(m)[0])
-        ng = len(grid_sizes)
+        self.epoch = ctx.bundle.scratch_epoch
         dev_in = [r.in_dev + o for o in lay.in_offsets]
-        row_offsets = [lay.out_offsets[b] + row * self.mpad * self.blocks[b][0].itemsize for b, row in rows]
-        strides = [1 if arr else 0 for arr in is_array]
-        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], strides, [r.out_dev + o for o in row_offsets],
+        row_offsets = [lay.out_offsets[b] + row * m * self.blocks[b][0].itemsize for b, row in rows]
+        self.row_sizes = [self.blocks[b][0].itemsize for b, _ in rows]
+        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], [1] * k, [r.out_dev + o for o in row_offsets],
                                     m, extra))
         self.args = lau.args.values.copy()
-        # Inputs: grid arrays, then element-wise arrays; dst and size fixed, src per call.
-        self.ng = ng
-        self.array_inputs = [i for i, arr in enumerate(is_array) if arr]
-        self.k_in = ng + len(self.array_inputs)
-        self.t_in = _ffi.new("tg_hot_copy[]", max(self.k_in, 1))
-        for row, i in enumerate(list(range(ng)) + [ng + i for i in self.array_inputs]):
-            self.t_in[row].dst = _ffi.cast("void *", r.in_host + lay.in_offsets[i])
-            self.t_in[row].bytes = in_sizes[i]
-        self.scalars = [(i, lay.in_offsets[ng + i], "<B" if name == fam.flag else ("<d" if dtype.itemsize == 8 else "<f"),
-                         name == fam.flag)
-                        for i, (name, arr) in enumerate(zip(fam.inputs, is_array)) if not arr]
+        names = [n for n, _ in FAMILY_ARGS[fam.name]]
+        self.stride_params = [names.index("s_" + name) for name in fam.inputs]
+        self.pattern = (1 << k) - 1          # strides now in self.args: every input an array
+        self.version = 0
+        self.last_n = -1                      # n (and pattern) the copy sizes were set for
+        # Inputs: grid arrays, then one row per element-wise input; dst fixed, src per call.
+        self.k_in = ng + k
+        self.in_dst = np.array([r.in_host + o for o in lay.in_offsets], dtype=np.uint64)
+        self.t_in = _ffi.new("tg_hot_copy[]", self.k_in)
+        for row in range(self.k_in):
+            self.t_in[row].dst = _ffi.cast("void *", r.in_host + lay.in_offsets[row])
+            self.t_in[row].bytes = self.grid_sizes[row] if row < ng else 0
+        ctypes = {1: "uint8_t *", 4: "float *", 8: "double *"}
+        self.scalar = [_ffi.cast(ctypes[s], r.in_host + lay.in_offsets[ng + i]) for i, s in enumerate(self.itemsizes)]
         # Outputs, tick: one copy per block. Pipeline chunk: one copy per output row.
-        self.t_blocks = _ffi.new("tg_hot_copy[]", len(self.blocks))
+        self.t_out = _ffi.new("tg_hot_copy[]", len(self.blocks))
         for b, (odt, cnt) in enumerate(self.blocks):
-            self.t_blocks[b].src = _ffi.cast("void *", r.out_host + lay.out_offsets[b])
-            self.t_blocks[b].bytes = odt.itemsize * cnt * self.mpad
-        self.rows = rows
+            self.t_out[b].src = _ffi.cast("void *", r.out_host + lay.out_offsets[b])
+            self.t_out[b].bytes = odt.itemsize * cnt * m
+        self.row_src = np.array([r.out_host + off for off in row_offsets], dtype=np.uint64)
         self.t_rows = _ffi.new("tg_hot_copy[]", len(rows))
-        for j, ((b, _), off) in enumerate(zip(rows, row_offsets)):
+        for j, off in enumerate(row_offsets):
             self.t_rows[j].src = _ffi.cast("void *", r.out_host + off)
-            self.t_rows[j].bytes = self.blocks[b][0].itemsize * m
+        self.graph = r.new_graph() if own_graph else r.shared
+        if own_graph:
+            self.bind()
+
+    # The layout a tick leaves behind, for the old name (tests, diagnostics).
+    @property
+    def mpad(self) -> int:
+        return self.m
+
+    def set_pattern(self, pattern: int) -> None:
+        """Which inputs are arrays (bit i: input i); only the kernel's stride arguments change."""
+        args = self.launcher.args
+        args.values[:] = self.args
+        for i, p in enumerate(self.stride_params):
+            args.set(p, (pattern >> i) & 1)
+        self.args = args.values.copy()
+        self.pattern = pattern
+        self.version += 1
+        self.last_n = -1
 
     def bind(self) -> None:
-        """Make the runner's graph this plan's (a no-op when it already is)."""
-        r = self.runner
-        if r.bound is not self:
+        """Make the plan's graph hold this plan's kernel arguments and layout (a no-op when it does)."""
+        g = self.graph
+        if g.holder is not self or g.holder_version != self.version:
             self.launcher.args.values[:] = self.args
-            r.prepare(self.launcher, self.m, self.layout)
-            r.bound = self
+            g.hold(self.launcher, self.m, self.layout)
+            g.holder, g.holder_version = self, self.version
 
-    def fill_inputs(self, inputs, grid, start: int, m: int) -> None:
-        """This call's input addresses and sizes (m elements from `start` on) and broadcast values."""
-        t = self.t_in
+    def fill_inputs(self, vals, grid, start: int, m: int) -> None:
+        """This call's input addresses and sizes (m elements from `start` on) and broadcast values.
+
+        `vals` follow `host_inputs` and must match the plan's pattern.
+        """
+        t, ng, pattern = self.t_in, self.ng, self.pattern
+        if m != self.last_n:
+            for i, s in enumerate(self.itemsizes):
+                t[ng + i].bytes = m * s if (pattern >> i) & 1 else 0
+            self.last_n = m
         for row, g in enumerate(grid):
-            t[row].src = _ffi.from_buffer(g)
-        for row, i in enumerate(self.array_inputs, self.ng):
-            t[row].src = _ffi.from_buffer(inputs[i]) + start * self.itemsizes[i]
-            t[row].bytes = m * self.itemsizes[i]
-        view = self.runner.in_view
-        for i, off, code, flag in self.scalars:
-            struct.pack_into(code, view, off, _scalar_value(inputs[i], flag))
+            t[row].src = _from_buffer(g)
+        if start:
+            for i, v in enumerate(vals):
+                if (pattern >> i) & 1:
+                    t[ng + i].src = _from_buffer(v) + start * self.itemsizes[i]
+                else:
+                    self.scalar[i][0] = v
+        else:
+            for i, v in enumerate(vals):
+                if (pattern >> i) & 1:
+                    t[ng + i].src = _from_buffer(v)
+                else:
+                    self.scalar[i][0] = v
+
+    def write_scalars(self, vals) -> None:
+        for i, v in enumerate(vals):
+            if not (self.pattern >> i) & 1:
+                self.scalar[i][0] = v
 
 
-def plan_for(ctx, fam, dtype, m, index, is_array, grid, extra) -> _TickPlan:
-    key = (fam.name, dtype.char, m, index, is_array, extra)
+def plan_for(ctx, fam, dtype, m, index, grid, extra, own_graph=None) -> _TickPlan:
+    """The cached plan for (fam, dtype, bucket m, runner index, grid sizes, extra); built if new.
+
+    Element-wise ops get graphs of their own (a fixed set: one per bucket and runner); a surface,
+    whose grid sizes vary, shares its runner's graph.
+    """
+    grid_sizes = tuple(g.nbytes for g in grid)
+    key = (fam.name, dtype.char, m, index, grid_sizes, extra)
     plan = ctx.plans.get(key)
-    if plan is None or plan.runner is not ctx.runners.get((fam.name, DTYPE_CODE[dtype], index)) \
-            or ctx.bundle.scratch_epoch != plan.epoch:
-        if len(ctx.plans) >= 2048:
-            ctx.plans.clear()
-        plan = _TickPlan(ctx, fam, dtype, m, index, is_array, extra, [g.nbytes for g in grid])
-        plan.epoch = ctx.bundle.scratch_epoch
+    if plan is None or ctx.bundle.scratch_epoch != plan.epoch:
+        if own_graph is None:
+            own_graph = not fam.n_grid and index != 2
+        if len(ctx.plans) >= 4096:
+            # Only plans sharing a graph are dropped: the ones with graphs of their own are a
+            # bounded set (buckets x runners x ops), built by warm-up.
+            for k in [k for k, p in ctx.plans.items() if p.graph is p.runner.shared]:
+                del ctx.plans[k]
+        plan = _TickPlan(ctx, fam, dtype, m, index, grid_sizes, extra, own_graph)
         ctx.plans[key] = plan
     return plan
 
 
+# ---- calls --------------------------------------------------------------------------------------
 def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list:
     """Run `fam` on host inputs; NumPy outputs of `shape`. `context()` gives the runtime context
     (called only when there is work, so an empty call touches no driver)."""
-    n = math.prod(shape)
-    vals, is_array = [], []
-    for name, x in zip(fam.inputs, inputs):
-        if _is_scalar(x):
-            vals.append(x)
-            is_array.append(False)
-        else:
-            a, stride = _as_input(x, shape, np.uint8 if name == fam.flag else dtype)
-            vals.append(a)
-            is_array.append(bool(stride))
-    is_array = tuple(is_array)
+    n = 1
+    for d in shape:
+        n *= d
     spec, rows = _output_blocks(fam, dtype)
     if n == 0:
-        return [np.empty(shape, spec[b][0]) for b, _ in rows]
+        return [_empty(shape, spec[b][0]) for b, _ in rows]
+    vals, pattern = host_inputs(fam, dtype, shape, n, inputs)
     ctx = context()
     with ctx.lock:
         ctx.enter()
-        if n <= ctx.staging_elements:
-            plan = plan_for(ctx, fam, dtype, bucket(n, ctx.staging_elements), 0, is_array, grid, extra)
-            blocks = [np.empty((cnt, plan.mpad), odt) for odt, cnt in spec]
+        chunk = ctx.staging_elements
+        if n <= chunk:
+            step = 16 if n < 256 else 1 << (n.bit_length() - 4)
+            m = min(-(-n // step) * step, chunk)
+            plan = ctx.plans.get((fam.name, dtype.char, m, 0, (), extra)) if not grid else None
+            if plan is None or plan.epoch != ctx.bundle.scratch_epoch:
+                plan = plan_for(ctx, fam, dtype, m, 0, grid, extra)
+            if pattern != plan.pattern:
+                plan.set_pattern(pattern)
             plan.bind()
             plan.fill_inputs(vals, grid, 0, n)
-            for b, blk in enumerate(blocks):
-                plan.t_blocks[b].dst = _ffi.from_buffer(blk)
-            tick(ctx, plan, plan.t_blocks, len(blocks))
-            outs = [blocks[b][r, :n] for b, r in rows]
+            t_out = plan.t_out
+            if len(spec) == 1:
+                blk = _empty((spec[0][1], m), spec[0][0])
+                t_out[0].dst = _from_buffer(blk)
+                tick(ctx, plan, t_out, 1)
+                outs = list(blk) if n == m else [row[:n] for row in blk]
+            else:
+                blocks = [_empty((cnt, m), odt) for odt, cnt in spec]
+                for b, blk in enumerate(blocks):
+                    t_out[b].dst = _from_buffer(blk)
+                tick(ctx, plan, t_out, len(blocks))
+                outs = [blocks[b][r, :n] for b, r in rows]
         else:
-            blocks = [np.empty((cnt, n), odt) for odt, cnt in spec]
+            blocks = [_empty((cnt, n), odt) for odt, cnt in spec]
             outs = [blocks[b][r] for b, r in rows]
-            _run_pipeline(ctx, fam, dtype, n, vals, is_array, outs, grid, extra)
+            _run_pipeline(ctx, fam, dtype, n, vals, pattern, outs, grid, extra)
     if len(shape) == 1:
         return outs
     return [o.reshape(shape) for o in outs]
 
 
-def _run_pipeline(ctx, fam, dtype, n, vals, is_array, outs, grid, extra) -> None:
-    """More than one chunk: while the GPU runs chunk k on one runner, the host stages k+1 on the other."""
-    from tickgpu._native import check, lib
-
-    chunk = ctx.staging_elements
-    out_cdata = [_ffi.from_buffer(o) for o in outs]
-    pending = [None, None]
-    try:
-        for k, start in enumerate(range(0, n, chunk)):
-            i = k % 2
-            if pending[i] is not None:
-                _collect(ctx, pending[i], check, lib)
-                pending[i] = None
-            m = min(chunk, n - start)
-            plan = plan_for(ctx, fam, dtype, bucket(m, chunk), i, is_array, grid, extra)
-            plan.bind()
-            plan.fill_inputs(vals, grid, start, m)
-            for j, ((b, _), o) in enumerate(zip(plan.rows, out_cdata)):
-                size = plan.blocks[b][0].itemsize
-                plan.t_rows[j].dst = o + start * size
-                plan.t_rows[j].bytes = m * size
-            check(lib.tg_hot_stage(plan.t_in, plan.k_in), "staging inputs")
-            ctx.driver.graph_launch(plan.runner.exec, plan.runner.stream)
-            plan.runner.stats["replays"] += 1
-            pending[i] = plan
-        for i in (0, 1):
-            if pending[i] is not None:
-                _collect(ctx, pending[i], check, lib)
-                pending[i] = None
-    except BaseException:
-        # Leave no copy in flight into staging (the next call reuses it).
-        for p in pending:
-            if p is not None:
-                try:
-                    ctx.driver.stream_synchronize(p.runner.stream)
-                except Exception:
-                    pass
-        raise
-
-
 def tick(ctx, plan, out_table, k_out: int) -> None:
     """One blocking replay: stage in, graph, wait, stage out -- a single native call."""
     r = plan.runner
-    ctx.driver.roundtrip(plan.t_in, plan.k_in, r.exec, r.stream, out_table, k_out)
+    ctx.driver.roundtrip(plan.t_in, plan.k_in, plan.graph.exec, r.stream, out_table, k_out)
     r.stats["replays"] += 1
 
 
-def _collect(ctx, plan, check, lib) -> None:
-    ctx.driver.stream_synchronize(plan.runner.stream)
-    check(lib.tg_hot_stage(plan.t_rows, len(plan.rows)), "staging outputs")
+def pipeline_plans(ctx, fam, dtype, n, grid, extra) -> tuple[list, _TickPlan, int]:
+    """([plan on runner 0, plan on runner 1] for full chunks, the last chunk's plan, its size)."""
+    chunk = ctx.staging_elements
+    tail = n - (n - 1) // chunk * chunk
+    full = [plan_for(ctx, fam, dtype, chunk, i, grid, extra) for i in (0, 1)]
+    # The last chunk runs on a runner of its own, so binding its size never touches a graph
+    # that earlier chunks of the same call are still to replay.
+    last = plan_for(ctx, fam, dtype, bucket(tail, chunk), 2, grid, extra, own_graph=False)
+    return full, last, tail
 
 
+def _run_pipeline(ctx, fam, dtype, n, vals, pattern, outs, grid, extra) -> None:
+    """More than one chunk: full chunks alternate between runners 0 and 1, the last runs on 2."""
+    chunk = ctx.staging_elements
+    full, last, tail = pipeline_plans(ctx, fam, dtype, n, grid, extra)
+    plans = (full[0], full[1], last)
+    for p in plans:
+        if p.pattern != pattern:
+            p.set_pattern(pattern)
+        p.bind()
+        p.write_scalars(vals)
+    k_chunks = (n - 1) // chunk + 1
+    idx = np.arange(k_chunks)
+    which = np.where(idx < k_chunks - 1, idx % 2, 2)
+    starts = (idx * chunk).astype(np.uint64)[:, None]
+    sizes = np.full(k_chunks, chunk, dtype=np.uint64)
+    sizes[-1] = tail
+    sizes = sizes[:, None]
+    # Copy tables for every chunk at once, as (chunk, row, {dst, src, bytes}) uint64.
+    ng, k = last.ng, len(fam.inputs)
+    src = np.zeros(ng + k, dtype=np.uint64)
+    step = np.zeros(ng + k, dtype=np.uint64)
+    fixed = np.zeros(ng + k, dtype=np.uint64)
+    for row, g in enumerate(grid):
+        src[row], fixed[row] = addr(g), g.nbytes
+    for i, v in enumerate(vals):
+        if (pattern >> i) & 1:
+            src[ng + i], step[ng + i] = addr(v), last.itemsizes[i]
+    t_in = np.empty((k_chunks, ng + k, 3), dtype=np.uint64)
+    t_in[:, :, 0] = np.stack([p.in_dst for p in plans])[which]
+    t_in[:, :, 1] = src + starts * step
+    t_in[:, :, 2] = fixed + sizes * step
+    row_size = np.array(last.row_sizes, dtype=np.uint64)
+    out_base = np.array([addr(o) for o in outs], dtype=np.uint64)
+    t_out = np.empty((k_chunks, len(outs), 3), dtype=np.uint64)
+    t_out[:, :, 0] = out_base + starts * row_size
+    t_out[:, :, 1] = np.stack([p.row_src for p in plans])[which]
+    t_out[:, :, 2] = sizes * row_size
+    p_in = _ffi.cast("tg_hot_copy *", _from_buffer(t_in))
+    p_out = _ffi.cast("tg_hot_copy *", _from_buffer(t_out))
+    chunks = _ffi.new("tg_hot_chunk[]", k_chunks)
+    for c in range(k_chunks):
+        p = plans[int(which[c])]
+        ch = chunks[c]
+        ch.copies_in, ch.n_in = p_in + c * (ng + k), ng + k
+        ch.copies_out, ch.n_out = p_out + c * len(outs), len(outs)
+        ch.graph_exec, ch.stream = p.graph.exec, p.runner.stream
+    run_chunks(ctx.driver, chunks, k_chunks)
+    for p, count in zip(plans, np.bincount(which, minlength=3)):
+        p.runner.stats["replays"] += int(count)
+
+
+def run_chunks(driver, chunks, k: int) -> None:
+    """`tg_hot_pipeline` over `chunks` (GIL released), or the same steps through `driver`."""
+    if getattr(driver, "has_hot_path", False):
+        res = _ffi.new("int *")
+        st = _lib.tg_hot_pipeline(chunks, k, res)
+        if st != _lib.TG_OK:
+            code = int(res[0])
+            if code:
+                raise CudaError("pipeline (cuGraphLaunch / cuStreamSynchronize)", driver.error_name(code), code)
+            raise CudaError("pipeline", _ffi.string(_lib.tg_status_name(st)).decode(), None, None,
+                            "rejected by the native hot path")
+        return
+    _pipeline_steps(driver, chunks, k)
+
+
+def _pipeline_steps(driver, chunks, k: int) -> None:
+    """What tg_hot_pipeline does, through the driver object (no native driver access here)."""
+    from tickgpu._native import check
+
+    collected = launched = 0
+    try:
+        for i in range(k):
+            c = chunks[i]
+            upto = -1
+            for j in range(collected, i):
+                if chunks[j].stream == c.stream:
+                    upto = j
+            for j in range(collected, upto + 1):
+                driver.stream_synchronize(chunks[j].stream)
+                check(_lib.tg_hot_stage(chunks[j].copies_out, chunks[j].n_out), "staging outputs")
+            collected = max(collected, upto + 1)
+            check(_lib.tg_hot_stage(c.copies_in, c.n_in), "staging inputs")
+            driver.graph_launch(c.graph_exec, c.stream)
+            launched = i + 1
+        for j in range(collected, launched):
+            driver.stream_synchronize(chunks[j].stream)
+            check(_lib.tg_hot_stage(chunks[j].copies_out, chunks[j].n_out), "staging outputs")
+        collected = launched
+    except BaseException:
+        # Leave no copy in flight into staging (the next call reuses it).
+        for j in range(collected, launched):
+            try:
+                driver.stream_synchronize(chunks[j].stream)
+            except Exception:
+                pass
+        raise
