@@ -259,12 +259,16 @@ def test_greeks_broadcast_scalars_and_shapes(ctx, rng):
 
 
 def test_stride_zero_inputs_take_one_element(ctx, mock, rng):
-    n = 40
+    """Pipeline chunks give a single value one element of staging and stride 0."""
+    n = 2 * CHUNK + 40
     spot = rng.uniform(50, 150, n)
-    ops.greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+    out = ops.greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+    _close(out["theta"], expected_greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True)["theta"], np.float64)
     args = mock.launches[-1]["args"]
     strides = [args[2 * i + 1] for i in range(7)]
     assert strides == [1, 0, 0, 0, 0, 0, 0]
+    plan = ctx.plans[("greeks", "d", 48, 2, (), None, 0b1)]
+    assert plan.layout.in_bytes == 48 * 8 + 6 * 64          # one array slot, six one-element slots
 
 
 def test_empty_arrays_touch_nothing(ctx, mock):
@@ -329,25 +333,47 @@ def test_graph_per_bucket_captured_once_and_replayed(ctx, mock, rng):
     assert r.stats["captures"] == 2 and r.stats["kernel_updates"] == s0["kernel_updates"]
 
 
-def test_broadcast_pattern_changes_only_the_strides(ctx, mock, rng):
-    """Single values go into the same slots (stride 0): a new pattern is one kernel-node update."""
+def test_single_values_in_ticks_change_no_graph(ctx, mock, rng):
+    """A tick's single values fill their slots (stride 1): no pattern ever re-points a graph, and
+    an unchanged value is not written again."""
     n = 30
     d = _bsm_inputs(rng, n, np.float64)
     ops.greeks(**d, dtype=np.float64, shape=(n,))
     r = ctx.runners[("greeks", "f64", 0)]
+    plan = ctx.plans[("greeks", "d", 32, 0, (), None, None)]
     s0 = dict(r.stats)
-    mixed = dict(d, t=0.5, rate=np.float64(0.01), vol=np.array(0.3), div=np.array([0.02]), call=False)
-    for _ in range(3):
+    for vol in (0.3, 0.3, 0.35, -0.0, 0.0):
+        mixed = dict(d, t=0.5, rate=np.float64(0.01), vol=np.array(vol), div=np.array([0.02]), call=False)
         out = ops.greeks(**mixed, dtype=np.float64, shape=(n,))
-        want = expected_greeks(**_ref(dict(d, t=0.5, rate=0.01, vol=0.3, div=0.02, call=False)))
+        want = expected_greeks(**_ref(dict(d, t=0.5, rate=0.01, vol=vol, div=0.02, call=False)))
         for k in want:
             _close(out[k], want[k], np.float64)
-    assert r.stats["kernel_updates"] == s0["kernel_updates"] + 1 and r.stats["captures"] == s0["captures"]
+        assert np.signbit(plan.slots[4][:n]).all() == np.signbit(vol)
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["captures"] == s0["captures"]
     assert r.stats["copy_updates"] == s0["copy_updates"]
-    assert [mock.launches[-1]["args"][2 * i + 1] for i in range(7)] == [1, 1, 0, 0, 0, 0, 0]
-    out = ops.greeks(**d, dtype=np.float64, shape=(n,))  # back to arrays: right again
+    assert [mock.launches[-1]["args"][2 * i + 1] for i in range(7)] == [1] * 7
+    slots = plan.slots
+    before = slots[2][:n].copy()
+    slots[2][:n] = -1.0                                   # the plan believes t is still there...
+    ops.greeks(**dict(d, t=0.5, rate=0.01, vol=0.3, div=0.02, call=False), dtype=np.float64, shape=(n,))
+    assert (slots[2][:n] == -1.0).all()                   # ...so an unchanged value is not rewritten
+    slots[2][:n] = before
+    ops.greeks(**dict(d, t=0.5), dtype=np.float64, shape=(40,) if False else (n,))
+    out = ops.greeks(**d, dtype=np.float64, shape=(n,))   # back to arrays: right again
     _close(out["gamma"], expected_greeks(**_ref(d))["gamma"], np.float64)
-    assert r.stats["kernel_updates"] == s0["kernel_updates"] + 2
+
+
+def test_staging_shared_by_plans_is_refilled(ctx, rng):
+    """Two buckets' plans share runner 0's staging: a value one plan wrote is not trusted by another."""
+    a, b = rng.uniform(50, 150, 20), rng.uniform(50, 150, 40)
+    for _ in range(2):
+        for spot, t in ((a, 0.5), (b, 0.7), (a, 0.5)):
+            out = ops.greeks(spot, 100.0, t, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=spot.shape)
+            _close(out["price"], expected_greeks(spot, 100.0, t, 0.01, 0.2, 0.0, True)["price"], np.float64)
+        n = 3 * CHUNK + 1                                  # a pipeline writes runner 0's staging too
+        spot = rng.uniform(50, 150, n)
+        out = ops.greeks(spot, 100.0, 0.9, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+        _close(out["price"], expected_greeks(spot, 100.0, 0.9, 0.01, 0.2, 0.0, True)["price"], np.float64)
 
 
 def test_host_inputs_conversions(ctx, rng):
@@ -405,7 +431,7 @@ def test_copies_move_only_the_layout(ctx, mock, rng):
     n = 10
     d = _bsm_inputs(rng, n, np.float64)
     ops.greeks(**d, dtype=np.float64, shape=(n,))
-    plan = ctx.plans[("greeks", "d", 16, 0, (), None)]
+    plan = ctx.plans[("greeks", "d", 16, 0, (), None, None)]
     r = plan.runner
     in_bytes, out_bytes = plan.graph._copy_bytes
     # every input has a slot of the bucket (16 elements): 128 bytes, 64 for call
@@ -434,21 +460,21 @@ def test_warmup_launches_every_variant_and_graph(ctx, mock):
     assert launched == set(ctx.bundle.kernels)
     assert info["kernels"] == len(default_entries())
     buckets = len(ops.staged.bucket_sizes(CHUNK))       # 16, 32, 48, 64
-    # (greeks, iv) x (f64, f32): a graph per bucket on runner 0, one on runner 1 and one on runner
-    # 2; surface f64: the shared graph of each of its three runners
-    assert info["graphs"] == 4 * (buckets + 2) + 3
+    # (greeks, iv) x (f64, f32): a graph per tick bucket on runner 0, and the shared graphs of
+    # runners 0, 1, 2 (pipeline chunks); surface f64: the shared graph of each of its runners
+    assert info["graphs"] == 4 * (buckets + 3) + 3
     for (fam, _, index), r in ctx.runners.items():
-        assert r.stats["captures"] == (buckets if index == 0 and fam != "surface" else 1)
+        assert r.stats["captures"] == (buckets + 1 if index == 0 and fam != "surface" else 1)
         assert r.stats["replays"] >= 1 and not r.stats.get("update_refusals")
     assert ctx.warm
 
 
 def test_first_call_after_warmup_builds_nothing(ctx, mock, rng):
-    """Any size up to a chunk, any broadcast pattern: the plan and graph are there already."""
+    """Any tick size, any broadcast pattern: the plan and graph are there already."""
     ops.warmup(ctx)
     plans, counts = len(ctx.plans), dict(mock.counts)
-    captures = {k: r.stats["captures"] for k, r in ctx.runners.items()}
-    for n in (1, 9, 16, 17, 33, 64, 200):
+    stats = {k: dict(r.stats) for k, r in ctx.runners.items()}
+    for n in (1, 9, 16, 17, 33, 64):
         for dtype in (np.float64, np.float32):
             d = _bsm_inputs(rng, n, dtype)
             out = ops.greeks(d["spot"], d["strike"], 0.5, 0.01, 0.2, 0.0, True, dtype=dtype, shape=(n,))
@@ -457,7 +483,15 @@ def test_first_call_after_warmup_builds_nothing(ctx, mock, rng):
             d.pop("vol")
             ops.implied_vol(np.full(n, 5.0, dtype), **d, dtype=dtype, shape=(n,))
     assert len(ctx.plans) == plans and mock.counts == counts
-    assert {k: r.stats["captures"] for k, r in ctx.runners.items()} == captures
+    for k, r in ctx.runners.items():
+        for what in ("captures", "kernel_updates", "copy_updates"):
+            assert r.stats[what] == stats[k][what], (k, what)
+    # A pipeline with a new pattern makes plans (Python) and re-points the shared graphs: no capture
+    n = 3 * CHUNK + 5
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(d["spot"], 100.0, 0.5, 0.01, d["vol"], 0.0, True, dtype=np.float64, shape=(n,))
+    assert mock.counts == counts
+    assert all(r.stats["captures"] == stats[k]["captures"] for k, r in ctx.runners.items())
 
 
 # ---- device-array path (a CAI array in mock "device" memory) --------------------------------------
@@ -816,13 +850,14 @@ def test_refused_graph_update_recaptures(ctx, mock, rng):
     assert r.stats["update_refusals"] == 1 and r.stats["captures"] == 2
     assert "CUDA_ERROR_INVALID_VALUE" in r.last_update_error
     _close(out, expected_surface(strikes2, expiries, vols2.ravel(), 1, k, 0.5, 1), np.float64)
-    # a refused kernel-node update (a new broadcast pattern) recaptures that graph too
+    # a refused kernel-node update (a pipeline with another pattern) recaptures that graph too
+    n = 2 * CHUNK + 3
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(n,))
     mock.fail["cuGraphExecKernelNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
-    d = _bsm_inputs(rng, 20, np.float64)
-    ops.greeks(**d, dtype=np.float64, shape=(20,))
-    g = ctx.runners[("greeks", "f64", 0)]
-    out = ops.greeks(**dict(d, vol=0.4), dtype=np.float64, shape=(20,))
-    assert g.stats["update_refusals"] == 1
+    g = ctx.runners[("greeks", "f64", 1)]
+    out = ops.greeks(**dict(d, vol=0.4), dtype=np.float64, shape=(n,))
+    assert g.stats["update_refusals"] == 1 and g.stats["captures"] == 2
     _close(out["vanna"], expected_greeks(**_ref(dict(d, vol=0.4)))["vanna"], np.float64)
 
 

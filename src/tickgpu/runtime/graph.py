@@ -204,6 +204,7 @@ class GraphRunner:
         self.shared = TickGraph(self)   # the re-pointed graph (see the module docstring)
         self.graphs.append(self.shared)
         self.stats = {"captures": 0, "kernel_updates": 0, "copy_updates": 0, "replays": 0}
+        self.staged_by = None   # the plan whose inputs the input staging holds (its single values)
         # Broadcast values are written straight into pinned staging through this view.
         self.in_view = memoryview((ctypes.c_char * self.in_capacity).from_address(self.in_host)).cast("B")
         if ffi.sizeof("tg_hot_copy") != 24:
@@ -231,6 +232,7 @@ class GraphRunner:
     def replay(self, graph: TickGraph | None = None) -> None:
         """Launch a graph as it stands and wait (warm-up)."""
         g = graph or self.shared
+        self.staged_by = None
         self.driver.graph_launch(g.exec, self.stream, sync=True)
         self.stats["replays"] += 1
 

@@ -20,12 +20,13 @@ with no update at all.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tickgpu._native import as_input as _as_input
 from tickgpu._native import ffi as _ffi
 from tickgpu._native import lib as _lib
-from tickgpu.runtime.bundle import FAMILY_ARGS
 from tickgpu.runtime.driver import CudaError
 from tickgpu.runtime.graph import plan_layout
 
@@ -152,29 +153,41 @@ def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
 
 
 # ---- plans --------------------------------------------------------------------------------------
+_CTYPES = {1: "uint8_t *", 4: "float *", 8: "double *"}
+_NP_OF_SIZE = {1: np.uint8, 4: np.float32, 8: np.float64}
+
+
 class _TickPlan:
     """Everything about one staged tick of `m` elements (a bucket) on one runner.
 
-    Built for (op, dtype, bucket, runner index[, surface grid sizes and mode]) and cached in the
-    context. Staging holds a whole slot of m elements per input (see the module docstring) and
-    each output block as rows of m, so a tick's results leave staging in one copy per block
-    straight into a NumPy block of the same shape (the caller gets row views), while a pipeline
-    chunk copies row by row into the caller's arrays at its offset.
+    Built for (op, dtype, bucket, runner index, [surface grid sizes and mode,] pattern) and cached
+    in the context. Output staging holds each output block as rows of m, so a tick's results
+    leave staging in one copy per block straight into a NumPy block of the same shape (the caller
+    gets row views), while a pipeline chunk copies row by row into the caller's arrays.
 
-    ``own_graph``: the plan has a graph of its own (tick buckets, pipeline chunks), captured here
-    and never re-pointed; otherwise it shares its runner's graph and re-points it when bound.
+    Two kinds (see the module docstring):
+
+    * ``pattern=None``, a tick: every input has a slot of m elements and the kernel reads every
+      input with stride 1; a single value is filled into its slot (only when it differs from what
+      the slot holds). Nothing about the graph depends on the call, so it is the plan's own
+      (``own_graph``), captured once and never re-pointed.
+    * ``pattern`` an int, a pipeline chunk: bit i set where input i is an array; a single value
+      takes one element of staging and stride 0, so the chunk's copies move arrays only. Such
+      plans share their runner's graph and re-point it when bound.
     """
 
-    def __init__(self, ctx, fam, dtype, m, index, grid_sizes, extra, own_graph):
+    def __init__(self, ctx, fam, dtype, m, index, grid_sizes, extra, own_graph, pattern=None):
         dts = DTYPE_CODE[dtype]
         self.fam, self.dtype, self.m, self.index = fam, dtype, m, index
         self.blocks, rows = _output_blocks(fam, dtype)
         self.rows = rows
         k = len(fam.inputs)
+        self.pattern = pattern
+        arrays = (1 << k) - 1 if pattern is None else pattern
         self.itemsizes = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
         self.grid_sizes = tuple(int(s) for s in grid_sizes)
         ng = self.ng = len(grid_sizes)
-        in_sizes = list(self.grid_sizes) + [s * m for s in self.itemsizes]
+        in_sizes = list(self.grid_sizes) + [s * (m if (arrays >> i) & 1 else 1) for i, s in enumerate(self.itemsizes)]
         self.layout = lay = plan_layout(in_sizes, [odt.itemsize * cnt * m for odt, cnt in self.blocks])
         chunk = ctx.staging_elements
         full = plan_layout(list(self.grid_sizes) + [s * chunk for s in self.itemsizes],
@@ -187,14 +200,10 @@ class _TickPlan:
         dev_in = [r.in_dev + o for o in lay.in_offsets]
         row_offsets = [lay.out_offsets[b] + row * m * self.blocks[b][0].itemsize for b, row in rows]
         self.row_sizes = [self.blocks[b][0].itemsize for b, _ in rows]
-        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], [1] * k, [r.out_dev + o for o in row_offsets],
+        strides = [(arrays >> i) & 1 for i in range(k)]
+        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], strides, [r.out_dev + o for o in row_offsets],
                                     m, extra))
         self.args = lau.args.values.copy()
-        names = [n for n, _ in FAMILY_ARGS[fam.name]]
-        self.stride_params = [names.index("s_" + name) for name in fam.inputs]
-        self.pattern = (1 << k) - 1          # strides now in self.args: every input an array
-        self.version = 0
-        self.last_n = -1                      # n (and pattern) the copy sizes were set for
         # Inputs: grid arrays, then one row per element-wise input; dst fixed, src per call.
         self.k_in = ng + k
         self.in_dst = np.array([r.in_host + o for o in lay.in_offsets], dtype=np.uint64)
@@ -202,94 +211,89 @@ class _TickPlan:
         for row in range(self.k_in):
             self.t_in[row].dst = _ffi.cast("void *", r.in_host + lay.in_offsets[row])
             self.t_in[row].bytes = self.grid_sizes[row] if row < ng else 0
-        ctypes = {1: "uint8_t *", 4: "float *", 8: "double *"}
-        self.scalar = [_ffi.cast(ctypes[s], r.in_host + lay.in_offsets[ng + i]) for i, s in enumerate(self.itemsizes)]
+        self.last_n, self.last_arrays = -1, -1   # what the copy sizes were set for
+        # Single values: written through a typed pointer (chunks) or filled into a NumPy view of
+        # the slot (ticks), remembering what each slot holds so an unchanged value costs nothing.
+        self.scalar = [_ffi.cast(_CTYPES[s], r.in_host + lay.in_offsets[ng + i]) for i, s in enumerate(self.itemsizes)]
+        self.slots = None
+        if pattern is None:
+            self.slots = [np.frombuffer(r.in_view, dtype=_NP_OF_SIZE[s], count=m, offset=lay.in_offsets[ng + i])
+                          for i, s in enumerate(self.itemsizes)]
+        self.held = [None] * k
         # Outputs, tick: one copy per block. Pipeline chunk: one copy per output row.
         self.t_out = _ffi.new("tg_hot_copy[]", len(self.blocks))
         for b, (odt, cnt) in enumerate(self.blocks):
             self.t_out[b].src = _ffi.cast("void *", r.out_host + lay.out_offsets[b])
             self.t_out[b].bytes = odt.itemsize * cnt * m
         self.row_src = np.array([r.out_host + off for off in row_offsets], dtype=np.uint64)
-        self.t_rows = _ffi.new("tg_hot_copy[]", len(rows))
-        for j, off in enumerate(row_offsets):
-            self.t_rows[j].src = _ffi.cast("void *", r.out_host + off)
         self.graph = r.new_graph() if own_graph else r.shared
         if own_graph:
             self.bind()
 
-    # The layout a tick leaves behind, for the old name (tests, diagnostics).
-    @property
-    def mpad(self) -> int:
-        return self.m
-
-    def set_pattern(self, pattern: int) -> None:
-        """Which inputs are arrays (bit i: input i); only the kernel's stride arguments change."""
-        args = self.launcher.args
-        args.values[:] = self.args
-        for i, p in enumerate(self.stride_params):
-            args.set(p, (pattern >> i) & 1)
-        self.args = args.values.copy()
-        self.pattern = pattern
-        self.version += 1
-        self.last_n = -1
-
     def bind(self) -> None:
         """Make the plan's graph hold this plan's kernel arguments and layout (a no-op when it does)."""
         g = self.graph
-        if g.holder is not self or g.holder_version != self.version:
+        if g.holder is not self:
             self.launcher.args.values[:] = self.args
             g.hold(self.launcher, self.m, self.layout)
-            g.holder, g.holder_version = self, self.version
+            g.holder = self
 
-    def fill_inputs(self, vals, grid, start: int, m: int) -> None:
-        """This call's input addresses and sizes (m elements from `start` on) and broadcast values.
+    def fill_inputs(self, vals, pattern: int, grid, n: int) -> None:
+        """A tick's inputs: array addresses and sizes (n elements) into the copy table, single
+        values filled into their slots (n elements; skipped when the slot holds it already).
 
-        `vals` follow `host_inputs` and must match the plan's pattern.
+        `vals` and `pattern` follow `host_inputs`.
         """
-        t, ng, pattern = self.t_in, self.ng, self.pattern
-        if m != self.last_n:
+        t, ng = self.t_in, self.ng
+        if n != self.last_n or pattern != self.last_arrays:
             for i, s in enumerate(self.itemsizes):
-                t[ng + i].bytes = m * s if (pattern >> i) & 1 else 0
-            self.last_n = m
+                t[ng + i].bytes = n * s if (pattern >> i) & 1 else 0
+            self.last_n, self.last_arrays = n, pattern
         for row, g in enumerate(grid):
             t[row].src = _from_buffer(g)
-        if start:
-            for i, v in enumerate(vals):
-                if (pattern >> i) & 1:
-                    t[ng + i].src = _from_buffer(v) + start * self.itemsizes[i]
-                else:
-                    self.scalar[i][0] = v
-        else:
-            for i, v in enumerate(vals):
-                if (pattern >> i) & 1:
-                    t[ng + i].src = _from_buffer(v)
-                else:
-                    self.scalar[i][0] = v
+        held = self.held
+        r = self.runner
+        if r.staged_by is not self:
+            # Another plan's tick or chunk wrote this runner's staging since: the slots hold
+            # whatever it left there.
+            held[:] = [None] * len(held)
+            r.staged_by = self
+        for i, v in enumerate(vals):
+            if (pattern >> i) & 1:
+                t[ng + i].src = _from_buffer(v)
+                held[i] = None
+            else:
+                h = held[i]
+                # (value, count, sign): -0.0 == 0.0 but is not the same input
+                if h is None or h[0] != v or h[1] < n or (v == 0 and h[2] != math.copysign(1.0, v)):
+                    self.slots[i][:n] = v
+                    held[i] = (v, n, math.copysign(1.0, v))
 
     def write_scalars(self, vals) -> None:
+        """A chunk plan's single values, into their one-element slots."""
         for i, v in enumerate(vals):
             if not (self.pattern >> i) & 1:
                 self.scalar[i][0] = v
 
 
-def plan_for(ctx, fam, dtype, m, index, grid, extra, own_graph=None) -> _TickPlan:
-    """The cached plan for (fam, dtype, bucket m, runner index, grid sizes, extra); built if new.
+def plan_for(ctx, fam, dtype, m, index, grid, extra, pattern=None) -> _TickPlan:
+    """The cached plan for (fam, dtype, bucket m, runner index, grid sizes, extra, pattern); built if new.
 
-    Element-wise ops get graphs of their own (a fixed set: one per bucket and runner); a surface,
-    whose grid sizes vary, shares its runner's graph.
+    Tick plans (``pattern`` None) of element-wise ops get graphs of their own, a fixed set (one
+    per bucket) that warm-up builds; a surface's, whose grid sizes vary, and pipeline chunks'
+    share their runner's graph.
     """
     grid_sizes = tuple(g.nbytes for g in grid)
-    key = (fam.name, dtype.char, m, index, grid_sizes, extra)
+    key = (fam.name, dtype.char, m, index, grid_sizes, extra, pattern)
     plan = ctx.plans.get(key)
     if plan is None or ctx.bundle.scratch_epoch != plan.epoch:
-        if own_graph is None:
-            own_graph = not fam.n_grid and index != 2
+        own_graph = pattern is None and not fam.n_grid
         if len(ctx.plans) >= 4096:
             # Only plans sharing a graph are dropped: the ones with graphs of their own are a
-            # bounded set (buckets x runners x ops), built by warm-up.
+            # bounded set (buckets x ops), built by warm-up.
             for k in [k for k, p in ctx.plans.items() if p.graph is p.runner.shared]:
                 del ctx.plans[k]
-        plan = _TickPlan(ctx, fam, dtype, m, index, grid_sizes, extra, own_graph)
+        plan = _TickPlan(ctx, fam, dtype, m, index, grid_sizes, extra, own_graph, pattern)
         ctx.plans[key] = plan
     return plan
 
@@ -312,13 +316,11 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list:
         if n <= chunk:
             step = 16 if n < 256 else 1 << (n.bit_length() - 4)
             m = min(-(-n // step) * step, chunk)
-            plan = ctx.plans.get((fam.name, dtype.char, m, 0, (), extra)) if not grid else None
+            plan = ctx.plans.get((fam.name, dtype.char, m, 0, (), extra, None)) if not grid else None
             if plan is None or plan.epoch != ctx.bundle.scratch_epoch:
                 plan = plan_for(ctx, fam, dtype, m, 0, grid, extra)
-            if pattern != plan.pattern:
-                plan.set_pattern(pattern)
             plan.bind()
-            plan.fill_inputs(vals, grid, 0, n)
+            plan.fill_inputs(vals, pattern, grid, n)
             t_out = plan.t_out
             if len(spec) == 1:
                 blk = _empty((spec[0][1], m), spec[0][0])
@@ -347,27 +349,26 @@ def tick(ctx, plan, out_table, k_out: int) -> None:
     r.stats["replays"] += 1
 
 
-def pipeline_plans(ctx, fam, dtype, n, grid, extra) -> tuple[list, _TickPlan, int]:
+def pipeline_plans(ctx, fam, dtype, n, pattern, grid, extra) -> tuple[list, _TickPlan, int]:
     """([plan on runner 0, plan on runner 1] for full chunks, the last chunk's plan, its size)."""
     chunk = ctx.staging_elements
     tail = n - (n - 1) // chunk * chunk
-    full = [plan_for(ctx, fam, dtype, chunk, i, grid, extra) for i in (0, 1)]
+    full = [plan_for(ctx, fam, dtype, chunk, i, grid, extra, pattern) for i in (0, 1)]
     # The last chunk runs on a runner of its own, so binding its size never touches a graph
     # that earlier chunks of the same call are still to replay.
-    last = plan_for(ctx, fam, dtype, bucket(tail, chunk), 2, grid, extra, own_graph=False)
+    last = plan_for(ctx, fam, dtype, bucket(tail, chunk), 2, grid, extra, pattern)
     return full, last, tail
 
 
 def _run_pipeline(ctx, fam, dtype, n, vals, pattern, outs, grid, extra) -> None:
     """More than one chunk: full chunks alternate between runners 0 and 1, the last runs on 2."""
     chunk = ctx.staging_elements
-    full, last, tail = pipeline_plans(ctx, fam, dtype, n, grid, extra)
+    full, last, tail = pipeline_plans(ctx, fam, dtype, n, pattern, grid, extra)
     plans = (full[0], full[1], last)
     for p in plans:
-        if p.pattern != pattern:
-            p.set_pattern(pattern)
         p.bind()
         p.write_scalars(vals)
+        p.runner.staged_by = p
     k_chunks = (n - 1) // chunk + 1
     idx = np.arange(k_chunks)
     which = np.where(idx < k_chunks - 1, idx % 2, 2)
