@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tickgpu import dispatch
+from tickgpu._native import as_input, check, ffi, lib
 from tickgpu.finance import _checks
 
 __all__ = ["Greeks", "greeks"]
@@ -100,11 +101,21 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
         n *= d
     where = dispatch.choose("greeks", n, backend, on_device=on_device)
     if where == "gpu":
+        return _greeks_of(_runtime_ops().greeks_arrays((spot, strike, t, rate, vol, div, call), dt, shape))
+    return _greeks_cpu(spot, strike, t, rate, vol, div, call, dt, shape, n)
+
+
+_ops = None
+
+
+def _runtime_ops():
+    """tickgpu.runtime.ops, imported on first GPU use (importing tickgpu never loads the runtime)."""
+    global _ops
+    if _ops is None:
         from tickgpu.runtime import ops
 
-        out = ops.greeks(spot, strike, t, rate, vol, div, call, dtype=dt, shape=shape)
-        return _greeks_of([out[name] for name in GREEK_NAMES])
-    return _greeks_cpu(spot, strike, t, rate, vol, div, call, dt, shape, n)
+        _ops = ops
+    return _ops
 
 
 _ARG_NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
@@ -133,8 +144,6 @@ def bind_inputs(inputs, pointers, strides, values, dt: np.dtype, shape, scratch)
     C-contiguous is read in place (stride 1); anything else is converted once (`as_input`).
     Returns the converted arrays, which must stay alive until the native call returns.
     """
-    from tickgpu._native import as_input, ffi
-
     keep = []
     for i, v in enumerate(values):
         tv = type(v)
@@ -156,8 +165,6 @@ def bind_inputs(inputs, pointers, strides, values, dt: np.dtype, shape, scratch)
 
 def bind_flags(inputs, pointers, strides, slot: int, call, shape, scratch) -> object:
     """The `call` flags into slot `slot` of the input struct (bool or uint8 arrays in place)."""
-    from tickgpu._native import as_input, ffi
-
     if type(call) is bool or type(call) is int:
         scratch[0] = 1 if call else 0
         pointers[2 * slot] = scratch
@@ -175,8 +182,6 @@ def bind_flags(inputs, pointers, strides, slot: int, call, shape, scratch) -> ob
 
 
 def _greeks_cpu(spot, strike, t, rate, vol, div, call, dt: np.dtype, shape, n: int) -> Greeks:
-    from tickgpu._native import check, ffi, lib
-
     inputs = ffi.new("tg_bsm_inputs *")
     pointers, strides = ffi.cast("void **", inputs), ffi.cast("int64_t *", inputs)
     f64 = dt is _F64
@@ -185,15 +190,30 @@ def _greeks_cpu(spot, strike, t, rate, vol, div, call, dt: np.dtype, shape, n: i
     scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
     keep = bind_inputs(inputs, pointers, strides, (spot, strike, t, rate, vol, div), dt, shape, scratch)
     flags = bind_flags(inputs, pointers, strides, 6, call, shape, flag_scratch)
-    results = [_empty(shape, dt) for _ in GREEK_NAMES]
     outputs = ffi.new("tg_greeks_outputs *")
-    out = ffi.cast("void **", outputs)
-    from_buffer = ffi.from_buffer
-    for i, a in enumerate(results):
-        out[i] = from_buffer(a)
-    check((lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, inputs, outputs, 0), "tg_greeks")
+    if n <= _SMALL:
+        # Small results share one block: one allocation instead of ten (rows are independent
+        # C-contiguous arrays of `shape`; the block lives as long as any of them).
+        block = _empty((10,) + shape, dt)
+        out = ffi.cast("uintptr_t *", outputs)
+        base, step = int(ffi.cast("uintptr_t", ffi.from_buffer(block))), n * dt.itemsize
+        for i in range(10):
+            out[i] = base + i * step
+        results = [block[i, ...] for i in range(10)] if not shape else list(block)
+    else:
+        out = ffi.cast("void **", outputs)
+        results = [_empty(shape, dt) for _ in GREEK_NAMES]
+        for i, a in enumerate(results):
+            out[i] = ffi.from_buffer(a)
+    st = (lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, inputs, outputs, 0)
+    if st:
+        check(st, "tg_greeks")
     del keep, flags, scratch, flag_scratch
     return _greeks_of(results)
+
+
+# Up to this many options the ten results are rows of one block (see _greeks_cpu).
+_SMALL = 4096
 
 
 def _call_flags(call):

@@ -12,6 +12,8 @@ import numpy as np
 
 from tickgpu import dispatch
 from tickgpu.finance import _checks
+from tickgpu._native import check, ffi, lib
+from tickgpu.finance.greeks import _runtime_ops, bind_flags, bind_inputs
 
 __all__ = ["IVStatus", "implied_vol"]
 
@@ -115,10 +117,8 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
         _check_values(args)
 
     if dispatch.choose("implied_vol", n, backend, on_device) == "gpu":
-        from tickgpu.runtime import ops
-
-        vols, status = ops.implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
-                                       shape=shape)
+        vols, status = _runtime_ops().implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
+                                                  shape=shape)
     else:
         vols, status = _implied_vol_cpu(values, shape, n, dt)
     if strict:
@@ -133,9 +133,6 @@ _I8 = np.dtype(np.int8)
 
 
 def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
-    from tickgpu._native import check, ffi, lib
-    from tickgpu.finance.greeks import bind_flags, bind_inputs
-
     vols = np.empty(shape, dtype=dt)
     status = np.empty(shape, dtype=_I8)
     if n == 0:
@@ -151,8 +148,10 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
         call = np.asarray(call) != 0          # any nonzero value is a call
     flags = bind_flags(inputs, pointers, strides, 6, call, shape, flag_scratch)
     solve = lib.tg_implied_vol_f64 if f64 else lib.tg_implied_vol_f32
-    check(solve(n, inputs, ffi.cast("double *" if f64 else "float *", ffi.from_buffer(vols)),
-                ffi.cast("int8_t *", ffi.from_buffer(status)), 0), "implied_vol")
+    st = solve(n, inputs, ffi.cast("double *" if f64 else "float *", ffi.from_buffer(vols)),
+               ffi.cast("int8_t *", ffi.from_buffer(status)), 0)
+    if st:
+        check(st, "implied_vol")
     del keep, flags, scratch, flag_scratch
     return vols, status
 

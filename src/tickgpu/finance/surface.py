@@ -6,7 +6,7 @@ import numpy as np
 from tickgpu import dispatch
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import _any_on_device as _on_device
-from tickgpu.finance.greeks import _host
+from tickgpu.finance.greeks import _host, _runtime_ops
 
 __all__ = ["VolSurface"]
 
@@ -118,9 +118,7 @@ class VolSurface:
         for d in shape:
             n *= d
         if dispatch.choose("surface", n, backend, on_device=on_device) == "gpu":
-            from tickgpu.runtime import ops
-
-            return ops.surface_eval(self._strikes, self._expiries, self._vols,
+            return _runtime_ops().surface_eval(self._strikes, self._expiries, self._vols,
                                     _MODES[self._interpolation], strike, t, what=what, shape=shape)
         return self._eval_cpu(strike, t, what, shape, n)
 

@@ -128,6 +128,7 @@ class Context:
         self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
         self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
+        self.ticks: dict[tuple, object] = {}                     # (op, dtype char, n) -> its tick plan
         self.dummy = 0                                           # warm-up's placeholder block
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
@@ -170,6 +171,7 @@ class Context:
             in_cap, out_cap = max(in_cap, 2 * r.in_capacity), max(out_cap, r.out_capacity)
             # Plans on the old runner point into its staging and graphs: forget them.
             self.plans = {k: p for k, p in self.plans.items() if p.runner is not r}
+            self.ticks = {k: p for k, p in self.ticks.items() if p.runner is not r}
         r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}")
         return r
 

@@ -28,7 +28,7 @@ from tickgpu.runtime.bundle import GREEKS_OUTPUTS
 from tickgpu.runtime.launch import Launcher, grid_for
 from tickgpu.runtime.staged import DTYPE_CODE, bucket, bucket_sizes, plan_for
 
-__all__ = ["greeks", "implied_vol", "surface_eval", "warmup", "bucket"]
+__all__ = ["greeks", "implied_vol", "surface_eval", "warmup", "bucket", "greeks_arrays"]
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,12 @@ def greeks(spot, strike, t, rate, vol, div, call, *, dtype, shape) -> dict:
     """
     outs = _call(GREEKS, _dtype(dtype), tuple(shape), (spot, strike, t, rate, vol, div, call))
     return dict(zip(GREEKS_OUTPUTS, outs))
+
+
+def greeks_arrays(inputs: tuple, dtype: np.dtype, shape: tuple) -> list:
+    """`greeks` for callers that have checked everything: `inputs` (spot, strike, t, rate, vol,
+    div, call), `dtype` a NumPy float dtype, `shape` a tuple; the 10 arrays in GREEKS_OUTPUTS order."""
+    return _call(GREEKS, dtype, shape, inputs)
 
 
 def implied_vol(price, spot, strike, t, rate, div, call, *, dtype, shape):

@@ -109,6 +109,21 @@ def _scalar(v, flag: bool):
     return (1 if v else 0) if flag else float(v)
 
 
+def _convert(x, flag: bool, want: np.dtype, shape: tuple):
+    """(value, is_array) for an input that is not already right: a Python number for a single
+    value, else a C-contiguous array of `shape` (bool or uint8 for a flag, else `want`)."""
+    if isinstance(x, (np.generic, float, int)):
+        return _scalar(x, flag), False
+    a = np.asarray(x)
+    if flag:
+        if a.dtype is not _BOOL and a.dtype is not _U8:
+            a = a != 0            # any nonzero value is a call
+        want = a.dtype
+    if a.size == 1:
+        return _scalar(a.reshape(-1)[0], flag), False
+    return _as_input(a, shape, want)[0], True
+
+
 def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
     """(values, pattern): each input as a C-contiguous array of `shape` and the kernel's dtype,
     or as one Python number; bit i of `pattern` set where input i is an array.
@@ -122,38 +137,22 @@ def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
     vals, pattern = [], 0
     for i, x in enumerate(inputs):
         tx = type(x)
-        if tx is float or tx is int or tx is bool:
+        if tx is _ndarray and n != 1 and x.shape == shape and x.flags.c_contiguous and (
+                x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
+            vals.append(x)
+            pattern |= 1 << i
+        elif tx is float or tx is int or tx is bool:
             vals.append(((1 if x else 0) if i == flag else x))
-            continue
-        if tx is _ndarray:
-            if n != 1 and x.shape == shape and x.flags.c_contiguous and (
-                    x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
-                vals.append(x)
-                pattern |= 1 << i
-                continue
-            if x.size == 1:
-                vals.append(_scalar(x.reshape(-1)[0], i == flag))
-                continue
-        elif isinstance(x, (np.generic, float, int)):
-            vals.append(_scalar(x, i == flag))
-            continue
-        a = np.asarray(x)
-        target = want[i]
-        if i == flag:
-            if a.dtype is not _BOOL and a.dtype is not _U8:
-                a = a != 0
-            target = a.dtype
-        if a.size == 1:
-            vals.append(_scalar(a.reshape(-1)[0], i == flag))
-            continue
-        a, _ = _as_input(a, shape, target)
-        vals.append(a)
-        pattern |= 1 << i
+        else:
+            v, is_array = _convert(x, i == flag, want[i], shape)
+            vals.append(v)
+            pattern |= is_array << i
     return vals, pattern
 
 
 # ---- plans --------------------------------------------------------------------------------------
 _CTYPES = {1: "uint8_t *", 4: "float *", 8: "double *"}
+_ARRAY = object()   # a slot's state: the copy table moves an array into it
 _NP_OF_SIZE = {1: np.uint8, 4: np.float32, 8: np.float64}
 
 
@@ -211,7 +210,6 @@ class _TickPlan:
         for row in range(self.k_in):
             self.t_in[row].dst = _ffi.cast("void *", r.in_host + lay.in_offsets[row])
             self.t_in[row].bytes = self.grid_sizes[row] if row < ng else 0
-        self.last_n, self.last_arrays = -1, -1   # what the copy sizes were set for
         # Single values: written through a typed pointer (chunks) or filled into a NumPy view of
         # the slot (ticks), remembering what each slot holds so an unchanged value costs nothing.
         self.scalar = [_ffi.cast(_CTYPES[s], r.in_host + lay.in_offsets[ng + i]) for i, s in enumerate(self.itemsizes)]
@@ -219,7 +217,14 @@ class _TickPlan:
         if pattern is None:
             self.slots = [np.frombuffer(r.in_view, dtype=_NP_OF_SIZE[s], count=m, offset=lay.in_offsets[ng + i])
                           for i, s in enumerate(self.itemsizes)]
-        self.held = [None] * k
+        self.held = [None] * k     # per input: _ARRAY (the table copies it), or the value its slot holds
+        self.staged_n = -1         # n of the last tick staged
+        self.want = _wants(fam, dtype)
+        self.flag = fam.flag_index
+        # The copy table as flat words ({dst, src, bytes} per row): indexed stores are cheaper
+        # than struct field access on the per-call path.
+        self.t_src = _ffi.cast("void **", self.t_in)
+        self.t_bytes = _ffi.cast("size_t *", self.t_in)
         # Outputs, tick: one copy per block. Pipeline chunk: one copy per output row.
         self.t_out = _ffi.new("tg_hot_copy[]", len(self.blocks))
         for b, (odt, cnt) in enumerate(self.blocks):
@@ -238,36 +243,55 @@ class _TickPlan:
             g.hold(self.launcher, self.m, self.layout)
             g.holder = self
 
-    def fill_inputs(self, vals, pattern: int, grid, n: int) -> None:
-        """A tick's inputs: array addresses and sizes (n elements) into the copy table, single
-        values filled into their slots (n elements; skipped when the slot holds it already).
+    def stage_tick(self, inputs, shape, grid, n: int) -> list | None:
+        """A tick's inputs into the copy table (arrays: address and size of n elements) and
+        single values into their slots (n elements; skipped when the slot holds the value already).
 
-        `vals` and `pattern` follow `host_inputs`.
+        Returns the arrays converted on the way (None if none), which must stay alive until the
+        round trip has copied them.
         """
-        t, ng = self.t_in, self.ng
-        if n != self.last_n or pattern != self.last_arrays:
-            for i, s in enumerate(self.itemsizes):
-                t[ng + i].bytes = n * s if (pattern >> i) & 1 else 0
-            self.last_n, self.last_arrays = n, pattern
-        for row, g in enumerate(grid):
-            t[row].src = _from_buffer(g)
-        held = self.held
+        src, nbytes, held, want, flag = self.t_src, self.t_bytes, self.held, self.want, self.flag
         r = self.runner
         if r.staged_by is not self:
             # Another plan's tick or chunk wrote this runner's staging since: the slots hold
             # whatever it left there.
             held[:] = [None] * len(held)
             r.staged_by = self
-        for i, v in enumerate(vals):
-            if (pattern >> i) & 1:
-                t[ng + i].src = _from_buffer(v)
-                held[i] = None
+        row = 0
+        for g in grid:
+            src[3 * row + 1] = _from_buffer(g)
+            row += 1
+        keep = None
+        same_n = n == self.staged_n
+        self.staged_n = n
+        for i, x in enumerate(inputs):
+            tx = type(x)
+            if tx is _ndarray and n != 1 and x.shape == shape and x.flags.c_contiguous and (
+                    x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
+                j = 3 * (row + i)
+                src[j + 1] = _from_buffer(x)
+                if not same_n or held[i] is not _ARRAY:
+                    nbytes[j + 2] = n * self.itemsizes[i]
+                    held[i] = _ARRAY
+                continue
+            if tx is float or tx is int or tx is bool:
+                v = (1 if x else 0) if i == flag else x
             else:
-                h = held[i]
-                # (value, count, sign): -0.0 == 0.0 but is not the same input
-                if h is None or h[0] != v or h[1] < n or (v == 0 and h[2] != math.copysign(1.0, v)):
-                    self.slots[i][:n] = v
-                    held[i] = (v, n, math.copysign(1.0, v))
+                v, is_array = _convert(x, i == flag, want[i], shape)
+                if is_array:
+                    keep = [v] if keep is None else keep + [v]
+                    j = 3 * (row + i)
+                    src[j + 1] = _from_buffer(v)
+                    nbytes[j + 2] = n * self.itemsizes[i]
+                    held[i] = _ARRAY
+                    continue
+            h = held[i]
+            # (value, count, sign): -0.0 == 0.0 but is not the same input
+            if h is None or h is _ARRAY or h[0] != v or h[1] < n or (v == 0 and h[2] != math.copysign(1.0, v)):
+                nbytes[3 * (row + i) + 2] = 0
+                self.slots[i][:n] = v
+                held[i] = (v, n, math.copysign(1.0, v))
+        return keep
 
     def write_scalars(self, vals) -> None:
         """A chunk plan's single values, into their one-element slots."""
@@ -305,23 +329,32 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list:
     n = 1
     for d in shape:
         n *= d
-    spec, rows = _output_blocks(fam, dtype)
+    spec, rows = _BLOCKS.get((fam.name, dtype)) or _output_blocks(fam, dtype)
     if n == 0:
         return [_empty(shape, spec[b][0]) for b, _ in rows]
-    vals, pattern = host_inputs(fam, dtype, shape, n, inputs)
     ctx = context()
-    with ctx.lock:
-        ctx.enter()
-        chunk = ctx.staging_elements
-        if n <= chunk:
-            step = 16 if n < 256 else 1 << (n.bit_length() - 4)
-            m = min(-(-n // step) * step, chunk)
-            plan = ctx.plans.get((fam.name, dtype.char, m, 0, (), extra, None)) if not grid else None
+    if n > ctx.staging_elements:
+        vals, pattern = host_inputs(fam, dtype, shape, n, inputs)
+        blocks = [_empty((cnt, n), odt) for odt, cnt in spec]
+        outs = [blocks[b][r] for b, r in rows]
+        with ctx.lock:
+            ctx.enter()
+            _run_pipeline(ctx, fam, dtype, n, vals, pattern, outs, grid, extra)
+    else:
+        key = (fam.name, dtype.char, n) if not grid else None
+        with ctx.lock:
+            ctx.enter()
+            plan = ctx.ticks.get(key)
             if plan is None or plan.epoch != ctx.bundle.scratch_epoch:
-                plan = plan_for(ctx, fam, dtype, m, 0, grid, extra)
-            plan.bind()
-            plan.fill_inputs(vals, pattern, grid, n)
-            t_out = plan.t_out
+                plan = plan_for(ctx, fam, dtype, bucket(n, ctx.staging_elements), 0, grid, extra)
+                if key is not None:
+                    if len(ctx.ticks) >= 8192:
+                        ctx.ticks.clear()
+                    ctx.ticks[key] = plan
+            if plan.graph.holder is not plan:
+                plan.bind()
+            keep = plan.stage_tick(inputs, shape, grid, n)
+            m, t_out = plan.m, plan.t_out
             if len(spec) == 1:
                 blk = _empty((spec[0][1], m), spec[0][0])
                 t_out[0].dst = _from_buffer(blk)
@@ -333,10 +366,7 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list:
                     t_out[b].dst = _from_buffer(blk)
                 tick(ctx, plan, t_out, len(blocks))
                 outs = [blocks[b][r, :n] for b, r in rows]
-        else:
-            blocks = [_empty((cnt, n), odt) for odt, cnt in spec]
-            outs = [blocks[b][r] for b, r in rows]
-            _run_pipeline(ctx, fam, dtype, n, vals, pattern, outs, grid, extra)
+            del keep
     if len(shape) == 1:
         return outs
     return [o.reshape(shape) for o in outs]
