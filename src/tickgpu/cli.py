@@ -1,3 +1,182 @@
-"""PLACEHOLDER: replaced by the CLI."""
-def main(argv=None):
-    raise SystemExit("tickgpu CLI not built yet")
+"""The ``tickgpu`` command: demo, doctor, bench, build-kernels.
+
+Only argparse is imported up front so that ``tickgpu --help`` answers at once; each subcommand
+imports what it needs when it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+SUITES = ("cpu", "gpu", "memory", "quant")
+
+# Exit codes: 0 success, 1 a check inside the command failed, 2 usage, 3 not available here.
+EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
+
+
+def _positive_or_zero(text: str) -> int:
+    v = int(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def _positive(text: str) -> int:
+    v = int(text)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="tickgpu",
+        description="Latency-first option and order-book kernels on the GPU, and on the CPU where it wins.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    d = sub.add_parser(
+        "demo", help="replay a day of real order-book data as a market maker: book, surface, greeks, implied vol",
+        description="Replays a LOBSTER message file tick by tick. Every message updates the book and its "
+                    "features; on every underlying tick (a message after which the mid price differs from "
+                    "the mid before it) an option chain around the mid is repriced with full greeks and "
+                    "its implied vols are solved back from simulated quotes. Reports per-stage latency.")
+    d.add_argument("--data", metavar="MESSAGE_CSV",
+                   help="LOBSTER message file (default: the bundled AMZN 2012-06-21 level-1 day)")
+    d.add_argument("--orderbook", metavar="ORDERBOOK_CSV",
+                   help="matching LOBSTER orderbook file (default: found beside --data by name)")
+    d.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto")
+    d.add_argument("--ticks", type=_positive_or_zero, default=2000,
+                   help="underlying ticks to replay (default 2000; 0 = the whole file)")
+    d.add_argument("--strikes", type=_positive, default=100, help="strikes per expiry (default 100)")
+    d.add_argument("--expiries", type=_positive, default=12, help="expiries in the chain (default 12)")
+    d.add_argument("--out", default="tickgpu-report", help="report directory (default tickgpu-report/)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+
+    doc = sub.add_parser("doctor", help="what this machine offers: CPU, memory, huge pages, memlock, GPU, versions")
+    doc.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    b = sub.add_parser("bench", help="benchmarks side by side against what you would use otherwise",
+                       description="Runs a benchmark suite and saves JSON to --out. Suites: cpu (native core "
+                                   "vs NumPy/SciPy, vollib, QuantLib, a Python book), gpu, memory, quant.")
+    b.add_argument("--suite", choices=(*SUITES, "all"), default="cpu")
+    b.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
+    b.add_argument("--out", default="benchmarks/results", help="result directory (default benchmarks/results)")
+    b.add_argument("--floor", metavar="FLOOR_TXT",
+                   help="gpu suite: output of the floor programs, to compare tickgpu against the hardware floor")
+
+    sub.add_parser("build-kernels", add_help=False,
+                   help="compile the Triton and CUDA C kernels into a bundle (arguments go to the builder)")
+    return p
+
+
+def cmd_demo(args) -> int:
+    from tickgpu.app.demo import main as demo_main
+
+    return demo_main(args)
+
+
+def cmd_doctor(args) -> int:
+    import json
+
+    from tickgpu.diag import doctor
+
+    info = doctor.collect()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    from rich.console import Console
+
+    doctor.render(info, Console())
+    return 0
+
+
+def _load_suite(name: str):
+    """The suite's module, or (None, reason) where it is not part of this installation."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(f"tickgpu.bench.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("tickgpu.bench"):
+            return None, f"suite '{name}' is not part of this installation"
+        return None, f"suite '{name}' needs a module that is not installed: {e.name}"
+    if not hasattr(mod, "run"):
+        return None, f"tickgpu.bench.{name} has no run(args)"
+    return mod, ""
+
+
+def cmd_bench(args) -> int:
+    """Runs one suite, or every suite for ``all`` (unavailable ones are listed and skipped).
+
+    Exit status: that of the suite; for ``all``, the worst of those that ran, or 3 when none could.
+    """
+    names = SUITES if args.suite == "all" else (args.suite,)
+    codes = []
+    for name in names:
+        mod, why = _load_suite(name)
+        if mod is None:
+            print(f"tickgpu bench: {why}" + ("; skipped" if args.suite == "all" else ""), file=sys.stderr)
+            if args.suite != "all":
+                return EXIT_UNAVAILABLE
+            continue
+        try:
+            code = mod.run(args)
+        except Exception as e:
+            from tickgpu.errors import BackendUnavailable
+
+            if isinstance(e, ModuleNotFoundError):
+                why = f"needs the module '{e.name}', which is not installed here"
+            elif isinstance(e, BackendUnavailable):
+                why = str(e)
+            else:
+                raise
+            print(f"tickgpu bench: suite '{name}' cannot run here: {why}", file=sys.stderr)
+            if args.suite != "all":
+                return EXIT_UNAVAILABLE
+            continue
+        codes.append(int(code or 0))
+    return max(codes) if codes else EXIT_UNAVAILABLE
+
+
+def cmd_build_kernels(argv: list[str]) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        print("tickgpu build-kernels: needs Triton (pip install 'tickgpu[build]'); no GPU is needed",
+              file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    try:
+        from tickgpu.kernels.build import main as build_main
+    except ImportError as e:
+        print(f"tickgpu build-kernels: the kernel builder is not part of this installation ({e})",
+              file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return int(build_main(argv) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after build-kernels belongs to the builder, --help included.
+    if argv and argv[0] == "build-kernels":
+        return cmd_build_kernels(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from importlib.metadata import version
+
+        print(f"tickgpu {version('tickgpu')}")
+        return 0
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    handlers = {"demo": cmd_demo, "doctor": cmd_doctor, "bench": cmd_bench}
+    try:
+        return handlers[args.command](args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

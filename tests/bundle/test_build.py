@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "src" / "tickgpu" / "kernels"
 COMMITTED = KERNELS / "bundle"
 LBR_CORE = ROOT / "csrc" / "cpu" / "lbr_core.h"
-TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface.py"}
+TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface.py", "quant": KERNELS / "quant.py"}
 CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE]}
 ARCHS = ("sm_80", "sm_90")
 EM_CUDA = 190
@@ -36,7 +36,7 @@ def _nvcc():
 
 
 def buildable_families():
-    fams = ["greeks", "surface"]
+    fams = ["greeks", "surface", "quant"]
     if LBR_CORE.is_file() and _nvcc():
         fams.append("implied_vol")
     return fams
@@ -103,7 +103,8 @@ def test_fresh_bundle_has_every_variant(fresh):
     raw = json.loads((fresh / "manifest.json").read_text())
     assert raw["format"] == 1
     families = buildable_families()
-    got = {(k["arch"], k["family"], k["dtype"], k["elements_per_block"], k["aligned16"]) for k in raw["kernels"]}
+    elementwise = [k for k in raw["kernels"] if k["family"] != "quant"]
+    got = {(k["arch"], k["family"], k["dtype"], k["elements_per_block"], k["aligned16"]) for k in elementwise}
     for arch in ARCHS:
         for dt in ("f32", "f64"):
             for block in (128, 256):
@@ -115,7 +116,11 @@ def test_fresh_bundle_has_every_variant(fresh):
         if "implied_vol" in families:
             for dt in ("f32", "f64"):
                 assert (arch, "implied_vol", dt, 128, False) in got
-    assert len(raw["kernels"]) == len(got)
+    assert len(elementwise) == len(got)
+    # The quant family: every variant of the table, for every arch.
+    from tickgpu.kernels.quant import QUANT_VARIANTS
+    quant = {(k["arch"], k["variant"]) for k in raw["kernels"] if k["family"] == "quant"}
+    assert quant == {(a, v["variant"]) for a in ARCHS for v in QUANT_VARIANTS}
     # Nothing but the manifest and the listed cubins.
     files = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file())
     assert files == sorted(["manifest.json"] + [k["file"] for k in raw["kernels"]])
@@ -143,6 +148,9 @@ def test_fresh_manifest_fields(fresh):
     fields = {"variant", "family", "arch", "file", "entry", "source", "source_hash", "num_warps", "block",
               "shared", "elements_per_block", "dtype", "aligned16", "params", "scratch"}
     for k in raw["kernels"]:
+        if k["family"] == "quant":
+            _check_quant_entry(k, fields)
+            continue
         assert set(k) == fields, k.get("variant")
         assert k["file"] == f"{k['arch']}/{k['variant']}.cubin"
         assert isinstance(k["aligned16"], bool) and k["dtype"] in ("f32", "f64")
@@ -164,6 +172,53 @@ def test_fresh_manifest_fields(fresh):
         names = [p["name"] for p in k["params"]]
         assert names[:len(mf.FAMILY_PARAMS[k["family"]])] == [n for n, _ in mf.FAMILY_PARAMS[k["family"]]]
     mf.load_manifest(fresh)      # and the runtime's own check accepts it
+
+
+QUANT_ARGS = {   # the quant kernels' argument lists, written out here from the kernel source
+    "act_quant_kernel": "x_ptr gamma_ptr beta_ptr xq_ptr scale_ptr rowsum_ptr M:i32 K:i32 stride_xm:i32 "
+                        "stride_qm:i32 ln_eps:f32",
+    "quant_gemm_kernel": "a_ptr a_scale_ptr a_rowsum_ptr b_ptr b2_ptr b_scale_ptr b_offset_ptr bias_ptr c_ptr "
+                         "M:i32 N:i32 K:i32 stride_am:i32 stride_bn:i32 stride_cm:i32",
+    "w8a16_gemm_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 stride_am:i32 stride_bn:i32 "
+                         "stride_cm:i32",
+    "layernorm_kernel": "x_ptr gamma_ptr beta_ptr y_ptr M:i32 K:i32 stride_xm:i32 stride_ym:i32 ln_eps:f32",
+}
+
+
+def _check_quant_entry(k, fields):
+    v = k["variant"]
+    tiles = k.get("grid") == "tiles"
+    extra = {"grid"} | ({"block_m", "block_n"} if tiles else set()) | ({"multiple_of_16"} if k["aligned16"] else set())
+    assert set(k) == fields | extra, v
+    assert k["file"] == f"{k['arch']}/{k['variant']}.cubin" and k["source"] == "triton"
+    assert k["grid"] in ("rows", "tiles"), v
+    assert k["dtype"] in ("f32", "f16", "bf16"), v
+    assert k["block"] == [k["num_warps"] * 32, 1, 1]
+    # Opting in above 48 KB works up to the smallest sm_8x/sm_90 limit (99 KB on 8.6/8.9).
+    assert 0 <= k["shared"] <= 99 * 1024, v
+    assert k["scratch"] == {"global": 0, "global_align": 1, "profile": 0}, v
+    if tiles:
+        assert k["elements_per_block"] == k["block_m"] * k["block_n"] and k["block_m"] in (16, 128), v
+        assert k["entry"] in ("quant_gemm_kernel", "w8a16_gemm_kernel"), v
+        assert v.endswith(("_s", "_l", "_s_a16", "_l_a16"))
+        assert (k["block_m"] <= 64) == ("_s" in v[-6:])
+    else:
+        assert k["elements_per_block"] == 1 and k["entry"] in ("act_quant_kernel", "layernorm_kernel"), v
+    if k["aligned16"]:
+        assert k["multiple_of_16"] == ["K", "stride_am", "stride_bn"], v
+    # The int8 GEMMs are only built aligned (K is padded); W8A16 in both forms.
+    assert k["aligned16"] == (k["entry"] == "quant_gemm_kernel" or v.endswith("_a16")), v
+    want = []
+    for a in QUANT_ARGS[k["entry"]].split():
+        name, _, kind = a.partition(":")
+        want.append((name, kind or "ptr"))
+    want += [("global_scratch", "ptr"), ("profile_scratch", "ptr")]
+    assert [(p["name"], p["kind"]) for p in k["params"]] == want, v
+    end = 0
+    for p in k["params"]:
+        assert p["size"] == {"ptr": 8, "i32": 4, "f32": 4}[p["kind"]]
+        assert p["offset"] % p["size"] == 0 and p["offset"] >= end, (v, p)
+        end = p["offset"] + p["size"]
 
 
 def test_fresh_source_hashes_are_the_sources(fresh):
@@ -190,7 +245,7 @@ def test_rebuild_is_deterministic(fresh, tmp_path):
 def test_committed_bundle_loads_and_matches_the_sources():
     m = mf.load_manifest(COMMITTED)
     families = {k.family for k in m.kernels}
-    assert {"greeks", "surface"} <= families
+    assert {"greeks", "surface", "quant"} <= families
     if LBR_CORE.is_file():
         assert "implied_vol" in families, ("csrc/cpu/lbr_core.h exists but the committed bundle has no "
                                            "implied_vol kernels: run `tickgpu build-kernels`")
@@ -239,6 +294,50 @@ BREAKAGES = [
     ("negative scratch", lambda k: k["scratch"].update(profile=-1), "scratch"),
     ("extra field", lambda k: k.update(registers=64), "registers"),
 ]
+
+
+QUANT_BREAKAGES = [
+    ("no grid rule", lambda k: k.pop("grid"), "grid"),
+    ("unknown grid", lambda k: k.update(grid="blocks"), "grid"),
+    ("tiles without a tile", lambda k: k.pop("block_n"), "block_n"),
+    ("tile off elements_per_block", lambda k: k.update(block_m=k["block_m"] * 2), "elements_per_block"),
+    ("promise on a pointer", lambda k: k.update(multiple_of_16=["a_ptr"]), "multiple_of_16"),
+    ("promise unaligned", lambda k: k.update(aligned16=False), "multiple_of_16"),
+    ("unknown entry", lambda k: k.update(entry="gemm2"), "entry"),
+    ("params of another kernel", lambda k: k["params"].pop(2), "params"),
+]
+
+
+def _quant_tile_entry(raw):
+    return next(k for k in raw["kernels"] if k["family"] == "quant" and k.get("grid") == "tiles" and k["aligned16"])
+
+
+@pytest.mark.parametrize("what,breakage,field", QUANT_BREAKAGES, ids=[b[0] for b in QUANT_BREAKAGES])
+def test_validate_checks_quant_launch_fields(fresh, what, breakage, field):
+    raw = _good(fresh)
+    k = _quant_tile_entry(raw)
+    breakage(k)
+    with pytest.raises(ValueError) as e:
+        mf.validate(raw)
+    assert k["variant"] in str(e.value) and field in str(e.value), str(e.value)
+
+
+def test_quant_fields_stay_out_of_the_other_families(fresh):
+    raw = _good(fresh)
+    k = next(k for k in raw["kernels"] if k["family"] == "greeks")
+    k["grid"] = "rows"
+    with pytest.raises(ValueError, match="quant kernels only"):
+        mf.validate(raw)
+    raw = _good(fresh)
+    next(k for k in raw["kernels"] if k["family"] == "greeks")["dtype"] = "f16"
+    with pytest.raises(ValueError, match="f32 or f64"):
+        mf.validate(raw)
+
+
+def test_loaded_manifest_round_trips_the_quant_fields():
+    m = mf.load_manifest(COMMITTED)
+    raw = json.loads((COMMITTED / "manifest.json").read_text())
+    assert mf._to_raw(m)["kernels"] == raw["kernels"]
 
 
 @pytest.mark.parametrize("what,breakage,field", BREAKAGES, ids=[b[0] for b in BREAKAGES])

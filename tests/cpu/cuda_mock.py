@@ -8,6 +8,11 @@ the cubin declares. Every pointer a kernel dereferences is checked against the a
 Fake cubins are JSON: {"entries": {entry: {"family", "dtype", "block", "elements_per_block",
 "aligned16", "params": [[offset, size], ...]}}}. The emulated kernels compute simple
 closed-form functions (`expected_*` below), enough to tell every input and output apart.
+
+Quant kernels (family "quant") also carry their parameter names and kinds, grid rule and alignment
+promise; they are emulated by the NumPy reference of tickgpu.quant (schemes, gemm) reading and
+writing "device" memory through the arguments exactly as the kernels would (row strides, padded K,
+output dtype), and every launch's grid is checked against the manifest's rule.
 """
 from __future__ import annotations
 
@@ -143,6 +148,10 @@ class MockDriver:
     def func_attribute(self, name, func, kernel=None):
         return 0
 
+    def func_set_attribute(self, name, func, value, kernel=None):
+        self._op("cuFuncSetAttribute", kernel)
+        self.functions[func].setdefault("attributes", {})[name] = value
+
     # ---- memory ----------------------------------------------------------------------------------
     def mem_alloc(self, nbytes):
         self._op("cuMemAlloc")
@@ -215,7 +224,10 @@ class MockDriver:
     # ---- kernels -----------------------------------------------------------------------------------
     def _read_args(self, fn, params_addr) -> tuple:
         layout = fn["params"]
-        kinds = [k for _, k in FAMILY_ARGS[fn["family"]]] + ["ptr"] * (len(layout) - len(FAMILY_ARGS[fn["family"]]))
+        if "kinds" in fn:
+            kinds = fn["kinds"]
+        else:
+            kinds = [k for _, k in FAMILY_ARGS[fn["family"]]] + ["ptr"] * (len(layout) - len(FAMILY_ARGS[fn["family"]]))
         ptrs = (ctypes.c_uint64 * len(layout)).from_address(params_addr)
         vals = []
         for (offset, size), kind, p in zip(layout, kinds, ptrs):
@@ -249,6 +261,8 @@ class MockDriver:
     def _run_kernel_checked(self, func, grid, block, shared, args):
         fn = self.functions[func]
         fam = fn["family"]
+        if fam == "quant":
+            return self._run_quant(fn, grid, block, shared, args)
         n = args[len(FAMILY_ARGS[fam]) - 1]
         epb = fn["elements_per_block"]
         assert tuple(block) == tuple(fn["block"]), f"{fn['variant']}: block {block} != {fn['block']}"
@@ -287,6 +301,94 @@ class MockDriver:
             k = self._array(fn, pk, sk, n, np.float64, "strike")
             t = self._array(fn, pt, st, n, np.float64, "t")
             self._array(fn, po, 1, n, np.float64, "out")[:] = expected_surface(strikes, expiries, vols, mode, k, t, what)
+
+    # ---- quant kernels ---------------------------------------------------------------------------
+    def _matrix(self, fn, ptr, rows, cols, stride, dtype, what):
+        """A (rows, cols) view of "device" memory with row stride `stride` elements (checked)."""
+        dtype = np.dtype(dtype)
+        if rows == 0 or cols == 0:
+            return np.zeros((rows, cols), dtype)
+        assert stride >= cols, f"{fn['variant']} {what}: row stride {stride} < {cols} columns"
+        nbytes = ((rows - 1) * stride + cols) * dtype.itemsize
+        self.check_range(ptr, nbytes, f"{fn['variant']} {what}")
+        flat = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=dtype)
+        return np.lib.stride_tricks.as_strided(flat, (rows, cols), (stride * dtype.itemsize, dtype.itemsize),
+                                               writeable=True)
+
+    def _run_quant(self, fn, grid, block, shared, args):
+        from tickgpu.quant import gemm
+        from tickgpu.quant.schemes import cast_output, quantize_activations
+
+        v = fn["variant"]
+        vals = dict(zip(fn["names"], args))
+        assert tuple(block) == tuple(fn["block"]), f"{v}: block {block} != {fn['block']}"
+        assert shared == fn["shared"], f"{v}: launched with {shared} bytes of shared memory, needs {fn['shared']}"
+        if shared > 48 * 1024:
+            assert fn.get("attributes", {}).get("MAX_DYNAMIC_SHARED_SIZE_BYTES", 0) >= shared, \
+                f"{v}: {shared} bytes of dynamic shared memory without the function's opt-in"
+        m = vals["M"]
+        if fn["grid"] == "rows":
+            want = (max(1, m), 1, 1)
+        else:
+            want = (max(1, -(-m // fn["block_m"]) * -(-vals["N"] // fn["block_n"])), 1, 1)
+        assert tuple(grid) == want, f"{v}: grid {tuple(grid)}, the rule {fn['grid']!r} wants {want}"
+        if fn["aligned16"]:
+            for name, kind in zip(fn["names"], fn["kinds"]):
+                if kind == "ptr" and name not in ("global_scratch", "profile_scratch"):
+                    assert vals[name] % 16 == 0, f"{v}: {name} {vals[name]:#x} not 16-byte aligned"
+            for name in fn["multiple_of_16"]:
+                assert vals[name] % 16 == 0, f"{v}: {name}={vals[name]} not a multiple of 16"
+        self.launches.append({"variant": v, "grid": tuple(grid), "n": m, "args": args})
+        out_np = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[fn["dtype"]]
+        out_name = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[fn["dtype"]]
+
+        def vec(name, n, dtype):
+            return self._matrix(fn, vals[name], 1, n, n, dtype, name)[0]
+
+        def store(name, rows, cols, stride, y):
+            y = cast_output(np.asarray(y, np.float32), out_name)
+            if out_name == "bfloat16":
+                y = (y.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+            self._matrix(fn, vals[name], rows, cols, stride, out_np, name)[:] = y
+
+        if m == 0:
+            return
+        entry = fn["entry"]
+        if entry in ("act_quant_kernel", "layernorm_kernel"):
+            k = vals["K"]
+            x = self._matrix(fn, vals["x_ptr"], m, k, vals["stride_xm"], np.float32, "x_ptr").copy()
+            if entry == "layernorm_kernel" or "_ln" in v:
+                g, b = vec("gamma_ptr", k, np.float32), vec("beta_ptr", k, np.float32)
+                x64 = x.astype(np.float64)
+                mean = x64.mean(axis=1, keepdims=True)
+                var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
+                x = (((x64 - mean) / np.sqrt(var + vals["ln_eps"])) * g + b).astype(np.float32)
+            if entry == "layernorm_kernel":
+                store("y_ptr", m, k, vals["stride_ym"], x)
+                return
+            ref = quantize_activations(x)
+            self._matrix(fn, vals["xq_ptr"], m, k, vals["stride_qm"], np.int8, "xq_ptr")[:] = ref.q
+            vec("scale_ptr", m, np.float32)[:] = ref.scale
+            vec("rowsum_ptr", m, np.int32)[:] = ref.rowsum
+            return
+        n, k = vals["N"], vals["K"]
+        gelu = "_gelu" in v
+        bias = vec("bias_ptr", n, np.float32)
+        if entry == "w8a16_gemm_kernel":
+            a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float16, "a_ptr")
+            b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
+            y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)
+        else:
+            a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.int8, "a_ptr")
+            b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
+            a_scale, b_scale = vec("a_scale_ptr", m, np.float32), vec("b_scale_ptr", n, np.float32)
+            if "w16a8" in v:
+                b2 = self._matrix(fn, vals["b2_ptr"], n, k, vals["stride_bn"], np.int8, "b2_ptr")
+                y = gemm.linear_w16a8(a, a_scale, vec("a_rowsum_ptr", m, np.int32), b, b2, b_scale,
+                                      vec("b_offset_ptr", n, np.float32), bias, apply_gelu=gelu)
+            else:
+                y = gemm.linear_w8a8(a, a_scale, b, b_scale, bias, apply_gelu=gelu)
+        store("c_ptr", m, n, vals["stride_cm"], y)
 
     # ---- graphs -----------------------------------------------------------------------------------
     def stream_begin_capture(self, s):
@@ -399,6 +501,17 @@ def default_entries(arch="sm_90"):
     return e
 
 
+def quant_entries(arch="sm_90", variants=None):
+    """The quant family's entries of the committed bundle's manifest (real names, params, tiles)."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "src" / "tickgpu" / "kernels" / "bundle" / "manifest.json"
+    out = [k for k in json.loads(path.read_text())["kernels"] if k["family"] == "quant" and k["arch"] == arch]
+    if variants is not None:
+        out = [k for k in out if k["variant"] in variants]
+    return out
+
+
 def write_bundle(root, entries, cubin_params=None):
     """manifest.json + fake cubins; `cubin_params` {variant: [[offset, size], ...]} overrides what a
     cubin reports (to provoke a mismatch)."""
@@ -407,9 +520,14 @@ def write_bundle(root, entries, cubin_params=None):
         path = root / ent["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
         params = cubin_params.get(ent["variant"], [[p["offset"], p["size"]] for p in ent["params"]])
-        path.write_text(json.dumps({"entries": {ent.get("entry", "?"): {
-            "family": ent.get("family"), "dtype": ent.get("dtype"), "block": ent.get("block"),
-            "elements_per_block": ent.get("elements_per_block"), "aligned16": ent.get("aligned16"), "params": params}}}))
+        info = {"family": ent.get("family"), "dtype": ent.get("dtype"), "block": ent.get("block"),
+                "elements_per_block": ent.get("elements_per_block"), "aligned16": ent.get("aligned16"),
+                "params": params}
+        if ent.get("family") == "quant":
+            info.update(names=[p["name"] for p in ent["params"]], kinds=[p["kind"] for p in ent["params"]],
+                        grid=ent["grid"], block_m=ent.get("block_m"), block_n=ent.get("block_n"),
+                        multiple_of_16=ent.get("multiple_of_16", []), shared=ent["shared"])
+        path.write_text(json.dumps({"entries": {ent.get("entry", "?"): info}}))
     (root / "manifest.json").write_text(json.dumps({"format": 1, "created": "2026-01-01",
                                                     "compilers": {"triton": "3.6", "nvcc": None}, "kernels": entries}))
     return root

@@ -18,6 +18,40 @@ if DEVICE == "cpu":
     os.environ["TRITON_INTERPRET"] = "1"
 torch = pytest.importorskip("torch")
 pytest.importorskip("triton")
+
+
+def _interpreter_scalars_index_on_numpy_2_4():
+    """Let the interpreter use a runtime int as a loop bound (``range(0, K, BLOCK_K)``) on NumPy >= 2.4.
+
+    Triton 3.6's interpreter holds every scalar argument as a one-element 1-d array and gives
+    ``tl.tensor`` an ``__index__`` of ``int(data)``; NumPy 2.4 turned that conversion of a 1-d array
+    into a TypeError ("only 0-dimensional arrays can be converted to Python scalars"). Compiled kernels
+    are unaffected (no NumPy involved), so the fix belongs here: wrap the interpreter's tensor patching
+    and replace ``__index__`` with ``data.item()`` for one-element arrays (the same value).
+    """
+    try:
+        int(np.array([1]))
+        return  # older NumPy: nothing to do
+    except TypeError:
+        pass
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_tickgpu_index_fix", False):
+        return
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(-1)[0])
+                       if np.size(self.handle.data) == 1 else int(self.handle.data))
+
+    patch_lang_tensor._tickgpu_index_fix = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
+if DEVICE == "cpu":
+    _interpreter_scalars_index_on_numpy_2_4()
+
 from tickgpu.kernels import quant as kq  # noqa: E402
 from tickgpu.quant import QuantLinear, QuantMLP, gemm  # noqa: E402
 from tickgpu.quant import _gpu  # noqa: E402
@@ -34,7 +68,9 @@ VARIANTS = {v["variant"]: v for v in kq.QUANT_VARIANTS}
 class InterpretedRuntime:
     """The kernel-runtime interface of tickgpu.quant._gpu, running bundle variants in the interpreter.
 
-    It checks every launch against the variant's signature: argument count, pointer dtypes, ints.
+    It checks every launch against the variant's signature (argument count, pointer dtypes, ints),
+    its alignment promise (aligned pointers, multiple_of_16 values) and its grid rule, as the GPU
+    runtime does.
     """
 
     def __init__(self):
@@ -47,6 +83,11 @@ class InterpretedRuntime:
     def empty(self, shape, dtype):
         fill = 77 if dtype in ("int8", "int32") else float("nan")
         return torch.full(shape, fill, dtype=_TORCH[dtype], device=DEVICE)
+
+    def write(self, buf, array):
+        a = np.ascontiguousarray(array)
+        assert tuple(buf.shape) == a.shape and buf.element_size() == a.dtype.itemsize, (buf.shape, a.shape)
+        buf.copy_(torch.from_numpy(a.copy()).to(DEVICE))
 
     def download(self, buf):
         buf = buf.cpu()
@@ -66,6 +107,17 @@ class InterpretedRuntime:
                 assert isinstance(arg, int) and -2**31 <= arg < 2**31, (variant, name, arg)
             else:
                 assert isinstance(arg, float), (variant, name, arg)
+            if v["aligned16"]:
+                if kind.startswith("*"):
+                    assert arg.data_ptr() % 16 == 0, (variant, name)
+                elif name in v["multiple_of_16"]:
+                    assert arg % 16 == 0, (variant, name, arg)
+        vals = dict(zip(params, args))
+        if v["grid"] == "rows":
+            want = (vals["M"], 1, 1)
+        else:
+            want = (-(-vals["M"] // v["block_m"]) * -(-vals["N"] // v["block_n"]), 1, 1)
+        assert tuple(grid) == want, (variant, grid, want)
         self.launches.append(variant)
         v["kernel"][grid](*args, **v["constexprs"])
 
@@ -119,7 +171,11 @@ def _gemm(rt, act, w_q, out, gelu, tile):
     m, k = act.q.shape
     n = w_q.shape[0]
     k_pad = -(-k // 16) * 16
-    a = rt.upload(_gpu._pad_rows(act.q, k_pad))
+    # The kernels run over the padded K; the activations' padding may hold anything (the weights'
+    # is zero), as it does on the GPU where nothing writes it.
+    a_host = _gpu._pad_rows(act.q, k_pad)
+    a_host[:, k:] = np.arange(k_pad - k, dtype=np.int8) * 37 - 100
+    a = rt.upload(a_host)
     s, rs = rt.upload(act.scale), rt.upload(act.rowsum)
     bias = np.linspace(-1, 1, n).astype(np.float32)
     if w_q.format == "int16":
@@ -135,7 +191,7 @@ def _gemm(rt, act, w_q, out, gelu, tile):
     bm, bn = _gpu._TILE_M_N[tile]
     rt.launch(f"quant_gemm_{name}{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{tile}",
               (-(-m // bm) * -(-n // bn), 1, 1),
-              [a, s, rs, b, b2, rt.upload(w_q.scale), off, rt.upload(bias), c, m, n, k, k_pad, k_pad, n])
+              [a, s, rs, b, b2, rt.upload(w_q.scale), off, rt.upload(bias), c, m, n, k_pad, k_pad, k_pad, n])
     y = rt.download(c)
     if out == "bfloat16":
         y = (y.astype(np.uint32) << 16).view(np.float32)
@@ -210,6 +266,22 @@ def test_w8a16_kernel(rt, rng, m):
     assert np.all(np.abs(rt.download(c) - ref) <= bound + 1e-6)
 
 
+@pytest.mark.parametrize("m", [3, 70])
+def test_w8a16_aligned_variant(rt, rng, m):
+    n, k = int(rng.integers(1, 100)), 16 * int(rng.integers(1, 8))
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    wq = quantize_weight(rng.standard_normal((n, k)), "int8")
+    bias = rng.standard_normal(n).astype(np.float32)
+    c = rt.empty((m, n), "float16")
+    tile = "s" if m <= 64 else "l"
+    bm, bn = _gpu._TILE_M_N[tile]
+    rt.launch(f"quant_w8a16_f16_{tile}_a16", (-(-m // bm) * -(-n // bn), 1, 1),
+              [rt.upload(x.astype(np.float16)), rt.upload(wq.q), rt.upload(wq.scale), rt.upload(bias), c,
+               m, n, k, k, k, n])
+    ref = gemm.linear_w8a16(x, wq.q, wq.scale, bias)
+    np.testing.assert_allclose(rt.download(c).astype(np.float64), ref, rtol=2e-3, atol=2e-3 * np.abs(ref).max())
+
+
 def test_layernorm_kernel(rt, rng):
     m, k = 15, 600
     x = (rng.standard_normal((m, k)) * 3 + 1).astype(np.float32)
@@ -222,24 +294,27 @@ def test_layernorm_kernel(rt, rng):
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
 @pytest.mark.parametrize("m", [1, 17, 65])
-def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m):
-    dims = [13, 40, 24, 3]
+@pytest.mark.parametrize("dims", [[13, 40, 24, 3], [32, 48, 16, 5]], ids=["odd", "aligned"])
+def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
     layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
               for i, o in zip(dims[:-1], dims[1:])]
-    ln = (rng.uniform(0.5, 1.5, 13), rng.standard_normal(13) * 0.1)
+    k0 = dims[0]
+    ln = (rng.uniform(0.5, 1.5, k0), rng.standard_normal(k0) * 0.1)
     for layernorm in (None, ln):
         for out in ("float32", "bfloat16"):
             mlp = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out)
-            x = (rng.standard_normal((m, 13)) * 2).astype(np.float32)
+            x = (rng.standard_normal((m, k0)) * 2).astype(np.float32)
             got = _gpu.plan_for(mlp, rt).run(x)
             want = mlp.forward_cpu(x)
-            assert got.shape == want.shape == (m, 3)
+            assert got.shape == want.shape == (m, dims[-1])
             if layernorm is None and scheme != "w8a16" and out == "float32":
                 # GELU's erf is the only inexact step here
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
             else:
                 np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
     assert rt.launches  # something really ran
+    if scheme == "w8a16" and dims[0] % 16 == 0:
+        assert any(v.endswith("_a16") for v in rt.launches)
 
 
 def test_gpu_plan_quant_linear(rt, rng):

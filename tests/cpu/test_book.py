@@ -395,3 +395,19 @@ def test_message_dtype_mirrors_the_c_struct():
     assert MESSAGE_DTYPE.itemsize == ffi.sizeof("tg_message") == 48
     for name in MESSAGE_DTYPE.names:
         assert MESSAGE_DTYPE.fields[name][1] == ffi.offsetof("tg_message", name)
+
+
+def test_features_reuse_matches_fresh_and_allocates_once():
+    book = Book()
+    book.set_side(1, [1000, 999], [5, 7])
+    book.set_side(-1, [1002, 1003], [3, 4])
+    fresh = book.features(2)
+    reused = book.features(2, reuse=True)
+    for k in ("mid", "microprice", "spread", "imbalance", "depth_imbalance", "bid_depth", "ask_depth"):
+        np.testing.assert_array_equal(getattr(reused, k), getattr(fresh, k))
+    assert float(reused.mid) == (1000 + 1002) / 2 / 10_000
+    book.set_side(1, [1001], [2])
+    again = book.features(2, reuse=True)
+    assert np.shares_memory(again.mid, reused.mid)          # the same buffer, overwritten
+    assert float(again.mid) == (1001 + 1002) / 2 / 10_000
+    assert float(fresh.mid) == (1000 + 1002) / 2 / 10_000  # a fresh result is not touched

@@ -15,14 +15,15 @@ SCRIPT = textwrap.dedent("""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from tickgpu.kernels.quant import QUANT_VARIANTS
+    from tickgpu.kernels.quant import QUANT_VARIANTS, divisibility_attrs
     want = set(sys.argv[1:])
     out = {}
     for v in QUANT_VARIANTS:
         if v["variant"] not in want:
             continue
         for arch in (80, 90):
-            src = ASTSource(fn=v["kernel"], signature=v["signature"], constexprs=v["constexprs"])
+            src = ASTSource(fn=v["kernel"], signature=v["signature"], constexprs=v["constexprs"],
+                            attrs=divisibility_attrs(v))
             k = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                                options={"num_warps": v["num_warps"], "num_stages": v["num_stages"], **v["options"]})
             ptx = k.asm["ptx"]
@@ -31,13 +32,16 @@ SCRIPT = textwrap.dedent("""
                 "div_approx": len(re.findall(r"div\\.(full|approx)\\.f32", ptx)),
                 "magic": ptx.count("0f4B400000"), "mma": len(re.findall(r"mma", ptx)),
                 "cvt_bf16": len(re.findall(r"cvt\\.rn\\.bf16", ptx)),
+                "cp16": len(re.findall(r"cp\\.async\\.cg\\.shared\\.global.*0x10", ptx)),
+                "ld_b8": len(re.findall(r"ld\\.global(\\.\\w+)*\\.b8", ptx)),
             }
     print(json.dumps(out))
 """)
 
 
 def test_quant_variants_compile_for_sm80_and_sm90():
-    names = ["quant_act_k64", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f32_s"]
+    names = ["quant_act_k64", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f32_s", "quant_gemm_w8a8_f32_l",
+             "quant_w8a16_f16_s_a16"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, *names], capture_output=True, text=True,
                           env=env, timeout=600)
@@ -53,3 +57,7 @@ def test_quant_variants_compile_for_sm80_and_sm90():
         assert res[f"quant_gemm_w16a8_bf16_s@{arch}"]["mma"] > 0   # int8 tensor cores
         assert res[f"quant_gemm_w16a8_bf16_s@{arch}"]["cvt_bf16"] > 0  # round-to-nearest narrowing
         assert res[f"quant_w8a16_f32_s@{arch}"]["mma"] > 0
+        assert res[f"quant_w8a16_f32_s@{arch}"]["ld_b8"] > 0   # unaligned: byte loads
+    # The alignment promise is what turns byte loads into pipelined 16-byte async copies.
+    for name in ("quant_gemm_w8a8_f32_l", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f16_s_a16"):
+        assert res[f"{name}@80"]["cp16"] > 0 and res[f"{name}@80"]["ld_b8"] == 0, name

@@ -1,4 +1,14 @@
-"""QuantLinear / QuantMLP on the GPU against the CPU reference (which defines the results)."""
+"""QuantLinear / QuantMLP on the GPU against the CPU reference (which defines the results).
+
+What is exact and what is not (tickgpu.quant.gemm): W8A8 and W16A8 layers without GELU equal the
+NumPy reference bit for bit in every output dtype (integer sums, IEEE float32 epilogue without FMA,
+round-to-nearest-even narrowing). GELU's erf (libdevice) may differ from the host's by an ulp or
+two, and W8A16's float32 sum order on the tensor cores is not the reference's, so those are
+compared within bounds; in a multi-layer model such an ulp can move the next layer's activation
+quantization by one step, so models are compared at the quantization's resolution.
+"""
+from importlib import resources
+
 import numpy as np
 import pytest
 
@@ -6,29 +16,92 @@ from tickgpu.quant import QuantLinear, QuantMLP
 
 pytestmark = pytest.mark.gpu
 
+# (M, N, K): one tile and many, both tile shapes ("s" M <= 64, "l" above), K padded and not,
+# K longer than one BLOCK_K, N not a multiple of the tile.
+SHAPES = [(1, 7, 5), (16, 64, 64), (17, 77, 301), (33, 130, 1000), (64, 1, 16), (65, 300, 96),
+          (129, 257, 520), (1000, 64, 48)]
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8"])
+@pytest.mark.parametrize("out", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_quant_linear_gpu_bit_exact_without_gelu(rng, scheme, out, m, n, k):
+    w = rng.standard_normal((n, k)) * rng.uniform(0.1, 3, (n, 1)) + rng.uniform(-1, 1, (n, 1))
+    lin = QuantLinear(w, rng.standard_normal(n), scheme=scheme, out_dtype=out, backend="gpu")
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.01, 10, (m, 1))).astype(np.float32)
+    got, want = lin(x), lin.forward_cpu(x)
+    assert got.dtype == want.dtype and got.shape == (m, n)
+    bits = np.uint16 if out == "float16" else np.uint32
+    assert np.array_equal(got.view(bits), want.view(bits))
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8"])
+@pytest.mark.parametrize("m,n,k", [(1, 50, 40), (70, 130, 200)])
+def test_quant_linear_gpu_gelu_within_ulps(rng, scheme, m, n, k):
+    lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme=scheme, gelu=True, backend="gpu")
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    got, want = lin(x), lin.forward_cpu(x)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_w8a16_gpu_within_the_sum_order_bound(rng, m, n, k):
+    lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme="w8a16", backend="gpu")
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    got, want = lin(x).astype(np.float64), lin.forward_cpu(x).astype(np.float64)
+    wq = lin.weight_q
+    x16 = np.abs(x.astype(np.float16).astype(np.float64))
+    # float32 accumulation in any order: |error| <= k eps sum |x w|, times the channel scale
+    bound = (k + 2) * np.finfo(np.float32).eps * (x16 @ np.abs(wq.q.astype(np.float64)).T) * wq.scale
+    assert np.all(np.abs(got - want) <= bound + 1e-6 * np.abs(want).max())
+
+
+def test_poisoned_rows_stay_nan_on_the_gpu(rng):
+    lin = QuantLinear(rng.standard_normal((20, 30)), scheme="w8a8", backend="gpu")
+    x = rng.standard_normal((5, 30)).astype(np.float32)
+    x[2, 7] = np.nan
+    y = lin(x, check=False)
+    assert np.isnan(y[2]).all() and np.isfinite(np.delete(y, 2, axis=0)).all()
+    assert np.array_equal(np.delete(y, 2, axis=0), np.delete(lin.forward_cpu(x), 2, axis=0))
+
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
 @pytest.mark.parametrize("m", [1, 15, 16, 17, 33, 129, 1000])
-def test_quant_mlp_gpu_matches_cpu(rng, scheme, m):
-    dims = [13, 64, 48, 3]
+@pytest.mark.parametrize("dims", [[13, 64, 48, 3], [64, 256, 256, 4]], ids=["odd", "aligned"])
+def test_quant_mlp_gpu_matches_cpu(rng, scheme, m, dims):
     layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
               for i, o in zip(dims[:-1], dims[1:])]
-    for layernorm in (None, (rng.uniform(0.5, 1.5, 13), rng.standard_normal(13) * 0.1)):
+    for layernorm in (None, (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1)):
         for out in ("float32", "float16", "bfloat16"):
             mlp = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out, backend="gpu")
-            x = (rng.standard_normal((m, 13)) * 2).astype(np.float32)
-            got = mlp(x).astype(np.float64)
-            want = mlp.forward_cpu(x).astype(np.float64)
-            if layernorm is None and scheme != "w8a16":
-                # exact up to GELU's erf (libdevice vs host): an ulp or two, then the output rounding
-                np.testing.assert_allclose(got, want, rtol=2e-3 if out != "float32" else 1e-5,
-                                           atol=1e-5 * np.abs(want).max())
-            else:
+            for _ in range(2):   # the step's buffers are reused: a second input must not see the first
+                x = (rng.standard_normal((m, dims[0])) * 2).astype(np.float32)
+                got = mlp(x).astype(np.float64)
+                want = mlp.forward_cpu(x).astype(np.float64)
+                assert got.shape == (m, dims[-1])
+                # An erf ulp upstream may move a hidden activation's code by one step.
                 np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("fmt", ["w8a8", "w16a8"])
-def test_quant_linear_gpu_bit_exact_without_gelu(rng, fmt):
-    lin = QuantLinear(rng.standard_normal((77, 301)), rng.standard_normal(77), scheme=fmt, backend="gpu")
-    x = rng.standard_normal((33, 301)).astype(np.float32)
-    assert np.array_equal(lin(x).view(np.uint32), lin.forward_cpu(x).view(np.uint32))
+def test_shipped_signal_model_on_the_gpu():
+    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
+        sd = dict(np.load(f))
+    x = sd.pop("test_x").astype(np.float32)
+    ref = sd.pop("test_fp32").astype(np.float64)
+    for scheme in ("w8a8", "w16a8", "w8a16"):
+        mlp = QuantMLP.from_state_dict(sd, scheme=scheme, backend="gpu")
+        got = mlp(x).astype(np.float64)
+        np.testing.assert_allclose(got, mlp.forward_cpu(x), rtol=0.02, atol=0.02 * np.abs(ref).max())
+        # and the quantized model still tracks the float one
+        assert np.abs(got - ref).max() <= 0.1 * np.abs(ref).max(), scheme
+
+
+def test_warmup_launches_the_quant_kernels():
+    import tickgpu.runtime
+    from tickgpu.runtime import context
+
+    info = tickgpu.runtime.warmup()
+    ctx = context()
+    quant = [k for k in ctx.bundle.kernels.values() if k.spec.family == "quant"]
+    assert quant and all(k.variant in ctx.launchers for k in quant)
+    assert info["kernels"] == len(ctx.bundle.kernels)

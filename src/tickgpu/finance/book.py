@@ -175,6 +175,7 @@ class Book:
         self._one_code = ffi.new("int8_t *")
         self._n_rejected = ffi.new("int64_t *")
         self._first_rejected = ffi.new("int64_t *")
+        self._reused_features: dict[int, _FeatureBuffers] = {}
 
     # ---- messages ------------------------------------------------------------------------
 
@@ -284,11 +285,23 @@ class Book:
               "tg_book_snapshot")
         return out
 
-    def features(self, levels: int = 1, instrument: int = 0) -> BookFeatures:
-        """Features of one instrument's current state (0-d arrays; depths of shape (levels,))."""
+    def features(self, levels: int = 1, instrument: int = 0, *, reuse: bool = False) -> BookFeatures:
+        """Features of one instrument's current state (0-d arrays; depths of shape (levels,)).
+
+        With ``reuse=True`` the arrays are views of buffers this book keeps per `levels` and
+        overwrites on the next ``reuse=True`` call: no allocation, for tick-by-tick loops that read
+        the values at once. Copy what must outlive the next call.
+        """
         levels = _nonnegative_int("levels", levels)
         instrument = self._instrument(instrument)
-        buf = _FeatureBuffers(1, levels)
+        if reuse:
+            buf = self._reused_features.get(levels)
+            if buf is None:
+                buf = self._reused_features[levels] = _FeatureBuffers(1, levels)
+            for a in buf.scalars.values():
+                a.fill(np.nan)
+        else:
+            buf = _FeatureBuffers(1, levels)
         check(lib.tg_book_features_now(self._book, instrument, buf.c), "tg_book_features_now")
         return buf.result(self.price_scale, None, scalar=True)
 

@@ -27,6 +27,11 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
   group). They gained ~5% for float32 at 256 and nothing measurable elsewhere; the runtime may
   pick them when the condition holds.
 
+The quant family (tickgpu.kernels.quant.QUANT_VARIANTS: per-token activation quantization, the
+W8A8 / W16A8 / W8A16 GEMMs with fused epilogues, LayerNorm) is one variant per entry of that table,
+compiled with its own num_warps / num_stages and ``enable_fp_fusion=False``; its manifest entries
+carry the grid rule (``grid``, ``block_m``, ``block_n``) and alignment promise (``multiple_of_16``).
+
 CUDA C kernels (implied vol) run one option per thread in blocks of 128; the solver is compute-
 bound and branchy (about 130 us for 200,000 options on an H200, launch included).
 
@@ -49,15 +54,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tickgpu.kernels.manifest import (FAMILY_PARAMS, FORMAT, TRITON_SCRATCH_PARAMS, layout_params,
-                                      validate)
+from tickgpu.kernels.manifest import (FAMILY_PARAMS, FORMAT, QUANT_PARAMS, TRITON_SCRATCH_PARAMS,
+                                      layout_params, validate)
 
 KERNELS_DIR = Path(__file__).resolve().parent
 #: The source checkout's root (csrc/ lives there; a wheel install has no csrc/).
 REPO_ROOT = KERNELS_DIR.parents[2]
 DEFAULT_OUT = KERNELS_DIR / "bundle"
 DEFAULT_ARCHS = ("sm_80", "sm_90")
-FAMILIES = ("greeks", "implied_vol", "surface")
+FAMILIES = ("greeks", "implied_vol", "surface", "quant")
 
 # Pointer element types that are not the variant's float type.
 _POINTER_ELEMENT = {"call_ptr": "u8", "status_ptr": "i8"}
@@ -255,6 +260,66 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
     return out
 
 
+_QUANT_KINDS = {"i32": "i32", "fp32": "f32"}
+
+
+def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
+    """Compile every variant of :data:`tickgpu.kernels.quant.QUANT_VARIANTS` for ``arch``."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from tickgpu.kernels import quant as kq
+
+    capability = int(arch[len("sm_"):])
+    digest = source_hash([KERNELS_DIR / "quant.py"])
+    out = []
+    for v in kq.QUANT_VARIANTS:
+        variant, fn = v["variant"], v["kernel"]
+        names = [n for n, t in v["signature"].items() if t != "constexpr"]
+        contract = QUANT_PARAMS.get(fn.__name__)
+        kinds = ["ptr" if v["signature"][n].startswith("*") else _QUANT_KINDS[v["signature"][n]] for n in names]
+        if contract is None or list(zip(names, kinds)) != list(contract):
+            raise BuildError(f"{variant}: kernel {fn.__name__} arguments {list(zip(names, kinds))} are not the "
+                             f"manifest's quant order {contract}")
+        src = ASTSource(fn=fn, signature=v["signature"], constexprs=v["constexprs"],
+                        attrs=kq.divisibility_attrs(v))
+        with triton.knobs.cache.scope(), triton.knobs.compilation.scope(), triton.knobs.runtime.scope():
+            triton.knobs.cache.dir = str(cache_dir)
+            triton.knobs.compilation.disable_line_info = True
+            triton.knobs.compilation.always_compile = True
+            triton.knobs.runtime.override_arch = None
+            try:
+                compiled = triton.compile(
+                    src, target=GPUTarget("cuda", capability, 32),
+                    options={"num_warps": v["num_warps"], "num_stages": v["num_stages"],
+                             "enable_reflect_ftz": False, **v["options"]})
+            except Exception as e:  # noqa: BLE001 - reported with the variant named
+                raise BuildError(f"{variant} ({arch}): Triton compile failed: {e}") from e
+        md = compiled.metadata
+        tiles = v["grid"] == "tiles"
+        entry = {
+            "variant": variant, "family": "quant", "arch": arch, "file": f"{arch}/{variant}.cubin",
+            "entry": md.name, "source": "triton", "source_hash": digest, "num_warps": md.num_warps,
+            "block": [md.num_warps * 32, 1, 1], "shared": md.shared,
+            "elements_per_block": v["block_m"] * v["block_n"] if tiles else 1,
+            "dtype": v["dtype"], "aligned16": v["aligned16"],
+            "params": layout_params(list(contract) + list(TRITON_SCRATCH_PARAMS)),
+            "scratch": {"global": md.global_scratch_size or 0, "global_align": md.global_scratch_align or 1,
+                        "profile": md.profile_scratch_size or 0},
+            "grid": v["grid"],
+        }
+        if tiles:
+            entry["block_m"], entry["block_n"] = v["block_m"], v["block_n"]
+        if v["aligned16"]:
+            entry["multiple_of_16"] = list(v["multiple_of_16"])
+        cubin = compiled.asm["cubin"]
+        facts = cubin_facts(cubin, md.name)
+        _check_against_cubin(entry, facts)
+        out.append((entry, cubin, facts))
+    return out
+
+
 # ---- CUDA C --------------------------------------------------------------------------------
 
 def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
@@ -351,6 +416,8 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
                     results += build_triton(fam, arch, Path(cache))
             for fam in cuda_wanted:
                 results += build_cuda(fam, arch, nvcc, lbr_dir)
+            if "quant" in families:
+                results += build_quant(arch, Path(cache))
 
     results.sort(key=lambda r: (r[0]["arch"], r[0]["variant"]))
     manifest = {
@@ -369,7 +436,7 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
         path = out / entry["file"]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(cubin)
-        log(f"{entry['arch']}  {entry['variant']:<24} {entry['entry']:<28} regs {facts['registers']!s:>3}  "
+        log(f"{entry['arch']}  {entry['variant']:<30} {entry['entry']:<28} regs {facts['registers']!s:>3}  "
             f"stack {facts['stack']:>4} B  {len(cubin):>7} B")
     for d in sorted(out.glob("sm_*")):
         if d.is_dir() and not any(d.iterdir()):

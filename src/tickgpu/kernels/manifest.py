@@ -26,6 +26,23 @@ Each kernel entry says how to launch it without looking at its source:
 
 The argument order of each family is fixed by :data:`FAMILY_PARAMS` (the contract between the
 kernels and the runtime); :func:`validate` checks every entry against it.
+
+The ``quant`` family (the quantized linear layers of :mod:`tickgpu.quant`) holds four kernels with
+argument lists of their own, fixed by :data:`QUANT_PARAMS` and told apart by ``entry``. Their grid
+is not ``ceil(n / elements_per_block)``; their entries carry optional fields that the other
+families never have (so those families' entries are unchanged):
+
+* ``grid``: ``"rows"`` (one program per row: grid ``(M, 1, 1)``, ``elements_per_block`` 1) or
+  ``"tiles"`` (one program per ``block_m`` x ``block_n`` output tile: grid
+  ``(ceil(M / block_m) * ceil(N / block_n), 1, 1)``, ``elements_per_block`` = block_m * block_n),
+  where M and N are the kernel's parameters of those names.
+* ``block_m``, ``block_n``: the output tile, present exactly when ``grid`` is ``"tiles"``.
+* ``multiple_of_16``: with ``aligned16``, the i32 parameters the variant assumes are multiples of
+  16 (for these kernels ``aligned16`` promises 16-byte aligned pointers and those values, not
+  ``n % 16``); absent otherwise.
+* ``dtype`` may also be ``"f16"`` or ``"bf16"``: the output element type.
+* ``shared`` may exceed 48 KB: the runtime opts the function in to that much dynamic shared memory
+  (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``) when it loads it.
 """
 from __future__ import annotations
 
@@ -66,14 +83,37 @@ FAMILY_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
     + (("out_ptr", "ptr"), ("what", "i32"), ("n", "i32")),
 }
 
+#: Parameters of the quant family's kernels in launch order (before Triton's scratch pointers), by
+#: entry symbol (tickgpu/kernels/quant.py; "ln_eps" is a float32 value).
+QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
+    "act_quant_kernel": (("x_ptr", "ptr"), ("gamma_ptr", "ptr"), ("beta_ptr", "ptr"), ("xq_ptr", "ptr"),
+                         ("scale_ptr", "ptr"), ("rowsum_ptr", "ptr"), ("M", "i32"), ("K", "i32"),
+                         ("stride_xm", "i32"), ("stride_qm", "i32"), ("ln_eps", "f32")),
+    "quant_gemm_kernel": (("a_ptr", "ptr"), ("a_scale_ptr", "ptr"), ("a_rowsum_ptr", "ptr"), ("b_ptr", "ptr"),
+                          ("b2_ptr", "ptr"), ("b_scale_ptr", "ptr"), ("b_offset_ptr", "ptr"), ("bias_ptr", "ptr"),
+                          ("c_ptr", "ptr"), ("M", "i32"), ("N", "i32"), ("K", "i32"), ("stride_am", "i32"),
+                          ("stride_bn", "i32"), ("stride_cm", "i32")),
+    "w8a16_gemm_kernel": (("a_ptr", "ptr"), ("b_ptr", "ptr"), ("b_scale_ptr", "ptr"), ("bias_ptr", "ptr"),
+                          ("c_ptr", "ptr"), ("M", "i32"), ("N", "i32"), ("K", "i32"), ("stride_am", "i32"),
+                          ("stride_bn", "i32"), ("stride_cm", "i32")),
+    "layernorm_kernel": (("x_ptr", "ptr"), ("gamma_ptr", "ptr"), ("beta_ptr", "ptr"), ("y_ptr", "ptr"),
+                         ("M", "i32"), ("K", "i32"), ("stride_xm", "i32"), ("stride_ym", "i32"),
+                         ("ln_eps", "f32")),
+}
+#: Every family a manifest may name.
+FAMILIES = (*FAMILY_PARAMS, "quant")
+GRIDS = ("rows", "tiles")
+
 SOURCES = ("triton", "cuda")
-DTYPES = ("f32", "f64")
+DTYPES = ("f32", "f64", "f16", "bf16")
 
 _KERNEL_FIELDS = {
     "variant": str, "family": str, "arch": str, "file": str, "entry": str, "source": str,
     "source_hash": str, "num_warps": int, "block": list, "shared": int,
     "elements_per_block": int, "dtype": str, "aligned16": bool, "params": list, "scratch": dict,
 }
+# Only quant entries have these (see the module docstring).
+_OPTIONAL_KERNEL_FIELDS = {"grid": str, "block_m": int, "block_n": int, "multiple_of_16": list}
 _PARAM_FIELDS = {"name": str, "kind": str, "size": int, "offset": int}
 _SCRATCH_FIELDS = {"global": int, "global_align": int, "profile": int}
 _TOP_FIELDS = {"format": int, "created": str, "compilers": dict, "kernels": list}
@@ -106,6 +146,10 @@ class Kernel:
     aligned16: bool
     params: tuple[Param, ...]
     scratch: Mapping[str, int]
+    grid: str | None = None                 # quant only: "rows" | "tiles"
+    block_m: int | None = None
+    block_n: int | None = None
+    multiple_of_16: tuple[str, ...] | None = None
 
     @property
     def param_bytes(self) -> int:
@@ -167,16 +211,18 @@ def _where(entry: Mapping[str, Any], index: int) -> str:
     return f"kernel {variant} ({arch})"
 
 
-def _check_fields(obj: Any, fields: Mapping[str, type], where: str) -> None:
+def _check_fields(obj: Any, fields: Mapping[str, type], where: str,
+                  optional: Mapping[str, type] | None = None) -> None:
     if not isinstance(obj, Mapping):
         raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
     missing = [f for f in fields if f not in obj]
     if missing:
         raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
-    extra = sorted(set(obj) - set(fields))
+    optional = optional or {}
+    extra = sorted(set(obj) - set(fields) - set(optional))
     if extra:
         raise ValueError(f"{where}: unknown field(s) {', '.join(extra)}")
-    for name, typ in fields.items():
+    for name, typ in {**fields, **{k: v for k, v in optional.items() if k in obj}}.items():
         value = obj[name]
         # bool is an int in Python; a JSON true where a count belongs is still an error.
         if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
@@ -184,15 +230,15 @@ def _check_fields(obj: Any, fields: Mapping[str, type], where: str) -> None:
 
 
 def _check_kernel(k: Mapping[str, Any], where: str) -> None:
-    _check_fields(k, _KERNEL_FIELDS, where)
+    _check_fields(k, _KERNEL_FIELDS, where, _OPTIONAL_KERNEL_FIELDS)
 
     def bad(field: str, why: str) -> ValueError:
         return ValueError(f"{where}: field '{field}' {why}, got {k[field]!r}")
 
     if not re.fullmatch(r"[a-z0-9_]+", k["variant"]):
         raise bad("variant", "must be lower-case letters, digits and _")
-    if k["family"] not in FAMILY_PARAMS:
-        raise bad("family", f"must be one of {sorted(FAMILY_PARAMS)}")
+    if k["family"] not in FAMILIES:
+        raise bad("family", f"must be one of {sorted(FAMILIES)}")
     if not re.fullmatch(r"sm_\d+a?", k["arch"]):
         raise bad("arch", "must look like sm_90")
     if k["file"] != f"{k['arch']}/{k['variant']}.cubin":
@@ -220,6 +266,14 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
         raise bad("elements_per_block", "must be >= 1")
     if k["dtype"] not in DTYPES:
         raise bad("dtype", f"must be one of {DTYPES}")
+    if k["family"] == "quant":
+        _check_quant_launch(k, where)
+    else:
+        present = sorted(f for f in _OPTIONAL_KERNEL_FIELDS if f in k)
+        if present:
+            raise ValueError(f"{where}: field(s) {', '.join(present)} belong to quant kernels only")
+        if k["dtype"] not in ("f32", "f64"):
+            raise bad("dtype", "must be f32 or f64 for this family")
 
     _check_fields(k["scratch"], _SCRATCH_FIELDS, f"{where}: field 'scratch'")
     sc = k["scratch"]
@@ -251,13 +305,54 @@ def _check_kernel(k: Mapping[str, Any], where: str) -> None:
     if end > 4096:
         raise bad("params", f"take {end} bytes, over the 4096-byte kernel parameter limit")
 
-    expected = list(FAMILY_PARAMS[k["family"]])
+    if k["family"] == "quant":
+        if k["entry"] not in QUANT_PARAMS:
+            raise bad("entry", f"must be one of the quant kernels {sorted(QUANT_PARAMS)}")
+        expected = list(QUANT_PARAMS[k["entry"]])
+    else:
+        expected = list(FAMILY_PARAMS[k["family"]])
     if k["source"] == "triton":
         expected += list(TRITON_SCRATCH_PARAMS)
     got = [(p["name"], p["kind"]) for p in params]
     if got != expected:
         raise ValueError(f"{where}: field 'params' must be {expected} (the {k['family']} argument order), "
                          f"got {got}")
+
+
+def _check_quant_launch(k: Mapping[str, Any], where: str) -> None:
+    """The quant-only fields: grid rule, tile, alignment promise."""
+    if "grid" not in k:
+        raise ValueError(f"{where}: missing field(s) grid (quant kernels say how their grid is formed)")
+    grid = k["grid"]
+    if grid not in GRIDS:
+        raise ValueError(f"{where}: field 'grid' must be one of {GRIDS}, got {grid!r}")
+    tile = [f for f in ("block_m", "block_n") if f in k]
+    if grid == "tiles":
+        if len(tile) != 2:
+            raise ValueError(f"{where}: field(s) block_m, block_n are required with grid 'tiles'")
+        for f in tile:
+            if k[f] < 1:
+                raise ValueError(f"{where}: field '{f}' must be >= 1, got {k[f]!r}")
+        if k["elements_per_block"] != k["block_m"] * k["block_n"]:
+            raise ValueError(f"{where}: field 'elements_per_block' must be block_m * block_n = "
+                             f"{k['block_m'] * k['block_n']} with grid 'tiles', got {k['elements_per_block']!r}")
+    else:
+        if tile:
+            raise ValueError(f"{where}: field(s) {', '.join(tile)} only go with grid 'tiles'")
+        if k["elements_per_block"] != 1:
+            raise ValueError(f"{where}: field 'elements_per_block' must be 1 (one row) with grid 'rows', "
+                             f"got {k['elements_per_block']!r}")
+    names = {p.get("name"): p.get("kind") for p in k["params"] if isinstance(p, Mapping)}
+    for need in ("M",) + (("N",) if grid == "tiles" else ()):
+        if names.get(need) != "i32":
+            raise ValueError(f"{where}: field 'grid' {grid!r} needs an i32 parameter {need!r}")
+    m16 = k.get("multiple_of_16")
+    if m16 is not None:
+        if not k["aligned16"]:
+            raise ValueError(f"{where}: field 'multiple_of_16' needs aligned16 true")
+        for name in m16:
+            if not isinstance(name, str) or names.get(name) != "i32":
+                raise ValueError(f"{where}: field 'multiple_of_16' names {name!r}, not an i32 parameter")
 
 
 def validate(manifest: Manifest | Mapping[str, Any]) -> None:
@@ -316,10 +411,21 @@ def _to_raw(m: Manifest) -> dict[str, Any]:
              "block": list(k.block), "shared": k.shared, "elements_per_block": k.elements_per_block,
              "dtype": k.dtype, "aligned16": k.aligned16,
              "params": [{"name": p.name, "kind": p.kind, "size": p.size, "offset": p.offset} for p in k.params],
-             "scratch": dict(k.scratch)}
+             "scratch": dict(k.scratch), **_optional_raw(k)}
             for k in m.kernels
         ],
     }
+
+
+def _optional_raw(k: Kernel) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if k.grid is not None:
+        out["grid"] = k.grid
+    if k.block_m is not None:
+        out["block_m"], out["block_n"] = k.block_m, k.block_n
+    if k.multiple_of_16 is not None:
+        out["multiple_of_16"] = list(k.multiple_of_16)
+    return out
 
 
 def load_manifest(path: str | Path) -> Manifest:
@@ -358,6 +464,8 @@ def load_manifest(path: str | Path) -> Manifest:
             block=tuple(k["block"]), shared=k["shared"], elements_per_block=k["elements_per_block"],
             dtype=k["dtype"], aligned16=k["aligned16"],
             params=tuple(Param(**p) for p in k["params"]), scratch=dict(k["scratch"]),
+            grid=k.get("grid"), block_m=k.get("block_m"), block_n=k.get("block_n"),
+            multiple_of_16=tuple(k["multiple_of_16"]) if "multiple_of_16" in k else None,
         )
         for k in raw["kernels"]
     )

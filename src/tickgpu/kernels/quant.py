@@ -13,7 +13,8 @@ Four kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    on int8 tensor cores. With ``LIMBS`` it runs the int16 weights as two int8 limb matrices against
    the same A tile and combines the two accumulators in float32. The epilogue (per-token x
    per-channel scales, zero-point correction through the row sums, bias, optional GELU, output
-   dtype) is fused and float32.
+   dtype) is fused and float32. Its bundle variants assume K and the row strides of A and B are
+   multiples of 16 (callers pad K with zero weights; A's padding may hold anything).
 3. ``w8a16_gemm_kernel``: weight-only int8: float16 A, int8 B tiles widened to float16 in registers
    (exact), float32 accumulation on the tensor cores, per-channel scale and bias in the epilogue.
 4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
@@ -288,8 +289,16 @@ _OUT_TYPES = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
 GEMM_TILES = (("s", 16, 64, 64, 4, 3), ("l", 128, 128, 64, 8, 3))
 ROW_BLOCKS = (64, 512)  # BLOCK_K of the row kernels: rows up to 64 in one chunk, longer in chunks of 512
 
+# What an aligned GEMM variant assumes besides 16-byte aligned pointers: these int parameters are
+# multiples of 16, so every row of A and B starts 16-byte aligned and the K mask is uniform over
+# groups of 16 (vector loads, cp.async / TMA-friendly tiles). Without them Triton must load bytes.
+GEMM_MULTIPLE_OF_16 = ("K", "stride_am", "stride_bn")
 
-def _variant(name, kernel, signature, constexprs, num_warps, num_stages, grid, launch):
+
+def _variant(name, kernel, signature, constexprs, num_warps, num_stages, dtype, grid, launch,
+             aligned16=False):
+    block_m = constexprs.get("BLOCK_M") if grid == "tiles" else None
+    block_n = constexprs.get("BLOCK_N") if grid == "tiles" else None
     return {
         "variant": name,
         "family": "quant",
@@ -300,9 +309,24 @@ def _variant(name, kernel, signature, constexprs, num_warps, num_stages, grid, l
         "num_stages": num_stages,
         # the epilogue must stay one IEEE operation at a time to match the NumPy reference
         "options": {"enable_fp_fusion": False},
+        "dtype": dtype,
+        # "rows": grid (M, 1, 1); "tiles": (cdiv(M, block_m) * cdiv(N, block_n), 1, 1)
         "grid": grid,
+        "block_m": block_m,
+        "block_n": block_n,
+        "aligned16": aligned16,
+        "multiple_of_16": GEMM_MULTIPLE_OF_16 if aligned16 else (),
         "launch": launch,
     }
+
+
+def divisibility_attrs(v: dict) -> dict:
+    """Triton ``ASTSource`` attrs of variant ``v``: ``tt.divisibility`` 16 on what it assumes aligned."""
+    if not v["aligned16"]:
+        return {}
+    params = list(v["signature"])
+    return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(params)
+            if v["signature"][name].startswith("*") or name in v["multiple_of_16"]}
 
 
 def _act_quant_variants():
@@ -315,11 +339,13 @@ def _act_quant_variants():
     for has_ln in (0, 1):
         for bk in ROW_BLOCKS:
             yield _variant(f"quant_act{'_ln' if has_ln else ''}_k{bk}", act_quant_kernel, sig,
-                           {"HAS_LN": has_ln, "BLOCK_K": bk}, 4 if bk > 64 else 1, 1,
-                           "(M, 1, 1)", "one program per row; BLOCK_K = 64 if K <= 64 else 512")
+                           {"HAS_LN": has_ln, "BLOCK_K": bk}, 4 if bk > 64 else 1, 1, "f32",
+                           "rows", "one program per row; BLOCK_K = 64 if K <= 64 else 512")
 
 
 def _gemm_variants():
+    # Always aligned: the caller pads K (and the row strides of A and B) to a multiple of 16 with
+    # zero weights, which adds nothing to the integer sums whatever the padding of A holds.
     for limbs in (0, 1):
         for gelu in (0, 1):
             for out, ptr in _OUT_TYPES.items():
@@ -336,26 +362,29 @@ def _gemm_variants():
                     name = f"quant_gemm_{'w16a8' if limbs else 'w8a8'}{'_gelu' if gelu else ''}_{out}_{tile}"
                     yield _variant(name, quant_gemm_kernel, sig,
                                    {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
-                                    "BLOCK_K": bk, "GROUP_M": 8}, warps, stages,
-                                   f"(cdiv(M, {bm}) * cdiv(N, {bn}), 1, 1)",
-                                   "tile 's' for M <= 64, 'l' above")
+                                    "BLOCK_K": bk, "GROUP_M": 8}, warps, stages, out, "tiles",
+                                   "tile 's' for M <= 64, 'l' above; K padded to a multiple of 16",
+                                   aligned16=True)
 
 
 def _w8a16_variants():
     for gelu in (0, 1):
         for out, ptr in _OUT_TYPES.items():
             for tile, bm, bn, bk, warps, stages in GEMM_TILES:
-                sig = {
-                    "a_ptr": "*fp16", "b_ptr": "*i8", "b_scale_ptr": "*fp32", "bias_ptr": "*fp32",
-                    "c_ptr": ptr, "M": "i32", "N": "i32", "K": "i32",
-                    "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
-                    "GELU": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-                    "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                }
-                yield _variant(f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}", w8a16_gemm_kernel, sig,
-                               {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
-                               warps, stages, f"(cdiv(M, {bm}) * cdiv(N, {bn}), 1, 1)",
-                               "tile 's' for M <= 64, 'l' above")
+                for aligned in (True, False):
+                    sig = {
+                        "a_ptr": "*fp16", "b_ptr": "*i8", "b_scale_ptr": "*fp32", "bias_ptr": "*fp32",
+                        "c_ptr": ptr, "M": "i32", "N": "i32", "K": "i32",
+                        "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
+                        "GELU": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
+                        "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                    }
+                    name = f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}{'_a16' if aligned else ''}"
+                    yield _variant(name, w8a16_gemm_kernel, sig,
+                                   {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                                   warps, stages, out, "tiles",
+                                   "tile 's' for M <= 64, 'l' above; '_a16' where K and the row strides "
+                                   "of A and B are multiples of 16", aligned16=aligned)
 
 
 def _layernorm_variants():
@@ -367,11 +396,14 @@ def _layernorm_variants():
                 "BLOCK_K": "constexpr",
             }
             yield _variant(f"quant_layernorm_{out}_k{bk}", layernorm_kernel, sig, {"BLOCK_K": bk},
-                           4 if bk > 64 else 1, 1, "(M, 1, 1)", "one program per row")
+                           4 if bk > 64 else 1, 1, out, "rows", "one program per row")
 
 
 QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),
                               *_layernorm_variants()]
 """Every specialization the bundle holds: variant name, kernel, Triton signature (argument name ->
 type, constexprs marked "constexpr"), constexpr values, num_warps, num_stages, compile options, the
-grid as a formula of the arguments, and when the launcher picks it."""
+manifest's dtype (output element type; float32 input for the activation kernel), the grid rule
+("rows" or "tiles" with block_m x block_n output tiles), the alignment promise (``aligned16``: every
+pointer 16-byte aligned and the ``multiple_of_16`` parameters multiples of 16; see
+:func:`divisibility_attrs`), and when the launcher picks it."""

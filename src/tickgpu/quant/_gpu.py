@@ -5,18 +5,26 @@ are launched through a *kernel runtime*: an object with
 
 - ``upload(array) -> buffer``: a device copy of a C-contiguous NumPy array;
 - ``empty(shape, dtype) -> buffer``: dtype one of "int8", "int32", "float16", "bfloat16", "float32";
+- ``write(buffer, array)``: copy a host array into a buffer of the same shape and dtype;
 - ``download(buffer) -> ndarray``: a host copy (bfloat16 buffers come back as uint16 bit patterns);
 - ``launch(variant, grid, args)``: launch a bundle variant on a 3-tuple grid with ``args`` in the
-  order of the kernel's non-constexpr parameters: buffers for pointers, ints for i32, floats for fp32.
+  order of the kernel's non-constexpr parameters: buffers for pointers, ints for i32, floats for fp32;
+- optionally ``prepare(variant, grid, args)``: the same launch checked and packed once, returning an
+  object whose ``launch()`` repeats it (used for every launch of a step when offered).
 
 :func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
 sources under the interpreter. Nothing here imports torch or triton.
 
 Layout on the device: int8 weight rows and int8 activation rows are padded to a multiple of 16
-elements (16-byte aligned rows for vectorized loads; the kernels mask the padding), float16 rows to a
-multiple of 8; outputs are dense (M, N).
+elements (16-byte aligned rows for vectorized loads), float16 rows to a multiple of 8; outputs are
+dense (M, N). The int8 GEMMs run over the padded K: the weights' padding is zero, so whatever the
+activations' padding holds adds nothing to the integer sums (their variants are compiled assuming K
+and both row strides are multiples of 16). W8A16 runs over the true K and takes its aligned
+variant ("_a16") where K and the activations' row stride happen to be multiples of 16.
 """
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -69,8 +77,23 @@ class _Layer:
         self.gelu = lin.gelu
 
 
+class _Program:
+    """One model step for a given number of rows: its buffers and launches, made once and reused."""
+
+    def __init__(self, x, in_dtype, launches, out):
+        self.x, self.in_dtype, self.launches, self.out = x, in_dtype, launches, out
+        self.prepared = None
+
+
 class GpuPlan:
-    """A model's weights on the device and the launches that run it."""
+    """A model's weights on the device and the launches that run it.
+
+    The buffers and launches of a step depend only on the number of rows, so they are built once
+    per row count (the last :data:`MAX_PROGRAMS` kept) and a step is: write the input, queue the
+    launches (packed once where the runtime offers ``prepare``), read the output.
+    """
+
+    MAX_PROGRAMS = 16
 
     def __init__(self, model, rt):
         from tickgpu.quant.models import QuantLinear
@@ -87,8 +110,10 @@ class GpuPlan:
         else:
             self.gamma = self.beta = self.layers[0].bias  # unused
             self.ln_eps = 0.0
+        self.programs: dict[int, _Program] = {}
+        self._lock = threading.Lock()   # a program's buffers serve one step at a time
 
-    def _gemm(self, layer, a, m, out_dtype, a_scale=None, a_rowsum=None, stride_a=0):
+    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0):
         tile = "s" if m <= SMALL_M else "l"
         bm, bn = _TILE_M_N[tile]
         out = self.rt.empty((m, layer.n), out_dtype)
@@ -96,49 +121,74 @@ class GpuPlan:
         gelu = "_gelu" if layer.gelu else ""
         tag = _OUT_TAG[out_dtype]
         if self.scheme == "w8a16":
-            self.rt.launch(f"quant_w8a16{gelu}_{tag}_{tile}", grid,
-                           [a, layer.b, layer.scale, layer.bias, out,
-                            m, layer.n, layer.k, stride_a, layer.k_pad, layer.n])
+            aligned = "_a16" if layer.k % 16 == 0 and stride_a % 16 == 0 else ""
+            launches.append((f"quant_w8a16{gelu}_{tag}_{tile}{aligned}", grid,
+                             [a, layer.b, layer.scale, layer.bias, out,
+                              m, layer.n, layer.k, stride_a, layer.k_pad, layer.n]))
         else:
-            self.rt.launch(f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,
-                           [a, a_scale, a_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
-                            layer.bias, out, m, layer.n, layer.k, stride_a, layer.k_pad, layer.n])
+            launches.append((f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,
+                             [a, a_scale, a_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
+                              layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, layer.n]))
         return out
 
-    def run(self, x: np.ndarray) -> np.ndarray:
-        """float32 (M, K) host activations -> host outputs in the model's out_dtype."""
+    def _build(self, m: int) -> _Program:
         rt = self.rt
-        m = x.shape[0]
         last = len(self.layers) - 1
+        launches: list = []
+        k0 = self.layers[0].k
         if self.scheme == "w8a16":
-            k0 = self.layers[0].k
             if self.ln is not None:
+                x = rt.empty((m, k0), "float32")
+                in_dtype = np.float32
                 h = rt.empty((m, _round_up(k0, 8)), "float16")
-                rt.launch(f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
-                          [rt.upload(np.ascontiguousarray(x, np.float32)), self.gamma, self.beta, h,
-                           m, k0, k0, _round_up(k0, 8), self.ln_eps])
+                launches.append((f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
+                                 [x, self.gamma, self.beta, h, m, k0, k0, _round_up(k0, 8), self.ln_eps]))
                 stride = _round_up(k0, 8)
             else:
-                h = rt.upload(np.ascontiguousarray(x.astype(np.float16)))
+                h = x = rt.empty((m, k0), "float16")
+                in_dtype = np.float16
                 stride = k0
             for i, layer in enumerate(self.layers):
-                h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", stride_a=stride)
+                h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", launches, stride_a=stride)
                 stride = layer.n
         else:
-            h = rt.upload(np.ascontiguousarray(x, np.float32))
-            stride = self.layers[0].k
+            h = x = rt.empty((m, k0), "float32")
+            in_dtype = np.float32
+            stride = k0
             for i, layer in enumerate(self.layers):
                 xq = rt.empty((m, layer.k_pad), "int8")
                 scale = rt.empty((m,), "float32")
                 rowsum = rt.empty((m,), "int32")
                 has_ln = i == 0 and self.ln is not None
-                rt.launch(f"quant_act{'_ln' if has_ln else ''}_k{_row_block(layer.k)}", (m, 1, 1),
-                          [h, self.gamma, self.beta, xq, scale, rowsum,
-                           m, layer.k, stride, layer.k_pad, self.ln_eps])
-                h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32",
+                launches.append((f"quant_act{'_ln' if has_ln else ''}_k{_row_block(layer.k)}", (m, 1, 1),
+                                 [h, self.gamma, self.beta, xq, scale, rowsum,
+                                  m, layer.k, stride, layer.k_pad, self.ln_eps]))
+                h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32", launches,
                                a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad)
                 stride = layer.n
-        y = rt.download(h)
+        prog = _Program(x, in_dtype, launches, h)
+        if hasattr(rt, "prepare"):
+            prog.prepared = [rt.prepare(v, g, a) for v, g, a in launches]
+        return prog
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        """float32 (M, K) host activations -> host outputs in the model's out_dtype."""
+        rt = self.rt
+        m = x.shape[0]
+        with self._lock:
+            prog = self.programs.get(m)
+            if prog is None:
+                if len(self.programs) >= self.MAX_PROGRAMS:
+                    self.programs.pop(next(iter(self.programs)))
+                prog = self.programs[m] = self._build(m)
+            rt.write(prog.x, np.ascontiguousarray(x, prog.in_dtype))
+            if prog.prepared is not None:
+                for p in prog.prepared:
+                    p.launch()
+            else:
+                for variant, grid, args in prog.launches:
+                    rt.launch(variant, grid, args)
+            y = rt.download(prog.out)
         if self.out_dtype == "bfloat16":
             y = (y.astype(np.uint32) << 16).view(np.float32)
         return y

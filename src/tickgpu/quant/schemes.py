@@ -11,7 +11,7 @@ which is the K-major layout that Hopper's wgmma wants for its B operand):
   ``q = clip(rint(W / s), -127, 127)``; ``W ~ s * q``. The code -128 is never produced, so
   ``|q| <= 127`` and negation is exact.
 - ``int16`` asymmetric: ``lo = min(min_k W, 0)``, ``hi = max(max_k W, 0)`` (the range always
-  holds 0, so 0.0 is exact and the zero point stays inside int16), ``s = f32(max(hi - lo, EPS) / 65535)``,
+  holds 0, so 0.0 is exact and the zero point stays inside int16), ``s = f32(max(hi - lo, EPS) / 65534)``,
   ``z = clip(-32768 + rint(-lo / s), -32768, 32767)``, ``q = clip(rint(W / s) + z, -32768, 32767)``;
   ``W ~ s * (q - z)``. The quotients are taken in float64 with the float32 ``s``.
   On the tensor cores it runs as two int8 *limbs*: ``u = q + 32768``, ``hi = (u >> 8) - 128``,
@@ -39,7 +39,9 @@ import numpy as np
 EPS = np.float32(2.0**-100)
 INT8_MAX = 127
 INT16_MIN, INT16_MAX = -32768, 32767
-INT16_LEVELS = 65535
+# Steps across a channel's range: one fewer than int16 has, so that rint(W / s) + z, two roundings,
+# never lands past 32767 (which clipping would turn into an error of a whole step, not half).
+INT16_STEPS = 65534
 
 WEIGHT_FORMATS = ("int8", "int16")
 
@@ -144,7 +146,7 @@ def quantize_weight(weight, format: str = "int8", *, name: str = "weight") -> Qu
         return QuantizedWeight("int8", np.ascontiguousarray(q), scale, zp)
     lo = np.minimum(w.min(axis=1), 0.0)
     hi = np.maximum(w.max(axis=1), 0.0)
-    scale = (np.maximum(hi - lo, eps) / INT16_LEVELS).astype(np.float32)
+    scale = (np.maximum(hi - lo, eps) / INT16_STEPS).astype(np.float32)
     s64 = scale.astype(np.float64)
     zp = np.clip(INT16_MIN + _rint(-lo / s64), INT16_MIN, INT16_MAX).astype(np.int32)
     q = np.clip(_rint(w / s64[:, None]) + zp[:, None], INT16_MIN, INT16_MAX).astype(np.int16)

@@ -6,7 +6,8 @@ loading, graph capture) up front.
 
 Layers: `driver` (cuda.bindings, the only module touching it) -> `bundle` (manifest, cubins) ->
 `launch` (argument buffers packed once) -> `graph` (GraphRunner: one tick as a replayed graph) ->
-`ops` (greeks, implied vol, surface evaluation). The launch-and-wait calls run in C
+`ops` (greeks, implied vol, surface evaluation); `kernels_api` (named kernels on device buffers:
+the quantized layers of tickgpu.quant). The launch-and-wait calls run in C
 (csrc/hot/hot.c) with the GIL released.
 """
 from __future__ import annotations
@@ -16,7 +17,8 @@ import threading
 
 from tickgpu.runtime.arrays import is_device_array
 
-__all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset"]
+__all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset",
+           "kernel_runtime"]
 
 _lock = threading.Lock()
 _context = None
@@ -144,3 +146,21 @@ def warmup() -> dict:
             g = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, dtype=dtype, backend="gpu")
             tickgpu.implied_vol(g.price, 100.0, k, 0.5, 0.01, dtype=dtype, backend="gpu")
     return info
+
+
+def kernel_runtime():
+    """The `KernelRuntime` of the current context: bundle kernels by name on device buffers.
+
+    What :mod:`tickgpu.quant` runs its GPU plans on (see `tickgpu.runtime.kernels_api`).
+
+    Raises
+    ------
+    BackendUnavailable
+        Where the GPU backend cannot run (the message says why).
+    """
+    from tickgpu.errors import BackendUnavailable
+    from tickgpu.runtime.ops import kernel_runtime_of
+
+    if not available():
+        raise BackendUnavailable(f"kernel_runtime: no usable GPU ({unavailable_reason()})")
+    return kernel_runtime_of(context())

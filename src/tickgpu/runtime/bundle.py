@@ -19,7 +19,7 @@ from pathlib import Path
 from tickgpu.errors import TickGpuError
 
 __all__ = ["BundleError", "ParamSpec", "KernelSpec", "Manifest", "LoadedKernel", "Bundle",
-           "default_bundle_dir", "arch_for", "FAMILY_ARGS", "SCRATCH_PARAMS"]
+           "default_bundle_dir", "arch_for", "FAMILY_ARGS", "SCRATCH_PARAMS", "QUANT_FAMILY"]
 
 PARAM_SIZES = {"ptr": 8, "i32": 4, "i64": 8, "f32": 4, "f64": 8}
 
@@ -39,6 +39,13 @@ FAMILY_ARGS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # Triton 3.6 appends these two pointers to every kernel (global scratch, profile scratch).
 SCRATCH_PARAMS = ("global_scratch", "profile_scratch")
+# The quant family (tickgpu.quant's layers) has one argument list per kernel: its entries list their
+# own parameters (checked against the cubin at load) and say how their grid is formed.
+QUANT_FAMILY = "quant"
+FAMILIES = (*FAMILY_ARGS, QUANT_FAMILY)
+GRIDS = ("elements", "rows", "tiles")
+# Dynamic shared memory above this needs the function's explicit opt-in (cuFuncSetAttribute).
+SHARED_DEFAULT_LIMIT = 48 * 1024
 
 # Cubins run on the compute capabilities of their major version at or above their own:
 # sm_80 code runs on 8.0, 8.6, 8.7, 8.9; sm_90 on 9.0 (sm_90a only on exactly 9.0).
@@ -78,15 +85,39 @@ class KernelSpec:
     scratch_global_align: int = 1
     scratch_profile: int = 0
     source_hash: str = ""
+    # How the grid is formed: "elements" ceil(n / elements_per_block); quant kernels: "rows" (M, 1, 1)
+    # or "tiles" (ceil(M / block_m) * ceil(N / block_n), 1, 1), M and N being parameters so named.
+    grid: str = "elements"
+    block_m: int = 0
+    block_n: int = 0
+    multiple_of_16: tuple[str, ...] = ()   # with aligned16: i32 parameters assumed multiples of 16
+
+    @property
+    def n_contract(self) -> int:
+        """How many parameters precede Triton's trailing scratch pointers."""
+        if self.family in FAMILY_ARGS:
+            return len(FAMILY_ARGS[self.family])
+        return sum(1 for p in self.params if p.name not in SCRATCH_PARAMS)
 
     @property
     def contract_params(self) -> tuple[ParamSpec, ...]:
         """The parameters of the family's contract (without Triton's trailing scratch pointers)."""
-        return self.params[: len(FAMILY_ARGS[self.family])]
+        return self.params[: self.n_contract]
 
     @property
     def scratch_params(self) -> tuple[ParamSpec, ...]:
-        return self.params[len(FAMILY_ARGS[self.family]):]
+        return self.params[self.n_contract:]
+
+    def grid_for(self, values) -> tuple[int, int, int]:
+        """The launch grid of a "rows" or "tiles" kernel for contract values `values` (in order)."""
+        names = [p.name for p in self.contract_params]
+        m = int(values[names.index("M")])
+        if self.grid == "rows":
+            return (max(1, m), 1, 1)
+        if self.grid == "tiles":
+            n = int(values[names.index("N")])
+            return (max(1, -(-m // self.block_m) * -(-n // self.block_n)), 1, 1)
+        raise BundleError(f"kernel {self.variant}: its grid follows n (elements_per_block), not its arguments")
 
 
 def default_bundle_dir() -> Path:
@@ -121,11 +152,12 @@ def _spec_from_json(entry: dict, where: str) -> KernelSpec:
         return conv(entry[key]) if conv else entry[key]
 
     family = need("family", str)
-    if family not in FAMILY_ARGS:
-        raise BundleError(f"{where}: kernel {variant}: unknown family {family!r} (expected one of {sorted(FAMILY_ARGS)})")
+    if family not in FAMILIES:
+        raise BundleError(f"{where}: kernel {variant}: unknown family {family!r} (expected one of {sorted(FAMILIES)})")
+    quant = family == QUANT_FAMILY
     dtype = need("dtype", str)
-    if dtype not in ("f32", "f64"):
-        raise BundleError(f"{where}: kernel {variant}: dtype must be 'f32' or 'f64', got {dtype!r}")
+    if dtype not in (("f32", "f64", "f16", "bf16") if quant else ("f32", "f64")):
+        raise BundleError(f"{where}: kernel {variant}: dtype {dtype!r} is not one of the {family} family's")
     block = tuple(int(b) for b in need("block"))
     if len(block) != 3 or min(block) < 1 or block[0] * block[1] * block[2] > 1024:
         raise BundleError(f"{where}: kernel {variant}: block {block} is not a valid launch block")
@@ -149,7 +181,21 @@ def _spec_from_json(entry: dict, where: str) -> KernelSpec:
                               f"{offset} do not fit kind {kind} ({PARAM_SIZES[kind]} bytes, naturally aligned)")
         params.append(ParamSpec(str(p.get("name", f"arg{i}")), kind, size, offset))
 
-    contract = FAMILY_ARGS[family]
+    grid, block_m, block_n = "elements", 0, 0
+    if quant:
+        grid = str(entry.get("grid"))
+        if grid not in ("rows", "tiles"):
+            raise BundleError(f"{where}: kernel {variant}: a quant kernel needs grid 'rows' or 'tiles', got {grid!r}")
+        names = [p.name for p in params]
+        if "M" not in names or (grid == "tiles" and "N" not in names):
+            raise BundleError(f"{where}: kernel {variant}: grid {grid!r} needs parameters M{' and N' if grid == 'tiles' else ''}")
+        if grid == "tiles":
+            block_m, block_n = int(entry.get("block_m", 0)), int(entry.get("block_n", 0))
+            if block_m < 1 or block_n < 1:
+                raise BundleError(f"{where}: kernel {variant}: grid 'tiles' needs block_m and block_n >= 1")
+        contract = tuple((p.name, p.kind) for p in params if p.name not in SCRATCH_PARAMS)
+    else:
+        contract = FAMILY_ARGS[family]
     if len(params) < len(contract):
         raise BundleError(f"{where}: kernel {variant}: {len(params)} params, the {family} contract has "
                           f"{len(contract)} ({', '.join(n for n, _ in contract)})")
@@ -170,6 +216,7 @@ def _spec_from_json(entry: dict, where: str) -> KernelSpec:
         aligned16=bool(need("aligned16")), params=tuple(params),
         scratch_global=int(scratch.get("global", 0)), scratch_global_align=max(1, int(scratch.get("global_align", 1))),
         scratch_profile=int(scratch.get("profile", 0)), source_hash=str(entry.get("source_hash", "")),
+        grid=grid, block_m=block_m, block_n=block_n, multiple_of_16=tuple(entry.get("multiple_of_16") or ()),
     )
 
 
@@ -266,6 +313,18 @@ class Bundle:
         module = self.driver.module_load_data(image, kernel=spec.variant)
         func = self.driver.module_get_function(module, spec.entry, kernel=spec.variant)
         self._check_params(spec, func)
+        if spec.shared > SHARED_DEFAULT_LIMIT:
+            # Triton's big GEMM tiles pipeline through more than the default 48 KB.
+            try:
+                static = self.driver.func_attribute("SHARED_SIZE_BYTES", func, kernel=spec.variant)
+                self.driver.func_set_attribute("MAX_DYNAMIC_SHARED_SIZE_BYTES", func, spec.shared,
+                                               kernel=spec.variant)
+            except Exception as e:
+                raise BundleError(f"kernel {spec.variant}: needs {spec.shared} bytes of dynamic shared memory "
+                                  f"and the device refused the opt-in: {e}") from None
+            if static:
+                raise BundleError(f"kernel {spec.variant}: has {static} bytes of static shared memory on top of "
+                                  f"{spec.shared} dynamic; the bundle assumes none")
         loaded = LoadedKernel(spec, module, func, time.perf_counter() - t0)
         for p in spec.scratch_params:
             loaded.scratch[p.name] = 0
@@ -319,7 +378,8 @@ class Bundle:
         over many SMs; below that, the smallest block.
         """
         cands = [k for k in self.kernels.values()
-                 if k.spec.family == family and k.spec.dtype == dtype and (aligned16 or not k.spec.aligned16)]
+                 if k.spec.family == family and k.spec.dtype == dtype and (aligned16 or not k.spec.aligned16)
+                 and k.spec.grid == "elements"]
         if not cands:
             raise BundleError(f"no {family} kernel for dtype {dtype}"
                               f"{'' if aligned16 else ' that accepts unaligned pointers or sizes'} on {self.arch} "

@@ -130,6 +130,7 @@ class Context:
         self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
         self.ticks: dict[tuple, object] = {}                     # (op, dtype char, n) -> its tick plan
         self.dummy = 0                                           # warm-up's placeholder block
+        self.kernel_runtime = None                               # kernels_api.KernelRuntime, on first use
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
 

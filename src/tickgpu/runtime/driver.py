@@ -182,6 +182,12 @@ class Driver:
         return int(self._check(self._cu.cuFuncGetAttribute(attr, self._cu.CUfunction(func)),
                                f"cuFuncGetAttribute({name})", kernel))
 
+    def func_set_attribute(self, name: str, func: int, value: int, kernel: str | None = None) -> None:
+        """cuFuncSetAttribute; `name` without its prefix, e.g. ``"MAX_DYNAMIC_SHARED_SIZE_BYTES"``."""
+        attr = getattr(self._cu.CUfunction_attribute, "CU_FUNC_ATTRIBUTE_" + name)
+        self._check(self._cu.cuFuncSetAttribute(self._cu.CUfunction(func), attr, int(value)),
+                    f"cuFuncSetAttribute({name}={value})", kernel)
+
     # ---- memory -------------------------------------------------------------------------------
     def mem_alloc(self, nbytes: int) -> int:
         self.counts["mem_alloc"] += 1

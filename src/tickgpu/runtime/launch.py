@@ -12,7 +12,7 @@ import struct
 
 import numpy as np
 
-from tickgpu.runtime.bundle import FAMILY_ARGS, LoadedKernel
+from tickgpu.runtime.bundle import LoadedKernel
 
 __all__ = ["ArgBuffer", "Launcher", "grid_for", "MAX_ELEMENTS_PER_LAUNCH"]
 
@@ -59,7 +59,7 @@ class ArgBuffer:
         self._all = struct.Struct(fmt)
         self._one = [struct.Struct("<" + _STRUCT_CODES[p.kind]) for p in spec.params]
         self._offsets = [p.offset for p in spec.params]
-        self._n_contract = len(FAMILY_ARGS[spec.family])
+        self._n_contract = spec.n_contract
 
     def pack(self, *contract_values) -> None:
         """Write every parameter of the family's contract, in contract order.
@@ -112,7 +112,11 @@ class Launcher:
 
     def launch(self, n: int, stream: int, *, sync: bool = False) -> None:
         """Launch over `n` elements with the values last packed; cuLaunchKernel copies them."""
+        self.launch_grid(self.grid(n), stream, sync=sync)
+
+    def launch_grid(self, grid: tuple[int, int, int], stream: int, *, sync: bool = False) -> None:
+        """Launch on an explicit `grid` (kernels whose grid follows their arguments: quant)."""
         spec = self.kernel.spec
-        self.driver.launch(self.kernel.func, self.grid(n), spec.block, spec.shared, stream,
+        self.driver.launch(self.kernel.func, grid, spec.block, spec.shared, stream,
                            self.args.address, sync=sync, kernel=spec.variant)
         self.launches += 1

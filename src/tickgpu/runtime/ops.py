@@ -24,7 +24,7 @@ import numpy as np
 
 from tickgpu.runtime import direct, staged
 from tickgpu.runtime.arrays import is_device_array
-from tickgpu.runtime.bundle import GREEKS_OUTPUTS
+from tickgpu.runtime.bundle import GREEKS_OUTPUTS, QUANT_FAMILY
 from tickgpu.runtime.launch import Launcher, grid_for
 from tickgpu.runtime.staged import DTYPE_CODE, bucket, bucket_sizes, plan_for
 
@@ -138,6 +138,16 @@ def _call(fam: _Family, dtype: np.dtype, shape: tuple, inputs: tuple, grid=(), e
     return staged.host_call(_context, fam, dtype, shape, inputs, grid, extra)
 
 
+def kernel_runtime_of(ctx):
+    """The context's `KernelRuntime` (named kernels on device buffers), made on first use."""
+    rt = ctx.kernel_runtime
+    if rt is None:
+        from tickgpu.runtime.kernels_api import KernelRuntime
+
+        rt = ctx.kernel_runtime = KernelRuntime(ctx)
+    return rt
+
+
 # ---- warm-up ------------------------------------------------------------------------------------
 _WARM_INPUTS = {
     "greeks": (100.0, 100.0, 1.0, 0.01, 0.2, 0.0, True),
@@ -149,6 +159,9 @@ _WARM_GRID = (np.array([90.0, 110.0]), np.array([0.25, 1.0]), np.full(4, 0.2))
 
 def warmup(ctx) -> dict:
     """Launch every kernel variant once, build and replay every staged graph, and run each path once.
+
+    Element-wise kernels run over 16 elements of a placeholder block; quant kernels on a 1 x 16 x 16
+    problem of valid buffers (`KernelRuntime.warm`).
 
     Lazy module loading is the driver's default, so a kernel's first launch pays for loading its
     code, and a graph's first launch for uploading it; this pays both up front. It also builds
@@ -163,8 +176,10 @@ def warmup(ctx) -> dict:
         ctx.enter()
         chunk = ctx.staging_elements
         # Scratch for the largest grid a staged launch uses, before any plan captures its address.
+        staged_families = {f.name for f in FAMILIES}
         for lk in ctx.bundle.kernels.values():
-            ctx.bundle.ensure_scratch(lk, grid_for(chunk, lk.spec.elements_per_block)[0])
+            if lk.spec.family in staged_families:
+                ctx.bundle.ensure_scratch(lk, grid_for(chunk, lk.spec.elements_per_block)[0])
         # Every variant, directly, over 16 elements (the aligned variants want n % 16 == 0) of a
         # placeholder block of ones; inputs broadcast, outputs may overlap: only loading matters.
         if not ctx.dummy:
@@ -173,7 +188,9 @@ def warmup(ctx) -> dict:
             d.memcpy_htod(ctx.dummy, staged.addr(ones), ones.nbytes)
         fams = {f.name: f for f in FAMILIES}
         for lk in ctx.bundle.kernels.values():
-            fam = fams[lk.spec.family]
+            fam = fams.get(lk.spec.family)
+            if fam is None:
+                continue   # quant kernels: warmed below on shapes of their own
             lau = ctx.launchers.get(lk.variant)
             if lau is None:
                 lau = ctx.launchers[lk.variant] = Launcher(d, lk)
@@ -200,6 +217,9 @@ def warmup(ctx) -> dict:
                 # copy threads).
                 _warm_calls(ctx, fam, dtype, grid, extra)
         graphs = sum(1 for r in ctx.runners.values() for g in r.graphs if g.exec)
+        # The quant kernels take matrices, not elements: launched on a tiny valid problem each.
+        if any(lk.spec.family == QUANT_FAMILY for lk in ctx.bundle.kernels.values()):
+            kernel_runtime_of(ctx).warm()
         d.ctx_synchronize()
         ctx.warm = True
     # The first "auto" call reads the measured GPU ranges; read them now.

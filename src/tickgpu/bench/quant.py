@@ -1,0 +1,400 @@
+"""`tickgpu bench --suite quant`: the quantized GEMMs and small models side by side with PyTorch.
+
+Two sections, measured in one run on one GPU:
+
+* ``gemm``: one linear layer ``(M, K) x (N, K)^T`` for M in 1..4096 at N = K = 4096 and at signal-model
+  sizes (256-1024): tickgpu's W8A8 (int8 tensor cores, fused per-token x per-channel epilogue), W16A8
+  (two int8 limbs) and W8A16 (weight-only) kernels, each as the GEMM alone (operands already quantized)
+  and, for W8A8 / W16A8, as the whole layer (activation quantization kernel + GEMM from float32);
+  against ``torch.matmul`` in float16 and bfloat16, and ``torch._int_mm`` followed by a separate
+  dequantization (per-token x per-channel scales, bias, float16), alone and with PyTorch's own
+  activation quantization in front. Outputs are float16 everywhere.
+* ``signal_mlp``: a 3-layer MLP (LayerNorm, Linear-GELU-Linear-GELU-Linear; hidden 256-1024, batch
+  1-64, plus the shipped 12-32-32-1 signal model) called from Python with NumPy in and NumPy out:
+  tickgpu ``QuantMLP(backend="gpu")`` for each scheme, the CPU reference, and PyTorch eager float32 on
+  the GPU and on the CPU (tensor from NumPy, forward, back to NumPy).
+
+GEMM timing: everything runs on one stream (tickgpu's, which PyTorch is told to use), so CUDA events
+bracket exactly the work of each call. Per case: ``p50_us`` / ``p99_us`` of events around each single
+call (the GPU may wait for the host to enqueue: that is the cost a per-tick loop pays), and
+``batched_us``, the mean over many calls queued back to back between two events (device time when the
+host keeps ahead), from which ``tops`` = 2 M N K / batched time. tickgpu launches are checked and packed
+once (`KernelRuntime.prepare`), as a model step would hold them. Model timing: wall clock per call
+(perf_counter), medians and p99 after warm-up (at most ~2 s of calls per case). Each tickgpu GEMM result is checked against the NumPy
+reference on a few rows (``max_abs_err``).
+
+torch is imported here only (never by the library). Results are printed and saved as JSON.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+import tickgpu
+from tickgpu.bench.gpu import machine_info, stats_us, time_calls
+
+GEMM_M = (1, 16, 17, 64, 65, 128, 129, 1024, 4096)
+GEMM_NK = ((4096, 4096), (256, 256), (512, 512), (1024, 1024))
+MLP_HIDDEN = (256, 512, 1024)
+MLP_BATCH = (1, 16, 64)
+MLP_FEATURES, MLP_OUTPUTS = 64, 4
+CHECK_ROWS = 16   # rows of each tickgpu GEMM result compared with the NumPy reference
+
+
+# ---- timing ---------------------------------------------------------------------------------------
+
+def time_events(torch, fn, stream, repeats: int, warmup: int = 20) -> dict:
+    """CUDA-event timing of `fn` on `stream`: per-call percentiles and the back-to-back mean."""
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+    for s, e in zip(starts, ends):
+        s.record(stream)
+        fn()
+        e.record(stream)
+    ends[-1].synchronize()
+    out = stats_us([s.elapsed_time(e) * 1e6 for s, e in zip(starts, ends)])
+    b0, b1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    b0.record(stream)
+    for _ in range(repeats):
+        fn()
+    b1.record(stream)
+    b1.synchronize()
+    out["batched_us"] = b0.elapsed_time(b1) * 1e3 / repeats
+    return out
+
+
+def _repeats(m: int, n: int, k: int, quick: bool) -> int:
+    if quick:
+        return 20
+    return 50 if m * n * k >= 1 << 34 else 200
+
+
+# ---- the GEMM section -----------------------------------------------------------------------------
+
+def _pad_k(a: np.ndarray, k_pad: int) -> np.ndarray:
+    out = np.zeros((a.shape[0], k_pad), a.dtype)
+    out[:, : a.shape[1]] = a
+    return out
+
+
+def _torch_quant_rows(torch, x):
+    """Per-token symmetric int8 in PyTorch eager (what a user would write): codes and scales."""
+    amax = x.abs().amax(dim=1, keepdim=True).clamp_min(2.0 ** -100)
+    scale = amax / 127.0
+    q = torch.round(x / scale).clamp_(-127, 127).to(torch.int8)
+    return q, scale.squeeze(1)
+
+
+def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, device: str = "cuda") -> dict:
+    """Every implementation of one (M, N, K) layer: timings, TOPS, and tickgpu's error on a few rows.
+
+    `device` is where the PyTorch side runs ("cuda"; tests pass "cpu" with a driver stand-in).
+    """
+    from tickgpu.quant import gemm as ref
+    from tickgpu.quant.schemes import quantize_activations, quantize_weight
+
+    dev = torch.device(device)
+    k_pad = -(-k // 16) * 16
+    w = (rng.standard_normal((n, k)) / math.sqrt(k)).astype(np.float32)
+    bias = (rng.standard_normal(n) * 0.1).astype(np.float32)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w8, w16 = quantize_weight(w, "int8"), quantize_weight(w, "int16")
+    hi, lo = w16.limbs
+    tile = "s" if m <= 64 else "l"
+    row_block = 64 if k <= 64 else 512
+
+    # tickgpu: operands resident, launches prepared once.
+    xb = kr.upload(x)
+    x16 = kr.upload(x.astype(np.float16))
+    xq, xs, xr = kr.empty((m, k_pad), "int8"), kr.empty((m,), "float32"), kr.empty((m,), "int32")
+    g, b0 = kr.upload(np.ones(k, np.float32)), kr.upload(np.zeros(k, np.float32))
+    b8 = kr.upload(_pad_k(w8.q, k_pad))
+    bhi, blo = kr.upload(_pad_k(hi, k_pad)), kr.upload(_pad_k(lo, k_pad))
+    s8, s16, off = kr.upload(w8.scale), kr.upload(w16.scale), kr.upload(w16.limb_offset)
+    bb = kr.upload(bias)
+    c8, c16, cw = (kr.empty((m, n), "float16") for _ in range(3))
+    act = kr.prepare(f"quant_act_k{row_block}", None, [xb, g, b0, xq, xs, xr, m, k, k, k_pad, 1e-5])
+    act.launch(sync=True)   # the codes the GEMMs read
+    w8a8 = kr.prepare(f"quant_gemm_w8a8_f16_{tile}", None,
+                      [xq, xs, xr, b8, b8, s8, s8, bb, c8, m, n, k_pad, k_pad, k_pad, n])
+    w16a8 = kr.prepare(f"quant_gemm_w16a8_f16_{tile}", None,
+                       [xq, xs, xr, bhi, blo, s16, off, bb, c16, m, n, k_pad, k_pad, k_pad, n])
+    a16 = "_a16" if k % 16 == 0 else ""
+    w8a16 = kr.prepare(f"quant_w8a16_f16_{tile}{a16}", None, [x16, b8, s8, bb, cw, m, n, k, k, k_pad, n])
+
+    # PyTorch: the same data.
+    tx = torch.from_numpy(x).to(dev)
+    tx16, txbf = tx.half(), tx.bfloat16()
+    tw = torch.from_numpy(w).to(dev)
+    tw16, twbf = tw.half(), tw.bfloat16()
+    tbias = torch.from_numpy(bias).to(dev)
+    tw8t = torch.from_numpy(w8.q).to(dev).t()          # (K, N) column-major: cuBLASLt's int8 layout
+    tsw = torch.from_numpy(w8.scale).to(dev)
+    txq, txs = _torch_quant_rows(torch, tx)
+    int_mm_rows = m
+    try:
+        torch._int_mm(txq, tw8t)
+    except RuntimeError:
+        int_mm_rows = 17   # cuBLAS int8 wants M > 16 on this PyTorch: pad with zero rows (exact)
+    pad_rows = int_mm_rows - m
+
+    def int_mm(q):
+        if pad_rows:
+            q = torch.cat([q, q.new_zeros((pad_rows, q.shape[1]))])
+        acc = torch._int_mm(q, tw8t)[:m]
+        return (acc.float() * (txs[:, None] * tsw[None, :]) + tbias).half()
+
+    def int8_layer():
+        q, s = _torch_quant_rows(torch, tx)
+        if pad_rows:
+            q = torch.cat([q, q.new_zeros((pad_rows, q.shape[1]))])
+        acc = torch._int_mm(q, tw8t)[:m]
+        return (acc.float() * (s[:, None] * tsw[None, :]) + tbias).half()
+
+    cases = {
+        "tickgpu_w8a8_gemm": w8a8.launch,
+        "tickgpu_w8a8_layer": lambda: (act.launch(), w8a8.launch()),
+        "tickgpu_w16a8_gemm": w16a8.launch,
+        "tickgpu_w16a8_layer": lambda: (act.launch(), w16a8.launch()),
+        "tickgpu_w8a16_gemm": w8a16.launch,
+        "torch_fp16_matmul": lambda: torch.matmul(tx16, tw16.t()),
+        "torch_bf16_matmul": lambda: torch.matmul(txbf, twbf.t()),
+        "torch_int_mm_dequant": lambda: int_mm(txq),
+        "torch_int8_layer": int8_layer,
+    }
+    reps = _repeats(m, n, k, quick)
+    out: dict = {"m": m, "n": n, "k": k, "tile": tile, "int_mm_rows": int_mm_rows, "cases": {}}
+    flops = 2.0 * m * n * k
+    for name, fn in cases.items():
+        try:
+            st = time_events(torch, fn, stream, reps)
+            st["tops"] = flops / (st["batched_us"] * 1e-6) / 1e12
+        except Exception as e:   # one failing implementation does not stop the others
+            st = {"error": f"{type(e).__name__}: {e}"}
+        out["cases"][name] = st
+
+    # Correctness of what was timed, on the first rows (the NumPy reference is exact for W8A8/W16A8).
+    kr.synchronize()
+    rows = min(m, CHECK_ROWS if n * k <= 1 << 22 else 4)   # NumPy's int64 GEMM is slow at 4096^2
+    act_ref = quantize_activations(x[:rows])
+    want = {
+        "tickgpu_w8a8_gemm": ref.linear_w8a8(act_ref.q, act_ref.scale, w8.q, w8.scale, bias, out_dtype="float16"),
+        "tickgpu_w16a8_gemm": ref.linear_w16a8(act_ref.q, act_ref.scale, act_ref.rowsum, hi, lo, w16.scale,
+                                               w16.limb_offset, bias, out_dtype="float16"),
+        "tickgpu_w8a16_gemm": ref.linear_w8a16(x[:rows], w8.q, w8.scale, bias, out_dtype="float16"),
+    }
+    for name, buf in (("tickgpu_w8a8_gemm", c8), ("tickgpu_w16a8_gemm", c16), ("tickgpu_w8a16_gemm", cw)):
+        got = kr.download(buf)[:rows].astype(np.float64)
+        out["cases"][name]["max_abs_err"] = float(np.abs(got - want[name].astype(np.float64)).max())
+    exact = w @ x[:rows].T
+    out["float_max_abs"] = float(np.abs(exact).max())
+    return out
+
+
+def gemm_section(torch, kr, stream, quick: bool) -> list:
+    rng = np.random.default_rng(11)
+    shapes = GEMM_NK[:2] if quick else GEMM_NK
+    ms = (1, 17, 129, 1024) if quick else GEMM_M
+    rows = []
+    for n, k in shapes:
+        for m in ms:
+            t0 = time.perf_counter()
+            r = gemm_case(torch, kr, stream, rng, m, n, k, quick)
+            rows.append(r)
+            best = {name: c.get("batched_us") for name, c in r["cases"].items()}
+            print(f"[gemm] M={m:5d} N={n} K={k}  " + "  ".join(
+                f"{name.replace('tickgpu_', 'tg_')}={v:.1f}us" for name, v in best.items() if v is not None)
+                + f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
+    return rows
+
+
+# ---- the signal-model section ---------------------------------------------------------------------
+
+def _mlp_weights(rng, dims):
+    layers = [((rng.standard_normal((o, i)) / math.sqrt(i)).astype(np.float32),
+               (rng.standard_normal(o) * 0.1).astype(np.float32)) for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, dims[0]).astype(np.float32), (rng.standard_normal(dims[0]) * 0.1).astype(np.float32))
+    return layers, ln
+
+
+def _torch_mlp(torch, layers, ln, device):
+    nn = torch.nn
+    mods = [nn.LayerNorm(len(ln[0]))]
+    for i, (w, b) in enumerate(layers):
+        lin = nn.Linear(w.shape[1], w.shape[0])
+        mods.append(lin)
+        if i < len(layers) - 1:
+            mods.append(nn.GELU())
+    model = nn.Sequential(*mods).eval()
+    with torch.no_grad():
+        mods[0].weight.copy_(torch.from_numpy(ln[0]))
+        mods[0].bias.copy_(torch.from_numpy(ln[1]))
+        for lin, (w, b) in zip([m for m in mods if isinstance(m, nn.Linear)], layers):
+            lin.weight.copy_(torch.from_numpy(w))
+            lin.bias.copy_(torch.from_numpy(b))
+    return model.to(device)
+
+
+def mlp_case(torch, layers, ln, batch: int, quick: bool, label: str, device: str = "cuda") -> dict:
+    from tickgpu.quant import QuantMLP
+
+    rng = np.random.default_rng(batch)
+    x = (rng.standard_normal((batch, layers[0][0].shape[1])) * 2).astype(np.float32)
+    ref = QuantMLP(layers, layernorm=ln, scheme="fp32").forward_cpu(x).astype(np.float64)
+    scale = float(np.abs(ref).max()) or 1.0
+    reps = 200 if quick else 2000
+    budget_s = 0.5 if quick else 2.0
+    out: dict = {"model": label, "batch": batch, "dims": [layers[0][0].shape[1]] + [w.shape[0] for w, _ in layers],
+                 "cases": {}}
+
+    def record(name, fn):
+        try:
+            t0 = time.perf_counter()
+            y = np.asarray(fn(), dtype=np.float64)
+            one = time.perf_counter() - t0
+            # slow implementations (the NumPy reference at hidden 1024) get fewer calls, not minutes
+            repeats = int(max(5, min(reps, budget_s / max(one, 1e-6))))
+            st = time_calls(fn, repeats, warmup=min(20, repeats))
+            st["max_rel_err_vs_fp32"] = float(np.abs(y - ref).max() / scale)
+        except Exception as e:
+            st = {"error": f"{type(e).__name__}: {e}"}
+        out["cases"][name] = st
+
+    for scheme in ("w8a8", "w16a8", "w8a16"):
+        mlp = QuantMLP(layers, layernorm=ln, scheme=scheme, backend="gpu")
+        record(f"tickgpu_{scheme}_gpu", lambda: mlp(x, check=False))
+    cpu = QuantMLP(layers, layernorm=ln, scheme="w8a8", backend="cpu")
+    record("tickgpu_w8a8_cpu_reference", lambda: cpu(x, check=False))
+    with torch.no_grad():
+        gpu_model = _torch_mlp(torch, layers, ln, device)
+        cpu_model = _torch_mlp(torch, layers, ln, "cpu")
+        record("torch_eager_fp32_gpu",
+               lambda: gpu_model(torch.from_numpy(x).to(device)).cpu().numpy())
+        record("torch_eager_fp32_cpu", lambda: cpu_model(torch.from_numpy(x)).numpy())
+    return out
+
+
+def mlp_section(torch, quick: bool) -> list:
+    rng = np.random.default_rng(5)
+    rows = []
+    hidden = MLP_HIDDEN[:1] if quick else MLP_HIDDEN
+    for h in hidden:
+        layers, ln = _mlp_weights(rng, [MLP_FEATURES, h, h, MLP_OUTPUTS])
+        for batch in MLP_BATCH:
+            rows.append(mlp_case(torch, layers, ln, batch, quick, f"random {MLP_FEATURES}-{h}-{h}-{MLP_OUTPUTS}"))
+            _print_mlp(rows[-1])
+    # The shipped signal model (tickgpu/data/quant_signal_mlp.npz: LayerNorm, 12-32-32-1).
+    from importlib import resources
+
+    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
+        sd = dict(np.load(f))
+    layers = [(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in (1, 3, 5)]
+    ln = (sd["0.weight"], sd["0.bias"])
+    for batch in (1, 64):
+        rows.append(mlp_case(torch, layers, ln, batch, quick, "shipped signal model 12-32-32-1"))
+        _print_mlp(rows[-1])
+    return rows
+
+
+def _print_mlp(r: dict) -> None:
+    parts = [f"{name}={c['p50_us']:.1f}us" for name, c in r["cases"].items() if "p50_us" in c]
+    print(f"[mlp] {r['model']} batch={r['batch']}  " + "  ".join(parts), flush=True)
+
+
+# ---- driver ---------------------------------------------------------------------------------------
+
+def run(args) -> int:
+    """Run the suite; ``args.out`` (result directory) and ``args.quick`` (small sweep) are read."""
+    import torch
+
+    from tickgpu.errors import BackendUnavailable
+    from tickgpu.runtime import available, kernel_runtime, unavailable_reason
+
+    if not torch.cuda.is_available():
+        raise BackendUnavailable("the quant suite compares against PyTorch on the GPU, and torch sees no CUDA device")
+    if not available():
+        raise BackendUnavailable(f"no usable GPU for tickgpu ({unavailable_reason()})")
+    quick = bool(getattr(args, "quick", False))
+    torch.cuda.init()
+    kr = kernel_runtime()
+    res: dict = {"suite": "quant", "machine": machine_info(), "quick": quick,
+                 "versions": {"torch": torch.__version__, "cuda": torch.version.cuda}}
+    t0 = time.perf_counter()
+    tickgpu.warmup()
+    res["warmup_s"] = time.perf_counter() - t0
+
+    # One stream for everything: tickgpu's, with PyTorch told to queue there too.
+    stream = torch.cuda.ExternalStream(kr.stream)
+    sections = {
+        "gemm": lambda: gemm_section(torch, kr, stream, quick),
+        "signal_mlp": lambda: mlp_section(torch, quick),
+    }
+    with torch.cuda.stream(stream):
+        for name, fn in sections.items():
+            t1 = time.perf_counter()
+            try:
+                res[name] = fn()
+            except Exception as e:   # a failing section is reported, the other still runs
+                res[name] = {"error": f"{type(e).__name__}: {e}"}
+                print(f"[{name}] failed: {res[name]['error']}", flush=True)
+            print(f"[{name}] {time.perf_counter() - t1:.1f} s", flush=True)
+    torch.cuda.synchronize()
+
+    out = Path(getattr(args, "out", "benchmarks/results"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"quant-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
+    path.write_text(json.dumps(res, indent=1, default=float))
+    print_summary(res)
+    print(f"saved {path}")
+    return 0
+
+
+def print_summary(res: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    gemm = res.get("gemm")
+    if isinstance(gemm, list) and gemm:
+        names = list(gemm[0]["cases"])
+        t = Table(title="GEMM, batched us per call (TOPS)", title_justify="left")
+        t.add_column("M x N x K")
+        for name in names:
+            t.add_column(name.replace("tickgpu_", "tg_").replace("torch_", "pt_"), justify="right")
+        for r in gemm:
+            cells = []
+            for name in names:
+                c = r["cases"][name]
+                cells.append("err" if "batched_us" not in c else f"{c['batched_us']:.1f} ({c['tops']:.0f})")
+            t.add_row(f"{r['m']} x {r['n']} x {r['k']}", *cells)
+        console.print(t)
+    mlp = res.get("signal_mlp")
+    if isinstance(mlp, list) and mlp:
+        names = list(mlp[0]["cases"])
+        t = Table(title="signal MLP, NumPy in/out, p50 us per call", title_justify="left")
+        t.add_column("model, batch")
+        for name in names:
+            t.add_column(name.replace("tickgpu_", "tg_").replace("torch_", "pt_"), justify="right")
+        for r in mlp:
+            t.add_row(f"{r['model']}, {r['batch']}",
+                      *("err" if "p50_us" not in r["cases"][n] else f"{r['cases'][n]['p50_us']:.1f}" for n in names))
+        console.print(t)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m tickgpu.bench.quant", description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--quick", action="store_true")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

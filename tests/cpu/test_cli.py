@@ -1,0 +1,266 @@
+"""The tickgpu command (help, doctor, demo, bench) and the demo report's statistics."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tickgpu.app import report
+
+DATA = Path(__file__).resolve().parents[2] / "src" / "tickgpu" / "data"
+AMZN_BOOK = DATA / "AMZN_2012-06-21_34200000_57600000_orderbook_1.csv"
+
+
+def tickgpu_cmd(*args, timeout=300, cwd=None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TICKGPU_DISABLE_GPU="1", COLUMNS="120")
+    return subprocess.run([sys.executable, "-m", "tickgpu", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=cwd)
+
+
+# ---- help and dispatch ----------------------------------------------------------------------------
+
+def test_help_lists_every_command():
+    r = tickgpu_cmd("--help")
+    assert r.returncode == 0, r.stderr
+    for cmd in ("demo", "doctor", "bench", "build-kernels"):
+        assert cmd in r.stdout
+
+
+def test_no_command_prints_help_and_fails():
+    r = tickgpu_cmd()
+    assert r.returncode == 2
+    assert "usage" in r.stdout.lower()
+
+
+def test_bad_arguments_are_usage_errors():
+    r = tickgpu_cmd("demo", "--ticks", "-3")
+    assert r.returncode == 2
+    assert "--ticks" in r.stderr and "must be >= 0" in r.stderr
+
+
+def test_demo_missing_data_file_names_it(tmp_path):
+    r = tickgpu_cmd("demo", "--data", str(tmp_path / "nope.csv"), "--quiet")
+    assert r.returncode == 2
+    assert "nope.csv" in r.stderr
+
+
+def test_version():
+    import tickgpu
+
+    r = tickgpu_cmd("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"tickgpu {tickgpu.__version__}"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tickgpu.bench.quant") is not None,
+                    reason="the quant suite is installed here")
+def test_bench_suite_not_installed_exits_3():
+    r = tickgpu_cmd("bench", "--suite", "quant")
+    assert r.returncode == 3
+    assert "quant" in r.stderr and "not part of this installation" in r.stderr
+
+
+def test_unknown_bench_suite_module_is_reported():
+    from tickgpu import cli
+
+    mod, why = cli._load_suite("no_such_suite")
+    assert mod is None and "not part of this installation" in why
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is not None, reason="triton is installed here")
+def test_build_kernels_without_triton_says_why():
+    r = tickgpu_cmd("build-kernels", "--help")
+    assert r.returncode == 3
+    assert "Triton" in r.stderr
+
+
+# ---- doctor ---------------------------------------------------------------------------------------
+
+def test_doctor_json_has_the_facts():
+    r = tickgpu_cmd("doctor", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert set(info) >= {"platform", "cpu", "memory", "huge_pages", "memlock", "gpu", "versions", "native"}
+    # Each figure against an independent reading of the same fact.
+    assert info["cpu"]["logical_cores"] == os.cpu_count()
+    assert info["versions"]["numpy"] == np.__version__
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    assert info["memlock"]["unlimited"] == (soft == resource.RLIM_INFINITY)
+    if soft != resource.RLIM_INFINITY:
+        assert info["memlock"]["soft_bytes"] == soft
+    assert isinstance(info["platform"]["wsl2"], bool)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.is_file():
+        assert f"[{info['huge_pages']['thp_mode']}]" in thp.read_text()
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        m = re.search(r"^HugePages_Total:\s+(\d+)", meminfo.read_text(), re.M)
+        if m:
+            assert info["huge_pages"]["total"] == int(m.group(1))
+    # TICKGPU_DISABLE_GPU is set for these runs: the report must say the GPU is off and why.
+    assert info["gpu"]["runtime"]["available"] is False
+    assert info["gpu"]["runtime"]["reason"]
+    assert info["native"]["loaded"] is True and info["native"]["threads"] >= 1
+
+
+def test_doctor_table_runs():
+    r = tickgpu_cmd("doctor")
+    assert r.returncode == 0, r.stderr
+    assert "huge pages" in r.stdout and "memlock" in r.stdout
+
+
+# ---- report statistics ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3, 10, 1001])
+def test_percentile_matches_numpy(rng, n):
+    x = rng.lognormal(3.0, 1.0, n)
+    for q in (0.0, 1.0, 50.0, 99.0, 99.9, 100.0, float(rng.uniform(0, 100))):
+        assert report.percentile(x, q) == pytest.approx(np.percentile(x, q), rel=1e-12, abs=0)
+
+
+def test_percentile_of_integers_and_ties(rng):
+    x = rng.integers(0, 5, 500)
+    for q in (10.0, 50.0, 99.9):
+        assert report.percentile(x, q) == pytest.approx(np.percentile(x, q), rel=1e-12)
+
+
+def test_percentile_edges():
+    assert np.isnan(report.percentile([], 50))
+    with pytest.raises(ValueError, match="q"):
+        report.percentile([1.0], 101)
+    with pytest.raises(ValueError, match="q"):
+        report.percentile([1.0], float("nan"))
+
+
+def test_summarize_matches_numpy(rng):
+    ns = rng.integers(1_000, 10_000_000, 777)
+    s = report.summarize_ns(ns)
+    us = ns / 1e3
+    assert s["n"] == 777
+    assert s["p50_us"] == pytest.approx(np.percentile(us, 50))
+    assert s["p99_us"] == pytest.approx(np.percentile(us, 99))
+    assert s["p99.9_us"] == pytest.approx(np.percentile(us, 99.9))
+    assert s["mean_us"] == pytest.approx(us.mean())
+    assert s["max_us"] == pytest.approx(us.max())
+
+
+@pytest.mark.parametrize("bins", [1, 7, 40])
+def test_histogram_matches_numpy(rng, bins):
+    x = rng.lognormal(2.0, 1.5, 5000)
+    edges = report.log_bin_edges(x, bins)
+    assert edges.size == bins + 1
+    assert edges[0] == pytest.approx(x.min()) and edges[-1] == pytest.approx(x.max())
+    assert np.all(np.diff(np.log(edges)) == pytest.approx(np.log(edges[1] / edges[0])))
+    want, _ = np.histogram(x, edges)
+    got = report.histogram(x, edges)
+    np.testing.assert_array_equal(got, want)
+    # Values outside the edges and NaN are not counted, as in numpy.histogram.
+    y = np.concatenate([x, [edges[0] / 2, edges[-1] * 2, np.nan, edges[-1]]])
+    np.testing.assert_array_equal(report.histogram(y, edges), np.histogram(y[np.isfinite(y)], edges)[0])
+
+
+def test_histogram_edges_bad_input():
+    with pytest.raises(ValueError, match="edges"):
+        report.histogram([1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="values"):
+        report.log_bin_edges([0.0, -1.0])
+    with pytest.raises(ValueError, match="bins"):
+        report.log_bin_edges([1.0], 0)
+    e = report.log_bin_edges([5.0, 5.0, 5.0], 4)          # one distinct value: still a valid bin
+    assert e[0] < 5.0 < e[-1] and report.histogram([5.0] * 3, e).sum() == 3
+
+
+def test_svg_histogram_is_svg(rng):
+    svg = report.svg_histogram(rng.lognormal(1, 1, 300), "greeks <&>")
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert "greeks &lt;&amp;&gt;" in svg and "p99.9" in svg
+    import xml.etree.ElementTree as ET
+
+    ET.fromstring(svg)                                     # well-formed
+    assert "no samples" in report.svg_histogram([], "empty")
+
+
+# ---- demo -----------------------------------------------------------------------------------------
+
+def _mid_changes_from_orderbook(n_ticks: int) -> int:
+    """Messages needed for n_ticks mid changes, counted straight from the orderbook CSV."""
+    ob = np.loadtxt(AMZN_BOOK, delimiter=",", skiprows=1, dtype=np.int64, max_rows=20_000)
+    quoted = (ob[:, 1] > 0) & (ob[:, 3] > 0)
+    mid = np.where(quoted, (ob[:, 0] + ob[:, 2]) / 2.0, np.nan)
+    seen, prev = 0, np.nan
+    for i, m in enumerate(mid):
+        if np.isfinite(m) and np.isfinite(prev) and m != prev:
+            seen += 1
+            if seen == n_ticks:
+                return i + 1
+        if np.isfinite(m):
+            prev = m
+    raise AssertionError("not enough ticks in the first 20,000 rows")
+
+
+def test_demo_runs_and_writes_reports(tmp_path):
+    out = tmp_path / "rep"
+    r = tickgpu_cmd("demo", "--ticks", "50", "--out", str(out), "--strikes", "20", "--expiries", "4")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "implied_vol" in r.stdout and "p99.9" in r.stdout
+    rep = json.loads((out / "demo.json").read_text())
+    assert set(rep["stages"]) == {"book", "surface", "greeks", "quotes", "implied_vol", "tick_total"}
+    for name, s in rep["stages"].items():
+        assert {"n", "p50_us", "p99_us", "p99.9_us", "mean_us", "backend"} <= set(s)
+        assert 0 < s["p50_us"] <= s["p99_us"] <= s["p99.9_us"] <= s["max_us"]
+        assert s["n"] == (rep["throughput"]["messages"] if name == "book" else 50)
+    assert rep["throughput"]["ticks"] == 50
+    assert rep["chain"]["options"] == 4 * 20 * 2
+    assert rep["backends"] == {"book": "cpu", "surface": "cpu", "greeks": "cpu", "implied_vol": "cpu"}
+    # Ticks are mid changes: the replay must stop exactly where the file's 50th mid change is.
+    assert rep["throughput"]["messages"] == _mid_changes_from_orderbook(50)
+    check = rep["iv_check"]
+    assert check["passed"] and check["non_ok"] == 0 and check["checked"] == 50 * 160
+    assert check["max_abs_residual"] <= check["tolerance"] < check["max_abs_vol_error"]
+    html = (out / "demo.html").read_text()
+    assert "<svg" in html and html.count("<svg") == 6 and "<script" not in html
+    assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_demo_gpu_backend_unavailable_is_a_clear_error(tmp_path):
+    r = tickgpu_cmd("demo", "--ticks", "5", "--backend", "gpu", "--out", str(tmp_path), "--quiet")
+    assert r.returncode == 3
+    assert "gpu" in r.stderr.lower()
+
+
+# ---- bench ----------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_bench_cpu_quick_writes_results(tmp_path):
+    r = tickgpu_cmd("bench", "--suite", "cpu", "--quick", "--out", str(tmp_path), timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = list(tmp_path.glob("cpu-*.json"))
+    assert len(files) == 1, files
+    res = json.loads(files[0].read_text())
+    assert res["suite"] == "cpu" and res["quick"] is True
+    assert {"cpu_model", "cores", "python", "numpy", "date"} <= set(res["machine"])
+    assert set(res["sections"]) == {"greeks", "implied_vol", "surface", "book"}
+    for name, sec in res["sections"].items():
+        assert "error" not in sec, sec.get("error")
+        assert sec["cases"], name
+        for c in sec["cases"]:
+            assert {"impl", "n", "median_ns", "p99_ns", "items_per_s", "speedup"} <= set(c)
+            assert c["median_ns"] > 0
+    names = " ".join(t["name"] for t in res["targets"])
+    assert "greeks" in names and "implied vol" in names and "book" in names
+    for t in res["targets"]:
+        assert isinstance(t["passed"], bool)
+    # The baselines agree with tickgpu (a fast wrong answer must not win).
+    g = res["sections"]["greeks"]["checks"][-1]["max_abs_diff"]
+    assert max(g.values()) < 1e-8
+    assert res["sections"]["implied_vol"]["checks"]["tickgpu_vs_true_vol_max_abs"] < 1e-8
+    assert res["sections"]["surface"]["checks"][-1]["max_abs_diff"] < 1e-12
+    syn = [c for c in res["sections"]["book"]["checks"] if c["stream"] == "synthetic"][0]
+    assert syn["tickgpu_rejected"] == 0 and syn["max_abs_mid_diff"] == 0.0

@@ -1,0 +1,89 @@
+"""The quant benchmark's cases end to end on the mock driver and PyTorch on the CPU (no GPU).
+
+Not a measurement: it runs every implementation of a GEMM case and a model case once through the
+same code the GPU run uses, so a mis-wired launch (wrong argument, stride, variant) shows up here as
+an error or a nonzero difference from the NumPy reference before any GPU time is spent.
+"""
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tickgpu.runtime as rt  # noqa: E402
+from tickgpu import dispatch  # noqa: E402
+from tickgpu.bench import quant as bq  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mock import MockDriver, default_entries, quant_entries, write_bundle  # noqa: E402
+
+
+class _Event:
+    """torch.cuda.Event's timing interface on the host clock (the mock runs kernels synchronously)."""
+
+    def __init__(self, enable_timing=True):
+        self.t = None
+
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return (end.t - self.t) * 1e3
+
+
+class _TorchOnCpu:
+    """torch, with CUDA events replaced by host-clock ones."""
+
+    cuda = types.SimpleNamespace(Event=_Event)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+
+@pytest.fixture
+def kr(tmp_path, monkeypatch):
+    entries = default_entries() + quant_entries("sm_90")
+    rt.init(driver=MockDriver(), bundle_dir=write_bundle(tmp_path / "b", entries), staging_elements=64)
+    monkeypatch.setattr(dispatch, "gpu_available", lambda: True)
+    yield rt.kernel_runtime()
+    rt.reset()
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 64, 48), (17, 40, 64), (70, 130, 96)])
+def test_gemm_case_runs_every_implementation(kr, m, n, k):
+    r = bq.gemm_case(_TorchOnCpu(), kr, None, np.random.default_rng(0), m, n, k, quick=True, device="cpu")
+    assert set(r["cases"]) == {"tickgpu_w8a8_gemm", "tickgpu_w8a8_layer", "tickgpu_w16a8_gemm",
+                               "tickgpu_w16a8_layer", "tickgpu_w8a16_gemm", "torch_fp16_matmul",
+                               "torch_bf16_matmul", "torch_int_mm_dequant", "torch_int8_layer"}
+    for name, c in r["cases"].items():
+        if name.startswith("tickgpu"):
+            assert "error" not in c, (name, c)
+            assert c["tops"] > 0 and c["p50_us"] > 0
+    for name in ("tickgpu_w8a8_gemm", "tickgpu_w16a8_gemm", "tickgpu_w8a16_gemm"):
+        assert r["cases"][name]["max_abs_err"] == 0.0, name   # the mock computes the reference itself
+    assert r["tile"] == ("s" if m <= 64 else "l")
+
+
+def test_mlp_case_runs_every_implementation(kr):
+    rng = np.random.default_rng(1)
+    layers, ln = bq._mlp_weights(rng, [16, 32, 32, 2])
+    r = bq.mlp_case(_TorchOnCpu(), layers, ln, 3, quick=True, label="smoke", device="cpu")
+    for name, c in r["cases"].items():
+        assert "error" not in c, (name, c)
+        tol = 0.05 if name.startswith("tickgpu") else 1e-5
+        assert c["max_rel_err_vs_fp32"] < tol, (name, c["max_rel_err_vs_fp32"])
+
+
+def test_suite_refuses_without_cuda_torch(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    from tickgpu.errors import BackendUnavailable
+    with pytest.raises(BackendUnavailable, match="no CUDA device"):
+        bq.run(types.SimpleNamespace(out=str(tmp_path), quick=True))

@@ -1,0 +1,268 @@
+"""tickgpu.runtime.kernel_runtime() on the mock driver: the quant kernels' packing, grids, alignment
+promises, warm-up and a whole QuantMLP plan -- no GPU needed.
+
+The bundle is the committed manifest's quant entries (real parameter layouts, tiles, shared memory
+sizes) with fake cubins. The mock (cuda_mock.py) reads every launch's arguments through the packed
+buffer at the manifest's offsets, checks the grid against the manifest's rule and the alignment
+promise, and computes the kernel with the NumPy reference on "device" memory: so a swapped
+argument, a wrong stride or a K that is not the padded one gives wrong numbers, not a pass.
+"""
+import gc
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu.runtime as rt
+from tickgpu.quant import QuantLinear, QuantMLP, _gpu
+from tickgpu.runtime.bundle import BundleError
+from tickgpu.runtime.kernels_api import BufferPool
+from tickgpu.runtime.launch import ArgBuffer
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mock import MockDriver, default_entries, quant_entries, write_bundle  # noqa: E402
+
+
+@pytest.fixture
+def mock():
+    return MockDriver()
+
+
+@pytest.fixture
+def ctx(mock, tmp_path):
+    entries = default_entries() + quant_entries("sm_90")
+    c = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", entries), staging_elements=64)
+    yield c
+    rt.reset()
+
+
+@pytest.fixture
+def kr(ctx):
+    return rt.kernel_runtime()
+
+
+def test_committed_bundle_has_the_quant_variants_the_plan_names():
+    names = {k["variant"] for k in quant_entries("sm_90")}
+    assert names == {k["variant"] for k in quant_entries("sm_80")}
+    for scheme in ("w8a8", "w16a8"):
+        for gelu in ("", "_gelu"):
+            for out in ("f32", "f16", "bf16"):
+                for tile in "sl":
+                    assert f"quant_gemm_{scheme}{gelu}_{out}_{tile}" in names
+                    assert f"quant_w8a16{gelu}_{out}_{tile}" in names
+                    assert f"quant_w8a16{gelu}_{out}_{tile}_a16" in names
+    for k in (64, 512):
+        assert {f"quant_act_k{k}", f"quant_act_ln_k{k}", f"quant_layernorm_f16_k{k}"} <= names
+
+
+def test_quant_kernels_load_with_shared_memory_opt_in(ctx, mock):
+    big = [lk for lk in ctx.bundle.kernels.values() if lk.spec.shared > 48 * 1024]
+    assert big, "expected some GEMM tiles above 48 KB of shared memory"
+    for lk in big:
+        attrs = mock.functions[lk.func].get("attributes", {})
+        assert attrs.get("MAX_DYNAMIC_SHARED_SIZE_BYTES") == lk.spec.shared, lk.variant
+    small = next(lk for lk in ctx.bundle.kernels.values() if lk.spec.family == "quant" and lk.spec.shared <= 48 * 1024)
+    assert "attributes" not in mock.functions[small.func]
+
+
+def test_arg_buffer_packs_quant_params_at_manifest_offsets(ctx):
+    lk = ctx.bundle.kernels["quant_act_ln_k64"]
+    spec = lk.spec
+    assert [p.name for p in spec.contract_params][-1] == "ln_eps"
+    assert [p.name for p in spec.scratch_params] == ["global_scratch", "profile_scratch"]
+    buf = ArgBuffer(lk)
+    vals = [0x1000, 0x2000, 0x3000, 0x4000, 0x5000, 0x6000, 7, 50, 53, 64, 1e-5]
+    buf.pack(*vals)
+    raw = buf.values.tobytes()
+    off = {p.name: p.offset for p in spec.params}
+    assert struct.unpack_from("<Q", raw, off["beta_ptr"])[0] == 0x3000
+    assert struct.unpack_from("<i", raw, off["stride_qm"])[0] == 64
+    assert struct.unpack_from("<f", raw, off["ln_eps"])[0] == np.float32(1e-5)
+    assert struct.unpack_from("<QQ", raw, off["global_scratch"]) == (0, 0)
+    with pytest.raises(TypeError, match="12 values for 11"):
+        buf.pack(*vals, 1)
+
+
+@pytest.mark.parametrize("m,n,tile,grid", [(1, 70, "s", 2), (16, 64, "s", 1), (17, 70, "s", 4), (64, 1, "s", 4),
+                                           (65, 129, "l", 2), (300, 128, "l", 3)])
+def test_launch_uses_the_manifests_tile_grid(kr, mock, rng, m, n, tile, grid):
+    k = 48
+    a = kr.upload(rng.integers(-127, 128, (m, k), dtype=np.int8))
+    b = kr.upload(rng.integers(-127, 128, (n, k), dtype=np.int8))
+    s_a, s_b = kr.upload(np.full(m, 0.5, np.float32)), kr.upload(np.full(n, 0.25, np.float32))
+    rs, bias = kr.upload(np.zeros(m, np.int32)), kr.upload(np.zeros(n, np.float32))
+    c = kr.empty((m, n), "float32")
+    args = [a, s_a, rs, b, b, s_b, s_b, bias, c, m, n, k, k, k, n]
+    variant = f"quant_gemm_w8a8_f32_{tile}"
+    assert kr.grid(variant, args) == (grid, 1, 1)
+    kr.launch(variant, (grid, 1, 1), args)
+    assert mock.launches[-1]["variant"] == variant and mock.launches[-1]["grid"] == (grid, 1, 1)
+    want = (kr.download(a).astype(np.int64) @ kr.download(b).astype(np.int64).T) * np.float32(0.125)
+    assert np.array_equal(kr.download(c), want.astype(np.float32))
+    with pytest.raises(ValueError, match="grid"):
+        kr.launch(variant, (grid + 1, 1, 1), args)
+    kr.launch(variant, None, args)   # the manifest's rule
+    assert mock.launches[-1]["grid"] == (grid, 1, 1)
+
+
+def test_rows_grid_and_bad_arguments(kr, mock, rng):
+    m, k = 5, 20
+    x = kr.upload(rng.standard_normal((m, k)).astype(np.float32))
+    g, bt = kr.upload(np.ones(k, np.float32)), kr.upload(np.zeros(k, np.float32))
+    xq, s, rs = kr.empty((m, 32), "int8"), kr.empty((m,), "float32"), kr.empty((m,), "int32")
+    args = [x, g, bt, xq, s, rs, m, k, k, 32, 1e-5]
+    kr.launch("quant_act_k64", (m, 1, 1), args)
+    assert mock.launches[-1]["grid"] == (m, 1, 1)
+    with pytest.raises(ValueError, match="grid"):
+        kr.launch("quant_act_k64", (m + 1, 1, 1), args)
+    with pytest.raises(TypeError, match="10 arguments for 11"):
+        kr.launch("quant_act_k64", None, args[:-1])
+    with pytest.raises(TypeError, match="x_ptr takes a device buffer"):
+        kr.launch("quant_act_k64", None, [np.zeros(3)] + args[1:])
+    with pytest.raises(TypeError, match="M takes an int"):
+        kr.launch("quant_act_k64", None, args[:6] + [5.0] + args[7:])
+    with pytest.raises(ValueError, match="int32"):
+        kr.launch("quant_act_k64", None, args[:7] + [2**31] + args[8:])
+    with pytest.raises(BundleError, match="quant_act_k128"):
+        kr.launch("quant_act_k128", None, args)
+
+
+def test_aligned_variants_refuse_broken_promises(kr, mock):
+    m, n, k = 3, 16, 32
+    bufs = [kr.empty(shape, dt) for shape, dt in [((m, k), "int8"), ((m,), "float32"), ((m,), "int32"),
+                                                  ((n, k), "int8"), ((n, k), "int8"), ((n,), "float32"),
+                                                  ((n,), "float32"), ((n,), "float32"), ((m, n), "float32")]]
+    args = bufs + [m, n, k, k, k, n]
+    before = len(mock.launches)
+    bad_k = list(args)
+    bad_k[11] = 30     # K not a multiple of 16
+    with pytest.raises(ValueError, match="K must be a multiple of 16"):
+        kr.launch("quant_gemm_w8a8_f32_s", None, bad_k)
+    bad_stride = list(args)
+    bad_stride[12] = 40
+    with pytest.raises(ValueError, match="stride_am must be a multiple of 16"):
+        kr.launch("quant_gemm_w8a8_f32_s", None, bad_stride)
+    bad_ptr = list(args)
+    bad_ptr[0] = bufs[0].ptr + 8
+    with pytest.raises(ValueError, match="a_ptr.*16-byte"):
+        kr.launch("quant_gemm_w8a8_f32_s", None, bad_ptr)
+    assert len(mock.launches) == before
+    # stride_cm and N carry no promise
+    kr.launch("quant_gemm_w8a8_f32_s", None, args[:10] + [n, k, k, k, n + 3])
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("dims", [[13, 40, 24, 3], [64, 96, 32, 5]], ids=["odd", "aligned"])
+def test_quant_mlp_plan_on_the_kernel_runtime(kr, mock, rng, scheme, dims):
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1)
+    for layernorm in (None, ln):
+        for out in ("float32", "float16", "bfloat16"):
+            mlp = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out)
+            for m in (1, 17, 70):
+                x = (rng.standard_normal((m, dims[0])) * 2).astype(np.float32)
+                x[m // 2, 0] = np.nan if m > 1 else x[0, 0]   # a poisoned row stays a NaN row
+                got = _gpu.plan_for(mlp, kr).run(x)
+                want = mlp.forward_cpu(x)
+                assert got.dtype == want.dtype and got.shape == (m, dims[-1])
+                # The mock computes each kernel with the reference: any plumbing slip shows here.
+                assert np.array_equal(got, want, equal_nan=True), (layernorm is None, out, m)
+    launched = {ln_["variant"] for ln_ in mock.launches}
+    if scheme == "w8a16":
+        assert any(v.endswith("_a16") for v in launched) == (dims[0] % 16 == 0)
+
+
+def test_quant_linear_single_token_and_tiles(kr, mock, rng):
+    lin = QuantLinear(rng.standard_normal((130, 70)), rng.standard_normal(130), scheme="w16a8",
+                      out_dtype="bfloat16", gelu=True)
+    for m in (1, 64, 65, 200):
+        x = rng.standard_normal((m, 70)).astype(np.float32)
+        assert np.array_equal(_gpu.plan_for(lin, kr).run(x), lin.forward_cpu(x))
+        last = mock.launches[-1]
+        assert last["variant"] == f"quant_gemm_w16a8_gelu_bf16_{'s' if m <= 64 else 'l'}"
+        assert last["args"][11] == 80   # K padded to 16
+
+
+def test_steady_state_allocates_nothing(kr, mock, rng):
+    mlp = QuantMLP([(rng.standard_normal((32, 20)), None), (rng.standard_normal((4, 32)), None)], scheme="w8a8")
+    plan = _gpu.plan_for(mlp, kr)
+    x = rng.standard_normal((8, 20)).astype(np.float32)
+    plan.run(x)
+    plan.run(x)
+    allocs = mock.counts["mem_alloc"]
+    for _ in range(5):
+        plan.run(x)
+    assert mock.counts["mem_alloc"] == allocs
+    assert kr.pool.in_use > 0 and not kr.pool.free   # weights and the step's buffers stay resident
+    in_use = kr.pool.in_use
+    plan.run(rng.standard_normal((3, 20)).astype(np.float32))   # another row count: a program of its own
+    assert kr.pool.in_use > in_use
+    del plan
+    mlp._gpu_plan = None
+    gc.collect()
+    assert kr.pool.in_use == 0
+    freed = kr.pool.trim()
+    assert freed > 0 and not kr.pool.free and kr.pool.reserved == 0
+
+
+def test_prepared_launch_repeats_without_repacking(kr, mock, rng):
+    m, n, k = 4, 32, 16
+    a = kr.upload(rng.integers(-127, 128, (m, k), dtype=np.int8))
+    b = kr.upload(rng.integers(-127, 128, (n, k), dtype=np.int8))
+    ones_m, ones_n = kr.upload(np.ones(m, np.float32)), kr.upload(np.ones(n, np.float32))
+    rs, bias, c = kr.upload(np.zeros(m, np.int32)), kr.upload(np.zeros(n, np.float32)), kr.empty((m, n), "float32")
+    p = kr.prepare("quant_gemm_w8a8_f32_s", None, [a, ones_m, rs, b, b, ones_n, ones_n, bias, c, m, n, k, k, k, n])
+    with pytest.raises(ValueError, match="grid"):
+        kr.prepare("quant_gemm_w8a8_f32_s", (3, 1, 1), [a, ones_m, rs, b, b, ones_n, ones_n, bias, c, m, n, k, k, k, n])
+    for _ in range(3):
+        p.launch()
+    assert [ln["variant"] for ln in mock.launches[-3:]] == ["quant_gemm_w8a8_f32_s"] * 3
+    want = kr.download(a).astype(np.int64) @ kr.download(b).astype(np.int64).T
+    assert np.array_equal(kr.download(c), want.astype(np.float32))
+    kr.write(a, np.zeros((m, k), np.int8))
+    p.launch()
+    assert not kr.download(c).any()
+    with pytest.raises(ValueError, match="does not fit"):
+        kr.write(a, np.zeros((m, k + 1), np.int8))
+
+
+def test_buffer_pool_size_classes(mock):
+    pool = BufferPool(mock)
+    assert [pool.size_class(n) for n in (0, 1, 256, 257, 4096, 5000)] == [256, 256, 256, 512, 4096, 8192]
+    p, s = pool.acquire(300)
+    assert s == 512 and p % 256 == 0
+    pool.release(p, s)
+    assert pool.acquire(400) == (p, 512)   # reused, not allocated
+    assert mock.counts["mem_alloc"] == 1
+
+
+def test_download_and_upload_dtypes(kr):
+    bits = np.array([0x3F80, 0xC000], np.uint16)            # bfloat16 1.0, -2.0
+    buf = kr.upload_as(bits, "bfloat16")
+    assert buf.dtype == "bfloat16" and np.array_equal(kr.download(buf), bits)
+    with pytest.raises(TypeError, match="cannot hold"):
+        kr.upload_as(np.zeros(2, np.float32), "bfloat16")
+    with pytest.raises(TypeError, match="not supported"):
+        kr.upload(np.zeros(2, np.complex64))
+    assert kr.download(kr.upload(np.arange(6, dtype=np.int32).reshape(2, 3))).tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert kr.download(kr.empty((0, 4), "float32")).shape == (0, 4)
+
+
+def test_warmup_launches_every_quant_variant(ctx, mock):
+    info = rt.warmup()
+    quant = {k.variant for k in ctx.bundle.kernels.values() if k.spec.family == "quant"}
+    launched = {ln["variant"] for ln in mock.launches}
+    assert quant <= launched
+    assert info["kernels"] == len(ctx.bundle.kernels)
+
+
+def test_kernel_runtime_unavailable_without_gpu(monkeypatch):
+    rt.reset()
+    monkeypatch.setenv("TICKGPU_DISABLE_GPU", "1")
+    from tickgpu.errors import BackendUnavailable
+    with pytest.raises(BackendUnavailable, match="TICKGPU_DISABLE_GPU"):
+        rt.kernel_runtime()
+    rt.reset()
