@@ -39,9 +39,13 @@ def mock():
     return MockDriver()
 
 
-@pytest.fixture
-def ctx(mock, bundle_dir):
+@pytest.fixture(params=["mapped", "copies"])
+def ctx(request, mock, bundle_dir):
+    """The runtime on the mock; ticks either on mapped staging (the default for small ticks) or
+    through copy -> kernel -> copy graphs (bigger ticks), so both graph shapes are exercised."""
     c = rt.init(driver=mock, bundle_dir=bundle_dir, staging_elements=CHUNK)
+    if request.param == "copies":
+        c.mapped_elements = 0
     yield c
     rt.reset()
 
@@ -425,6 +429,28 @@ def test_pipeline_waits_for_a_runner_before_reusing_it(ctx, mock, rng):
         else:
             pending.discard(s)
     assert not pending
+
+
+def test_small_ticks_run_on_mapped_staging(ctx, mock, rng):
+    """Up to `mapped_elements` a tick's graph is the kernel alone on the staging's device mapping;
+    above, copy -> kernel -> copy on device buffers. Results are right either way."""
+    if ctx.mapped_elements:
+        ctx.mapped_elements = 32
+    for n in (20, 40):
+        d = _bsm_inputs(rng, n, np.float64)
+        out = ops.greeks(**dict(d, vol=0.25), dtype=np.float64, shape=(n,))
+        _close(out["delta"], expected_greeks(**_ref(dict(d, vol=0.25)))["delta"], np.float64)
+        plan = ctx.plans[("greeks", "d", ops.bucket(n, CHUNK), 0, (), None, None)]
+        r, args = plan.runner, mock.launches[-1]["args"]
+        kinds = [op[0] for op in mock.execs[plan.graph.exec]]
+        if ctx.mapped_elements and n <= 32:
+            assert plan.mapped and kinds == ["kernel"]
+            assert r.in_host <= args[0] < r.in_host + r.in_capacity          # spot, read in place
+            assert r.out_host <= args[14] < r.out_host + r.out_capacity      # price, written in place
+        else:
+            assert not plan.mapped and kinds == ["copy", "kernel", "copy"]
+            assert r.in_dev <= args[0] < r.in_dev + r.in_capacity
+            assert r.out_dev <= args[14] < r.out_dev + r.out_capacity
 
 
 def test_copies_move_only_the_layout(ctx, mock, rng):

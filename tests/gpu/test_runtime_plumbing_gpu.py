@@ -105,6 +105,26 @@ def test_ticks_replay_without_capture_or_update(ctx, rng):
         assert r.stats["captures"] == before[k]["captures"]
 
 
+@pytest.mark.parametrize("mapped", [0, 4096])
+def test_ticks_on_mapped_staging_and_on_copy_graphs(rng, mapped):
+    """Small ticks run the kernel on mapped pinned staging (zero copy) by default; with that off,
+    copy -> kernel -> copy. Both against the closed form, arrays and single values mixed."""
+    from tickgpu.runtime import staged
+    from tickgpu.runtime.device import Context
+
+    c = Context(bundle_dir=PLUMBING, staging_elements=1 << 14)
+    c.mapped_elements = mapped
+    for dtype in (np.float64, np.float32):
+        for n in (1, 17, 1000, 4096, 5000):
+            d = dict(_inputs(rng, n, dtype), t=0.75, call=False)
+            outs = staged.host_call(lambda: c, ops.GREEKS, np.dtype(dtype), (n,), tuple(d.values()), (), None)
+            want = expected_greeks(**_f64(d))
+            for name, o in zip(ops.GREEKS_OUTPUTS, outs):
+                _close(o, want[name], dtype)
+            plan = c.ticks[("greeks", np.dtype(dtype).char, n)]
+            assert plan.mapped == (plan.m <= mapped)
+
+
 def test_large_pipeline_with_copy_threads(rng):
     """Chunks of 2**16 elements (megabytes per array: the copy threads take part) through the
     native pipeline, with single values mixed in, against the closed form."""

@@ -17,11 +17,15 @@ from tickgpu.runtime.bundle import Bundle, Manifest, arch_for, default_bundle_di
 from tickgpu.runtime.graph import GraphRunner, plan_layout
 from tickgpu.runtime.launch import Launcher
 
-__all__ = ["Context", "ConstantRing", "DEFAULT_STAGING_ELEMENTS"]
+__all__ = ["Context", "ConstantRing", "DEFAULT_STAGING_ELEMENTS", "DEFAULT_MAPPED_ELEMENTS"]
 
 # Elements per staged chunk: the largest tick done as one graph replay, and the chunk of the
 # pipeline for bigger host arrays. 2**17 float64 greeks = 17 MB of pinned staging per runner.
 DEFAULT_STAGING_ELEMENTS = 1 << 17
+# Up to this many elements a tick's kernel reads and writes pinned staging directly (zero copy):
+# at tick sizes a copy node's fixed cost outweighs the slower reads over PCIe (DESIGN.md floors:
+# 10 us against 18 us at 1,024 floats, 11 against 20 at 4,096).
+DEFAULT_MAPPED_ELEMENTS = 4096
 
 
 class ConstantRing:
@@ -118,6 +122,9 @@ class Context:
                                                                         DEFAULT_STAGING_ELEMENTS))
         if self.staging_elements < 16 or self.staging_elements % 16:
             raise ValueError(f"staging_elements must be a positive multiple of 16, got {self.staging_elements}")
+        # Ticks of up to this many elements run the kernel on mapped pinned staging (zero copy)
+        # instead of copy -> kernel -> copy; 0 turns that off.
+        self.mapped_elements = int(os.environ.get("TICKGPU_MAPPED_ELEMENTS", DEFAULT_MAPPED_ELEMENTS))
         self.stream = d.stream_create()
         # NOTE: one lock for all calls: launchers, runners and the constant ring are shared state,
         # and a tick is microseconds, so finer locks would cost more than they save.

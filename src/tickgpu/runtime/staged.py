@@ -196,11 +196,14 @@ class _TickPlan:
         self.launcher = lau = ctx.launcher(fam.name, dts, m, aligned16=True)
         ctx.bundle.ensure_scratch(lau.kernel, lau.grid(m)[0])
         self.epoch = ctx.bundle.scratch_epoch
-        dev_in = [r.in_dev + o for o in lay.in_offsets]
+        # Small ticks: the kernel alone, on the staging's device mapping (see TickGraph).
+        self.mapped = mapped = own_graph and m <= ctx.mapped_elements
+        in_base, out_base = (r.in_mapped, r.out_mapped) if mapped else (r.in_dev, r.out_dev)
+        dev_in = [in_base + o for o in lay.in_offsets]
         row_offsets = [lay.out_offsets[b] + row * m * self.blocks[b][0].itemsize for b, row in rows]
         self.row_sizes = [self.blocks[b][0].itemsize for b, _ in rows]
         strides = [(arrays >> i) & 1 for i in range(k)]
-        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], strides, [r.out_dev + o for o in row_offsets],
+        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], strides, [out_base + o for o in row_offsets],
                                     m, extra))
         self.args = lau.args.values.copy()
         # Inputs: grid arrays, then one row per element-wise input; dst fixed, src per call.
@@ -231,7 +234,7 @@ class _TickPlan:
             self.t_out[b].src = _ffi.cast("void *", r.out_host + lay.out_offsets[b])
             self.t_out[b].bytes = odt.itemsize * cnt * m
         self.row_src = np.array([r.out_host + off for off in row_offsets], dtype=np.uint64)
-        self.graph = r.new_graph() if own_graph else r.shared
+        self.graph = r.new_graph(mapped) if own_graph else r.shared
         if own_graph:
             self.bind()
 
