@@ -1,9 +1,11 @@
 """NumPy in, NumPy out: a tick as a replayed CUDA graph through pinned staging.
 
 n up to ``staging_elements`` is one replay through the native round trip (inputs into pinned
-staging, graph, wait, results out: one C call, GIL released). More is a pipeline: chunks
-alternate between two graph runners, and one native call (`tg_hot_pipeline`) stages chunk k+1
-and copies chunk k-1 out, with several copy threads, while the GPU runs chunk k.
+staging, graph, wait, results out: one C call, GIL released). Up to ``mapped_elements`` the graph
+is the kernel alone, reading and writing the staging through its device mapping; above, it is
+H2D copy -> kernel -> D2H copy. More than a chunk is a pipeline: chunks alternate between two
+graph runners (the last on a third), and one native call (`tg_hot_pipeline`) stages chunk k+1 and
+copies chunk k-1 out, with several copy threads, while the GPU runs chunk k.
 
 What a call costs in Python is kept to what changes per call: the caller's array addresses and
 sizes go into the plan's copy table, broadcast values straight into pinned staging, and one
@@ -11,12 +13,14 @@ NumPy block per output dtype is allocated. Everything else about a tick -- runne
 staging layout, argument values, copy sizes, its graph -- depends only on (op, dtype, size
 bucket) and is a cached `_TickPlan`, built for every bucket by warm-up.
 
-Broadcast values. Every input has a whole slot of the bucket's size in staging, whether the call
-passes an array or a single value; a single value is written to the slot's first element and the
-kernel reads it with stride 0. Which inputs are single values (the call's "pattern") therefore
-changes only the kernel's stride arguments: a plan whose pattern changes updates its graph's
-kernel node in place (one driver call), and a steady stream of calls with one pattern replays
-with no update at all.
+Broadcast values. In a tick every input has a slot of the bucket's size in staging whether the
+call passes an array or a single value, and the kernel reads every input with stride 1: a single
+value is filled into its slot, and only when the slot does not hold it already (a steady stream
+of calls with the same rate and vol writes nothing). So nothing about a tick's graph depends on
+which inputs are single values: every bucket's graph is built once, by warm-up, and never
+updated, and the first call costs what the thousandth does. Pipeline chunks instead give a single
+value one element and stride 0 (so their copies move arrays only) and re-point the shared graphs
+of their runners when the pattern changes -- a few driver calls against milliseconds of work.
 """
 from __future__ import annotations
 
