@@ -453,6 +453,20 @@ def test_small_ticks_run_on_mapped_staging(ctx, mock, rng):
             assert r.out_dev <= args[14] < r.out_dev + r.out_capacity
 
 
+def test_reset_plans_chooses_variants_anew(ctx, mock, rng, monkeypatch):
+    """Tick plans bind their variant at warm-up; reset_plans makes the next call choose again."""
+    ops.warmup(ctx)
+    forced = ctx.bundle.kernels["greeks_f64_b4096"]
+    monkeypatch.setattr(ctx.bundle, "select", lambda *a, **kw: forced)
+    d = _bsm_inputs(rng, 40, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(40,))
+    assert mock.launches[-1]["variant"] != "greeks_f64_b4096"       # the warm plan's choice
+    ctx.reset_plans()
+    out = ops.greeks(**d, dtype=np.float64, shape=(40,))
+    assert mock.launches[-1]["variant"] == "greeks_f64_b4096"
+    _close(out["phi"], expected_greeks(**_ref(d))["phi"], np.float64)
+
+
 def test_copies_move_only_the_layout(ctx, mock, rng):
     n = 10
     d = _bsm_inputs(rng, n, np.float64)

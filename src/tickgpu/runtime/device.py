@@ -183,6 +183,24 @@ class Context:
         r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}")
         return r
 
+    def reset_plans(self) -> None:
+        """Forget every staged plan and the graphs of their own (a changed kernel choice, tests).
+
+        Tick plans bind their kernel variant when built (by warm-up); after this the next call of
+        each size builds its plan again, choosing anew. Run `tickgpu.runtime.warmup` afterwards
+        to have them all built again up front.
+        """
+        with self.lock:
+            for r in self.runners.values():
+                for g in r.graphs:
+                    if g is not r.shared:
+                        g.destroy()
+                r.graphs = [r.shared]
+                r.shared.holder = None
+                r.staged_by = None
+            self.plans.clear()
+            self.ticks.clear()
+
     def upload(self, slot: int, a: np.ndarray, stream: int) -> int:
         """Copy host array `a` into device scratch `slot` (grown as needed); its device pointer."""
         have = self.uploads.get(slot)
