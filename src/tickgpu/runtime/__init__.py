@@ -139,12 +139,14 @@ def warmup() -> dict:
     import numpy as np
 
     import tickgpu
+    from tickgpu import dispatch
 
-    k = np.linspace(90.0, 110.0, 16)
-    for _ in range(3):
-        for dtype in (np.float64, np.float32):
-            g = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, dtype=dtype, backend="gpu")
-            tickgpu.implied_vol(g.price, 100.0, k, 0.5, 0.01, dtype=dtype, backend="gpu")
+    if dispatch.gpu_available():   # False where it was asked before a context was made by hand
+        k = np.linspace(90.0, 110.0, 16)
+        for _ in range(3):
+            for dtype in (np.float64, np.float32):
+                g = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, dtype=dtype, backend="gpu")
+                tickgpu.implied_vol(g.price, 100.0, k, 0.5, 0.01, dtype=dtype, backend="gpu")
     return info
 
 
