@@ -828,8 +828,9 @@ def test_no_torch_or_triton_imported(bundle_dir):
         from cuda_mock import MockDriver
         rt.available(); rt.unavailable_reason()
         rt.init(driver=MockDriver(), bundle_dir={str(bundle_dir)!r})
-        ops.warmup(rt.context())
-        ops.greeks(np.ones(10) * 100, 100.0, 1.0, 0.0, 0.2, 0.0, True, dtype=np.float64, shape=(10,))
+        tickgpu.warmup()                     # the runtime's, then the public calls it ends with
+        g = tickgpu.greeks(np.ones(10) * 100, 100.0, 1.0, 0.0, 0.2, backend="gpu")
+        assert abs(float(g.price[0]) - (100 + 100 + 1.0 * 0.0 + 0.2 - 0.0 + 0.5)) < 1e-12, g.price
         bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'cupy', 'jax'))
         print("IMPORTED", bad)
         assert not bad, bad
