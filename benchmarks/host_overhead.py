@@ -175,6 +175,40 @@ def staging_copies() -> dict:
     return res
 
 
+def large_host_calls() -> dict:
+    """tickgpu.greeks(backend='gpu') at n = 2**20, float64, on the null-device driver: the host's
+    whole share of a pipelined call (staging copies in and out, on the copy threads), against one
+    copy thread; the PCIe bound at 55 GB/s is given for scale."""
+    import tickgpu
+    import tickgpu.runtime as rt
+    from cuda_mock import default_entries, write_bundle
+
+    from tickgpu._native import lib
+
+    n = 1 << 20
+    res = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        rt.init(driver=_null_driver(), bundle_dir=write_bundle(Path(tmp), default_entries()))
+        x = _inputs(n, np.float64)
+        nbytes = n * (6 * 8 + 1 + 10 * 8)
+        for threads in (1, 0):
+            before = lib.tg_hot_set_copy_threads(threads)
+            tickgpu.greeks(**x, backend="gpu")
+            ts = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                tickgpu.greeks(**x, backend="gpu")
+                ts.append(time.perf_counter() - t0)
+            lib.tg_hot_set_copy_threads(before)
+            t = float(np.median(ts))
+            label = "1 copy thread" if threads == 1 else f"{lib.tg_hot_set_copy_threads(-1)} copy threads"
+            res[f"greeks f64 n=2**20, host share, {label}"] = {"ms": round(1e3 * t, 2),
+                                                               "GB/s": round(nbytes / t / 1e9, 1)}
+        res["PCIe bound for the same bytes at 55 GB/s"] = {"ms": round(1e3 * nbytes / 55e9, 2)}
+        rt.reset()
+    return res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5000)
@@ -182,7 +216,8 @@ def main(argv=None) -> int:
     res = {"gpu path, host share (mock driver, no device work)": gpu_host_overhead(args.repeats),
            "cpu backend": cpu_backend(args.repeats),
            "first call after warmup, fresh process (mock driver)": first_call(),
-           "staging copies": staging_copies()}
+           "staging copies": staging_copies(),
+           "large host calls (mock driver, no device work)": large_host_calls()}
     for section, rows in res.items():
         print(section)
         for k, v in rows.items():
