@@ -137,7 +137,7 @@ def _greeks_of(arrays) -> Greeks:
     return g
 
 
-def bind_inputs(inputs, pointers, strides, values, dt: np.dtype, shape, scratch) -> list:
+def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch) -> list:
     """Point `pointers[i]` / `strides[i]` (views of a native input struct) at each of `values`.
 
     A Python scalar goes into `scratch[i]` (stride 0); an array already of `shape`, `dt` and
@@ -163,7 +163,7 @@ def bind_inputs(inputs, pointers, strides, values, dt: np.dtype, shape, scratch)
     return keep
 
 
-def bind_flags(inputs, pointers, strides, slot: int, call, shape, scratch) -> object:
+def bind_flags(pointers, strides, slot: int, call, shape, scratch) -> object:
     """The `call` flags into slot `slot` of the input struct (bool or uint8 arrays in place)."""
     if type(call) is bool or type(call) is int:
         scratch[0] = 1 if call else 0
@@ -188,8 +188,8 @@ def _greeks_cpu(spot, strike, t, rate, vol, div, call, dt: np.dtype, shape, n: i
     # Keep the scratch and every converted array referenced until the call returns: the C core
     # reads them in place.
     scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
-    keep = bind_inputs(inputs, pointers, strides, (spot, strike, t, rate, vol, div), dt, shape, scratch)
-    flags = bind_flags(inputs, pointers, strides, 6, call, shape, flag_scratch)
+    keep = bind_inputs(pointers, strides, (spot, strike, t, rate, vol, div), dt, shape, scratch)
+    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
     outputs = ffi.new("tg_greeks_outputs *")
     if n <= _SMALL:
         # Small results share one block: one allocation instead of ten (rows are independent

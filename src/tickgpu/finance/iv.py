@@ -142,11 +142,11 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     f64 = dt is _F64
     # The scratch and converted arrays the C call reads stay referenced until it returns.
     scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
-    keep = bind_inputs(inputs, pointers, strides, values[:6], dt, shape, scratch)
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, scratch)
     call = values[6]
     if not (call is True or call is False or (type(call) is np.ndarray and call.dtype == np.bool_)):
         call = np.asarray(call) != 0          # any nonzero value is a call
-    flags = bind_flags(inputs, pointers, strides, 6, call, shape, flag_scratch)
+    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
     solve = lib.tg_implied_vol_f64 if f64 else lib.tg_implied_vol_f32
     st = solve(n, inputs, ffi.cast("double *" if f64 else "float *", ffi.from_buffer(vols)),
                ffi.cast("int8_t *", ffi.from_buffer(status)), 0)
