@@ -310,9 +310,9 @@ int tg_csv_parse(const char *text, int64_t len, int32_t ncols, const uint8_t *is
  * builds and loads on machines without CUDA: tg_hot_init returns TG_ENODRIVER there.
  * Handles (CUfunction, CUstream, CUgraphExec, CUevent, CUdeviceptr) travel as uintptr_t.
  * A call that reaches the driver returns TG_ECUDA when the driver refused, with its CUresult in
- * *cu_result (0 otherwise; cu_result may be NULL). Nothing here allocates or takes a lock after
- * tg_hot_init, so these are safe to call with the GIL released from any thread whose current
- * context owns the handles.
+ * *cu_result (0 otherwise; cu_result may be NULL). Nothing here allocates after tg_hot_init, so
+ * these are safe to call with the GIL released from any thread whose current context owns the
+ * handles. The only lock is the copy pool's (below), taken for copies of 512 KB and more.
  * tg_hot_graph_set_kernel / _set_copy update a node of an instantiated graph (a new layout costs
  * two microseconds, not a recapture); copy_params points at a CUDA_MEMCPY3D as cuda.h defines it
  * (the runtime passes the one it read back from the captured node, with its size changed). */
@@ -345,9 +345,37 @@ int tg_hot_graph_set_kernel(uintptr_t graph_exec, uintptr_t node, uintptr_t func
                             uint32_t block_z, uint32_t shared_bytes, void **params, int *cu_result);
 int tg_hot_graph_set_copy(uintptr_t graph_exec, uintptr_t node, const void *copy_params, uintptr_t ctx,
                           int *cu_result);
+/* tg_hot_stage: plain host copies (no driver needed); a list with a NULL pointer under a nonzero
+ * size is TG_EINVAL and copies nothing. Lists of 512 KB or more are split across copy threads (a
+ * pool started on first need, at most 8 by default or $TICKGPU_COPY_THREADS, never more than the
+ * cores), because one core copies ~10 GB/s where PCIe moves 55. A caller that finds the pool busy
+ * copies alone. tg_hot_set_copy_threads sets how many threads (caller included) may copy: n > 0
+ * that many, 0 the default, n < 0 leaves it; returns the previous count.
+ * tg_hot_roundtrip: one tick -- inputs into staging, graph replayed, wait, results out. */
 int tg_hot_stage(const tg_hot_copy *copies, int n_copies);
+int tg_hot_set_copy_threads(int nthreads);
 int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
                      const tg_hot_copy *out, int n_out, int *cu_result);
+
+/* tg_hot_pipeline: a large host call as chunks through a few graph runners, in one call with the
+ * GIL released. For chunk k in order: wait for (and copy out the results of) every earlier chunk,
+ * in order, up to the last one queued on chunk k's stream -- its runner's staging is then free --;
+ * copy chunk k's inputs into staging (together with those results, as one job for the copy
+ * threads); launch its graph on its stream. Then the rest is collected in order. So with chunks
+ * alternating between two runners the host stages chunk k+1 and copies out chunk k-1 while the
+ * GPU runs chunk k. Chunks that share a stream must share its staging and nothing else; every
+ * graph must already hold its chunk's layout. On a driver error every launched stream is waited
+ * for (no copy stays in flight into staging) and the first error is returned. */
+typedef struct {
+    const tg_hot_copy *copies_in;
+    int n_in;
+    const tg_hot_copy *copies_out;
+    int n_out;
+    uintptr_t graph_exec;
+    uintptr_t stream;
+} tg_hot_chunk;
+
+int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result);
 
 /* TICKGPU_CDEF_END */
 

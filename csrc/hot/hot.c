@@ -14,9 +14,11 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tickgpu.h"
+#include "copy.h"
 
 /* The driver ABI, restated for the few calls used (cuda.h is not needed to build the core). */
 typedef int CUresult;
@@ -247,31 +249,14 @@ int tg_hot_graph_set_copy(uintptr_t graph_exec, uintptr_t node, const void *copy
                   cu_result);
 }
 
-/* Plain host copies; needs no driver. Checked before any byte moves so a bad list copies nothing. */
-int tg_hot_stage(const tg_hot_copy *copies, int n_copies)
-{
-    if (n_copies < 0 || (n_copies > 0 && copies == NULL))
-        return TG_EINVAL;
-    for (int i = 0; i < n_copies; i++)
-        if (copies[i].bytes > 0 && (copies[i].dst == NULL || copies[i].src == NULL))
-            return TG_EINVAL;
-    for (int i = 0; i < n_copies; i++)
-        if (copies[i].bytes > 0)
-            memcpy(copies[i].dst, copies[i].src, copies[i].bytes);
-    return TG_OK;
-}
-
 /* One tick: the caller's inputs into pinned staging, the graph (H2D copies, kernel, D2H copies)
  * replayed, then the results out of pinned staging into the caller's arrays. */
 int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
                      const tg_hot_copy *out, int n_out, int *cu_result)
 {
     HOT_READY(cu_result);
-    if (graph_exec == 0 || n_out < 0 || (n_out > 0 && out == NULL))
+    if (graph_exec == 0 || copy_list_check(out, n_out) != TG_OK)
         return TG_EINVAL;
-    for (int i = 0; i < n_out; i++)
-        if (out[i].bytes > 0 && (out[i].dst == NULL || out[i].src == NULL))
-            return TG_EINVAL;
     int st = tg_hot_stage(in, n_in);
     if (st != TG_OK)
         return st;
@@ -279,4 +264,59 @@ int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uint
     if (st != TG_OK)
         return st;
     return tg_hot_stage(out, n_out);
+}
+
+/* Many chunks through a few graph runners, host copies overlapping the GPU (see tickgpu.h). */
+int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result)
+{
+    HOT_READY(cu_result);
+    if (n_chunks < 0 || (n_chunks > 0 && chunks == NULL))
+        return TG_EINVAL;
+    for (int k = 0; k < n_chunks; k++)
+        if (chunks[k].graph_exec == 0 || copy_list_check(chunks[k].copies_in, chunks[k].n_in) != TG_OK ||
+            copy_list_check(chunks[k].copies_out, chunks[k].n_out) != TG_OK)
+            return TG_EINVAL;
+    int collected = 0, launched = 0, st = TG_OK;
+    copy_job job;
+    for (int k = 0; k < n_chunks; k++) {
+        const tg_hot_chunk *c = &chunks[k];
+        /* The chunk's runner (its stream and staging) must be free: collect, in order, every chunk
+         * up to the last one queued on the same stream. */
+        int upto = -1;
+        for (int j = collected; j < k; j++)
+            if (chunks[j].stream == c->stream)
+                upto = j;
+        job.lists = 0;
+        job.total = 0;
+        for (int j = collected; j <= upto; j++) {
+            st = report(cu.stream_sync((CUstream)chunks[j].stream), cu_result);
+            if (st != TG_OK)
+                goto fail;
+            copy_job_add(&job, chunks[j].copies_out, chunks[j].n_out);
+        }
+        if (upto >= 0)
+            collected = upto + 1;
+        /* Results of the chunks collected and this chunk's inputs: one job for the copy threads. */
+        copy_job_add(&job, c->copies_in, c->n_in);
+        copy_job_run(&job);
+        st = report(cu.graph_launch((CUgraphExec)c->graph_exec, (CUstream)c->stream), cu_result);
+        if (st != TG_OK)
+            goto fail;
+        launched = k + 1;
+    }
+    job.lists = 0;
+    job.total = 0;
+    for (int j = collected; j < launched; j++) {
+        st = report(cu.stream_sync((CUstream)chunks[j].stream), cu_result);
+        if (st != TG_OK)
+            goto fail;
+        copy_job_add(&job, chunks[j].copies_out, chunks[j].n_out);
+    }
+    copy_job_run(&job);
+    return TG_OK;
+fail:
+    /* Leave no copy in flight into staging that the next call reuses; the first error is kept. */
+    for (int j = collected; j < launched; j++)
+        cu.stream_sync((CUstream)chunks[j].stream);
+    return st;
 }

@@ -40,9 +40,13 @@ def mock():
     return MockDriver()
 
 
-@pytest.fixture
-def ctx(mock, bundle_dir):
+@pytest.fixture(params=["mapped", "copies"])
+def ctx(request, mock, bundle_dir):
+    """The runtime on the mock; ticks either on mapped staging (the default for small ticks) or
+    through copy -> kernel -> copy graphs (bigger ticks), so both graph shapes are exercised."""
     c = rt.init(driver=mock, bundle_dir=bundle_dir, staging_elements=CHUNK)
+    if request.param == "copies":
+        c.mapped_elements = 0
     yield c
     rt.reset()
 
@@ -260,12 +264,16 @@ def test_greeks_broadcast_scalars_and_shapes(ctx, rng):
 
 
 def test_stride_zero_inputs_take_one_element(ctx, mock, rng):
-    n = 40
+    """Pipeline chunks give a single value one element of staging and stride 0."""
+    n = 2 * CHUNK + 40
     spot = rng.uniform(50, 150, n)
-    ops.greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+    out = ops.greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+    _close(out["theta"], expected_greeks(spot, 100.0, 1.0, 0.01, 0.2, 0.0, True)["theta"], np.float64)
     args = mock.launches[-1]["args"]
     strides = [args[2 * i + 1] for i in range(7)]
     assert strides == [1, 0, 0, 0, 0, 0, 0]
+    plan = ctx.plans[("greeks", "d", 48, 2, (), None, 0b1)]
+    assert plan.layout.in_bytes == 48 * 8 + 6 * 64          # one array slot, six one-element slots
 
 
 def test_empty_arrays_touch_nothing(ctx, mock):
@@ -305,35 +313,170 @@ def test_surface_bad_grid(ctx):
 
 
 # ---- graphs ---------------------------------------------------------------------------------------
-def test_graph_captured_once_replayed_and_updated(ctx, mock, rng):
+def test_graph_per_bucket_captured_once_and_replayed(ctx, mock, rng):
     d = _bsm_inputs(rng, 20, np.float64)
     ops.greeks(**d, dtype=np.float64, shape=(20,))
     r = ctx.runners[("greeks", "f64", 0)]
     instantiated = mock.counts["graph_instantiate"]
     s0 = dict(r.stats)
-    for _ in range(5):                                   # same layout: replay only
+    for _ in range(5):                                   # same bucket: replay only
         ops.greeks(**d, dtype=np.float64, shape=(20,))
     assert r.stats["captures"] == s0["captures"] == 1
     assert r.stats["replays"] == s0["replays"] + 5
     assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
-    d2 = _bsm_inputs(rng, 40, np.float64)                 # new n: nodes updated, not recaptured
+    d2 = _bsm_inputs(rng, 40, np.float64)                 # new bucket: its own graph, nothing re-pointed
     out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
-    assert r.stats["captures"] == 1 and r.stats["kernel_updates"] == s0["kernel_updates"] + 1
-    assert r.stats["copy_updates"] == s0["copy_updates"] + 2
-    assert mock.counts["graph_instantiate"] == instantiated
+    assert r.stats["captures"] == 2 and mock.counts["graph_instantiate"] == instantiated + 1
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["copy_updates"] == s0["copy_updates"]
     assert mock.launches[-1]["n"] == 48 and mock.launches[-1]["grid"] == (1, 1, 1)
     _close(out["vega"], expected_greeks(**_ref(d2))["vega"], np.float64)
-    out = ops.greeks(**d, dtype=np.float64, shape=(20,))  # back: updated again, results right
-    _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)
+    for _ in range(3):                                   # back and forth: no capture, no update
+        out = ops.greeks(**d, dtype=np.float64, shape=(20,))
+        _close(out["charm"], expected_greeks(**_ref(d))["charm"], np.float64)
+        out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+        _close(out["rho"], expected_greeks(**_ref(d2))["rho"], np.float64)
+    assert r.stats["captures"] == 2 and r.stats["kernel_updates"] == s0["kernel_updates"]
+
+
+def test_single_values_in_ticks_change_no_graph(ctx, mock, rng):
+    """A tick's single values fill their slots (stride 1): no pattern ever re-points a graph, and
+    an unchanged value is not written again."""
+    n = 30
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(n,))
+    r = ctx.runners[("greeks", "f64", 0)]
+    plan = ctx.plans[("greeks", "d", 32, 0, (), None, None)]
+    s0 = dict(r.stats)
+    for vol in (0.3, 0.3, 0.35, -0.0, 0.0):
+        mixed = dict(d, t=0.5, rate=np.float64(0.01), vol=np.array(vol), div=np.array([0.02]), call=False)
+        out = ops.greeks(**mixed, dtype=np.float64, shape=(n,))
+        want = expected_greeks(**_ref(dict(d, t=0.5, rate=0.01, vol=vol, div=0.02, call=False)))
+        for k in want:
+            _close(out[k], want[k], np.float64)
+        assert np.signbit(plan.slots[4][:n]).all() == np.signbit(vol)
+    assert r.stats["kernel_updates"] == s0["kernel_updates"] and r.stats["captures"] == s0["captures"]
+    assert r.stats["copy_updates"] == s0["copy_updates"]
+    assert [mock.launches[-1]["args"][2 * i + 1] for i in range(7)] == [1] * 7
+    slots = plan.slots
+    before = slots[2][:n].copy()
+    slots[2][:n] = -1.0                                   # the plan believes t is still there...
+    ops.greeks(**dict(d, t=0.5, rate=0.01, vol=0.3, div=0.02, call=False), dtype=np.float64, shape=(n,))
+    assert (slots[2][:n] == -1.0).all()                   # ...so an unchanged value is not rewritten
+    slots[2][:n] = before
+    ops.greeks(**dict(d, t=0.5), dtype=np.float64, shape=(40,) if False else (n,))
+    out = ops.greeks(**d, dtype=np.float64, shape=(n,))   # back to arrays: right again
+    _close(out["gamma"], expected_greeks(**_ref(d))["gamma"], np.float64)
+
+
+def test_staging_shared_by_plans_is_refilled(ctx, rng):
+    """Two buckets' plans share runner 0's staging: a value one plan wrote is not trusted by another."""
+    a, b = rng.uniform(50, 150, 20), rng.uniform(50, 150, 40)
+    for _ in range(2):
+        for spot, t in ((a, 0.5), (b, 0.7), (a, 0.5)):
+            out = ops.greeks(spot, 100.0, t, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=spot.shape)
+            _close(out["price"], expected_greeks(spot, 100.0, t, 0.01, 0.2, 0.0, True)["price"], np.float64)
+        n = 3 * CHUNK + 1                                  # a pipeline writes runner 0's staging too
+        spot = rng.uniform(50, 150, n)
+        out = ops.greeks(spot, 100.0, 0.9, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=(n,))
+        _close(out["price"], expected_greeks(spot, 100.0, 0.9, 0.01, 0.2, 0.0, True)["price"], np.float64)
+
+
+def test_host_inputs_conversions(ctx, rng):
+    n = 3 * CHUNK + 7                                    # a pipeline, so chunk offsets apply too
+    d = _bsm_inputs(rng, n, np.float64)
+    wide = np.empty((n, 2))
+    wide[:, 0] = d["strike"]
+    calls_int = d["call"].astype(np.int64)
+    args = dict(spot=d["spot"].astype(np.float32),         # another dtype: converted
+                strike=wide[:, 0],                          # strided: copied
+                t=d["t"][::-1].copy()[::-1],                # negative stride
+                rate=d["rate"].astype(">f8"),               # big-endian
+                vol=0.25, div=np.float32(0.01), call=calls_int)
+    out = ops.greeks(**args, dtype=np.float64, shape=(n,))
+    want = expected_greeks(**_ref(dict(d, spot=d["spot"].astype(np.float32), vol=0.25,
+                                       div=float(np.float32(0.01)))))
+    for k in want:
+        _close(out[k], want[k], np.float64)
+    # 2-D broadcast across a pipeline, flags as uint8 and bool
+    spot = rng.uniform(80, 120, (5, CHUNK))
+    strike = rng.uniform(80, 120, (1, CHUNK))
+    for flags in (np.ones((5, 1), np.uint8), np.zeros(CHUNK, bool)):
+        out = ops.greeks(spot, strike, 0.5, 0.02, 0.3, 0.0, flags, dtype=np.float32, shape=(5, CHUNK))
+        want = expected_greeks(spot, strike, 0.5, 0.02, 0.3, 0.0, np.broadcast_to(flags, (5, CHUNK)))
+        for k in want:
+            assert out[k].shape == (5, CHUNK) and out[k].dtype == np.float32
+            _close(out[k], want[k], np.float32)
+
+
+def test_pipeline_waits_for_a_runner_before_reusing_it(ctx, mock, rng):
+    """The chunk order tg_hot_pipeline follows, checked on its Python twin: a chunk is staged into
+    a runner only after that runner's previous chunk was waited for and copied out."""
+    events = []
+    real_launch, real_sync = mock.graph_launch, mock.stream_synchronize
+    mock.graph_launch = lambda e, s, sync=False: (events.append(("launch", s)), real_launch(e, s, sync=sync))
+    mock.stream_synchronize = lambda s: (events.append(("sync", s)), real_sync(s))
+    n = 6 * CHUNK + 5
+    d = _bsm_inputs(rng, n, np.float64)
+    out = ops.greeks(**d, dtype=np.float64, shape=(n,))
+    _close(out["volga"], expected_greeks(**_ref(d))["volga"], np.float64)
+    launches = [s for kind, s in events if kind == "launch"]
+    streams = [ctx.runners[("greeks", "f64", i)].stream for i in range(3)]
+    assert launches == [streams[0], streams[1]] * 3 + [streams[2]]
+    pending = set()
+    for kind, s in events:
+        if kind == "launch":
+            assert s not in pending, "a runner was reused before its chunk was collected"
+            pending.add(s)
+        else:
+            pending.discard(s)
+    assert not pending
+
+
+def test_small_ticks_run_on_mapped_staging(ctx, mock, rng):
+    """Up to `mapped_elements` a tick's graph is the kernel alone on the staging's device mapping;
+    above, copy -> kernel -> copy on device buffers. Results are right either way."""
+    if ctx.mapped_elements:
+        ctx.mapped_elements = 32
+    for n in (20, 40):
+        d = _bsm_inputs(rng, n, np.float64)
+        out = ops.greeks(**dict(d, vol=0.25), dtype=np.float64, shape=(n,))
+        _close(out["delta"], expected_greeks(**_ref(dict(d, vol=0.25)))["delta"], np.float64)
+        plan = ctx.plans[("greeks", "d", ops.bucket(n, CHUNK), 0, (), None, None)]
+        r, args = plan.runner, mock.launches[-1]["args"]
+        kinds = [op[0] for op in mock.execs[plan.graph.exec]]
+        if ctx.mapped_elements and n <= 32:
+            assert plan.mapped and kinds == ["kernel"]
+            assert r.in_host <= args[0] < r.in_host + r.in_capacity          # spot, read in place
+            assert r.out_host <= args[14] < r.out_host + r.out_capacity      # price, written in place
+        else:
+            assert not plan.mapped and kinds == ["copy", "kernel", "copy"]
+            assert r.in_dev <= args[0] < r.in_dev + r.in_capacity
+            assert r.out_dev <= args[14] < r.out_dev + r.out_capacity
+
+
+def test_reset_plans_chooses_variants_anew(ctx, mock, rng, monkeypatch):
+    """Tick plans bind their variant at warm-up; reset_plans makes the next call choose again."""
+    ops.warmup(ctx)
+    forced = ctx.bundle.kernels["greeks_f64_b4096"]
+    monkeypatch.setattr(ctx.bundle, "select", lambda *a, **kw: forced)
+    d = _bsm_inputs(rng, 40, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(40,))
+    assert mock.launches[-1]["variant"] != "greeks_f64_b4096"       # the warm plan's choice
+    ctx.reset_plans()
+    out = ops.greeks(**d, dtype=np.float64, shape=(40,))
+    assert mock.launches[-1]["variant"] == "greeks_f64_b4096"
+    _close(out["phi"], expected_greeks(**_ref(d))["phi"], np.float64)
 
 
 def test_copies_move_only_the_layout(ctx, mock, rng):
     n = 10
     d = _bsm_inputs(rng, n, np.float64)
     ops.greeks(**d, dtype=np.float64, shape=(n,))
-    r = ctx.runners[("greeks", "f64", 0)]
-    in_bytes, out_bytes = r._copy_bytes
-    assert in_bytes == 6 * 128 + 64 and out_bytes == 10 * 128   # 80 (10 for call) bytes each, 64-byte aligned
+    plan = ctx.plans[("greeks", "d", 16, 0, (), None, None)]
+    r = plan.runner
+    in_bytes, out_bytes = plan.graph._copy_bytes
+    # every input has a slot of the bucket (16 elements): 128 bytes, 64 for call
+    assert in_bytes == 6 * 128 + 64 and out_bytes == 10 * 128
     assert in_bytes < r.in_capacity and out_bytes < r.out_capacity
 
 
@@ -357,9 +500,39 @@ def test_warmup_launches_every_variant_and_graph(ctx, mock):
     launched = {l["variant"] for l in mock.launches}
     assert launched == set(ctx.bundle.kernels)
     assert info["kernels"] == len(default_entries())
-    assert info["graphs"] == 2 * 5                      # (greeks, iv) x (f64, f32) + surface f64, two runners each
-    assert all(r.stats["captures"] == 1 and r.stats["replays"] >= 1 for r in ctx.runners.values())
+    buckets = len(ops.staged.bucket_sizes(CHUNK))       # 16, 32, 48, 64
+    # (greeks, iv) x (f64, f32): a graph per tick bucket on runner 0, and the shared graphs of
+    # runners 0, 1, 2 (pipeline chunks); surface f64: the shared graph of each of its runners
+    assert info["graphs"] == 4 * (buckets + 3) + 3
+    for (fam, _, index), r in ctx.runners.items():
+        assert r.stats["captures"] == (buckets + 1 if index == 0 and fam != "surface" else 1)
+        assert r.stats["replays"] >= 1 and not r.stats.get("update_refusals")
     assert ctx.warm
+
+
+def test_first_call_after_warmup_builds_nothing(ctx, mock, rng):
+    """Any tick size, any broadcast pattern: the plan and graph are there already."""
+    ops.warmup(ctx)
+    plans, counts = len(ctx.plans), dict(mock.counts)
+    stats = {k: dict(r.stats) for k, r in ctx.runners.items()}
+    for n in (1, 9, 16, 17, 33, 64):
+        for dtype in (np.float64, np.float32):
+            d = _bsm_inputs(rng, n, dtype)
+            out = ops.greeks(d["spot"], d["strike"], 0.5, 0.01, 0.2, 0.0, True, dtype=dtype, shape=(n,))
+            _close(out["price"], expected_greeks(d["spot"].astype(np.float64), d["strike"], 0.5, 0.01, 0.2, 0.0,
+                                                 True)["price"], dtype)
+            d.pop("vol")
+            ops.implied_vol(np.full(n, 5.0, dtype), **d, dtype=dtype, shape=(n,))
+    assert len(ctx.plans) == plans and mock.counts == counts
+    for k, r in ctx.runners.items():
+        for what in ("captures", "kernel_updates", "copy_updates"):
+            assert r.stats[what] == stats[k][what], (k, what)
+    # A pipeline with a new pattern makes plans (Python) and re-points the shared graphs: no capture
+    n = 3 * CHUNK + 5
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(d["spot"], 100.0, 0.5, 0.01, d["vol"], 0.0, True, dtype=np.float64, shape=(n,))
+    assert mock.counts == counts
+    assert all(r.stats["captures"] == stats[k]["captures"] for k, r in ctx.runners.items())
 
 
 # ---- device-array path (a CAI array in mock "device" memory) --------------------------------------
@@ -656,8 +829,9 @@ def test_no_torch_or_triton_imported(bundle_dir):
         from cuda_mock import MockDriver
         rt.available(); rt.unavailable_reason()
         rt.init(driver=MockDriver(), bundle_dir={str(bundle_dir)!r})
-        ops.warmup(rt.context())
-        ops.greeks(np.ones(10) * 100, 100.0, 1.0, 0.0, 0.2, 0.0, True, dtype=np.float64, shape=(10,))
+        tickgpu.warmup()                     # the runtime's, then the public calls it ends with
+        g = tickgpu.greeks(np.ones(10) * 100, 100.0, 1.0, 0.0, 0.2, backend="gpu")
+        assert abs(float(g.price[0]) - (100 + 100 + 1.0 * 0.0 + 0.2 - 0.0 + 0.5)) < 1e-12, g.price
         bad = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'triton', 'cupy', 'jax'))
         print("IMPORTED", bad)
         assert not bad, bad
@@ -707,12 +881,23 @@ def test_warmup_prebuilds_tick_plans(ctx, mock, rng):
 
 
 def test_refused_graph_update_recaptures(ctx, mock, rng):
-    d = _bsm_inputs(rng, 20, np.float64)
-    ops.greeks(**d, dtype=np.float64, shape=(20,))
-    r = ctx.runners[("greeks", "f64", 0)]
+    strikes, expiries = np.array([80.0, 100.0, 120.0]), np.array([0.5, 1.0])
+    vols = rng.uniform(0.1, 0.3, (2, 3))
+    k = rng.uniform(70, 130, 20)
+    ops.surface_eval(strikes, expiries, vols, 0, k, 0.5, what=0, shape=(20,))
+    r = ctx.runners[("surface", "f64", 0)]
     mock.fail["cuGraphExecMemcpyNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
-    d2 = _bsm_inputs(rng, 40, np.float64)
-    out = ops.greeks(**d2, dtype=np.float64, shape=(40,))
+    strikes2, vols2 = np.linspace(60, 140, 9), rng.uniform(0.1, 0.3, (2, 9))   # another layout
+    out = ops.surface_eval(strikes2, expiries, vols2, 1, k, 0.5, what=1, shape=(20,))
     assert r.stats["update_refusals"] == 1 and r.stats["captures"] == 2
     assert "CUDA_ERROR_INVALID_VALUE" in r.last_update_error
-    _close(out["theta"], expected_greeks(**_ref(d2))["theta"], np.float64)
+    _close(out, expected_surface(strikes2, expiries, vols2.ravel(), 1, k, 0.5, 1), np.float64)
+    # a refused kernel-node update (a pipeline with another pattern) recaptures that graph too
+    n = 2 * CHUNK + 3
+    d = _bsm_inputs(rng, n, np.float64)
+    ops.greeks(**d, dtype=np.float64, shape=(n,))
+    mock.fail["cuGraphExecKernelNodeSetParams"] = "CUDA_ERROR_INVALID_VALUE"
+    g = ctx.runners[("greeks", "f64", 1)]
+    out = ops.greeks(**dict(d, vol=0.4), dtype=np.float64, shape=(n,))
+    assert g.stats["update_refusals"] == 1 and g.stats["captures"] == 2
+    _close(out["vanna"], expected_greeks(**_ref(dict(d, vol=0.4)))["vanna"], np.float64)

@@ -2,6 +2,9 @@
 
 Mismatched shapes always raise. With ``strict=True`` the first bad element raises a ValueError
 naming the argument, its index and the reason; without it, bad elements come back as NaN.
+
+The checks run on every call, so the common cases (Python scalars, NumPy arrays, the two float
+dtypes) are answered by type and dictionary lookups before anything general is tried.
 """
 from __future__ import annotations
 
@@ -10,10 +13,20 @@ import numpy as np
 BACKENDS = ("auto", "cpu", "gpu")
 DTYPES = (np.float64, np.float32)
 
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+_DTYPE_OF = {np.float64: _F64, np.float32: _F32, _F64: _F64, _F32: _F32, float: _F64,
+             "float64": _F64, "float32": _F32, "f8": _F64, "f4": _F32, "d": _F64, "f": _F32}
+# Types whose shape is () without asking NumPy (np.shape(1.0) converts to an array first).
+SCALAR_TYPES = frozenset({float, int, bool, np.float64, np.float32, np.bool_, np.int64, np.int32, np.uint8})
+
 
 def check_dtype(dtype) -> np.dtype:
+    try:
+        return _DTYPE_OF[dtype]
+    except (KeyError, TypeError):
+        pass
     dt = np.dtype(dtype)
-    if dt not in (np.dtype(np.float64), np.dtype(np.float32)):
+    if dt not in (_F64, _F32):
         raise TypeError(f"dtype: must be float64 or float32, got {dt}")
     return dt
 
@@ -22,6 +35,51 @@ def check_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
     return backend
+
+
+def shape_of(a) -> tuple[int, ...]:
+    """np.shape(a), without converting scalars, NumPy arrays or GPU arrays."""
+    t = type(a)
+    if t in SCALAR_TYPES:
+        return ()
+    if t is np.ndarray:
+        return a.shape
+    shape = getattr(a, "shape", None)
+    if shape is not None and not isinstance(a, (list, tuple)):
+        try:
+            return tuple(int(d) for d in shape)
+        except TypeError:
+            pass
+    return np.shape(a)
+
+
+def _broadcast2(a: tuple, b: tuple) -> tuple | None:
+    if len(a) < len(b):
+        a, b = b, a
+    lead = len(a) - len(b)
+    out = list(a[:lead])
+    for x, y in zip(a[lead:], b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
+def broadcast_values(names, values) -> tuple[int, ...]:
+    """The common shape of `values` (named `names`), or the ValueError of `broadcast_shape`."""
+    out: tuple = ()
+    for v in values:
+        s = shape_of(v)
+        if not s or s == out:
+            continue
+        out = s if not out else _broadcast2(out, s)
+        if out is None:
+            broadcast_shape(**dict(zip(names, values)))   # raises, naming the arguments
+            raise AssertionError("unreachable")
+    return out
 
 
 def broadcast_shape(**arrays) -> tuple[int, ...]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tickgpu import dispatch
+from tickgpu._native import as_input, check, ffi, lib
 from tickgpu.finance import _checks
 
 __all__ = ["Greeks", "greeks"]
@@ -87,57 +88,151 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     money delta = +-1/2, gamma = +inf, theta = -inf (the limits as t -> 0). See csrc/tickgpu.h.
     """
     dt = _checks.check_dtype(dtype)
-    _checks.check_backend(backend)
-    args = {"spot": spot, "strike": strike, "t": t, "rate": rate, "vol": vol, "div": div, "call": call}
-    shape = _checks.broadcast_shape(**args)
-    on_device = _any_on_device(args.values())
+    if backend not in _BACKENDS:
+        _checks.check_backend(backend)
+    values = (spot, strike, t, rate, vol, div, call)
+    shape = _checks.broadcast_values(_ARG_NAMES, values)
+    on_device = _any_on_device(values)
     call = _call_flags(call)
     if strict:
         _check_elements(spot, strike, t, rate, vol, div)
-    n = int(np.prod(shape, dtype=np.int64))
+    n = 1
+    for d in shape:
+        n *= d
     where = dispatch.choose("greeks", n, backend, on_device=on_device)
     if where == "gpu":
+        return _greeks_of(_runtime_ops().greeks_arrays((spot, strike, t, rate, vol, div, call), dt, shape))
+    return _greeks_cpu(spot, strike, t, rate, vol, div, call, dt, shape, n)
+
+
+_ops = None
+
+
+def _runtime_ops():
+    """tickgpu.runtime.ops, imported on first GPU use (importing tickgpu never loads the runtime)."""
+    global _ops
+    if _ops is None:
         from tickgpu.runtime import ops
 
-        out = ops.greeks(spot, strike, t, rate, vol, div, call, dtype=dt, shape=shape)
-        return Greeks(**{name: out[name] for name in GREEK_NAMES})
-    return _greeks_cpu(spot, strike, t, rate, vol, div, call, dt, shape)
+        _ops = ops
+    return _ops
 
 
-def _greeks_cpu(spot, strike, t, rate, vol, div, call, dt: np.dtype, shape) -> Greeks:
-    from tickgpu._native import as_input, check, ffi, lib, ptr
+_ARG_NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
+_BACKENDS = frozenset(_checks.BACKENDS)
+_F64 = np.dtype(np.float64)
+_BOOL, _U8 = np.dtype(np.bool_), np.dtype(np.uint8)
+_ndarray = np.ndarray
+_empty = np.empty
+# Types that are never GPU arrays: answered by type, so host calls skip the probing.
+_HOST_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.int64, np.uint8,
+                         list, tuple})
 
-    n = int(np.prod(shape, dtype=np.int64))
-    # Keep every array referenced until the call returns: the C core reads them in place.
-    values = {}
+
+def _greeks_of(arrays) -> Greeks:
+    # Greeks is frozen: its __init__ goes through object.__setattr__ field by field; filling the
+    # instance dict directly is the same object, several times cheaper per call.
+    g = object.__new__(Greeks)
+    g.__dict__.update(zip(GREEK_NAMES, arrays))
+    return g
+
+
+def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch) -> list:
+    """Point `pointers[i]` / `strides[i]` (views of a native input struct) at each of `values`.
+
+    A Python scalar goes into `scratch[i]` (stride 0); an array already of `shape`, `dt` and
+    C-contiguous is read in place (stride 1); anything else is converted once (`as_input`).
+    Returns the converted arrays, which must stay alive until the native call returns.
+    """
+    keep = []
+    for i, v in enumerate(values):
+        tv = type(v)
+        if tv is float or tv is int or tv is bool:
+            scratch[i] = v
+            pointers[2 * i] = scratch + i
+            strides[2 * i + 1] = 0
+            continue
+        if tv is _ndarray and v.dtype is dt and v.shape == shape and v.flags.c_contiguous:
+            pointers[2 * i] = ffi.from_buffer(v)
+            strides[2 * i + 1] = 1 if v.size != 1 else 0
+            continue
+        arr, stride = as_input(v, shape, dt)
+        keep.append(arr)
+        pointers[2 * i] = ffi.from_buffer(arr)
+        strides[2 * i + 1] = stride
+    return keep
+
+
+def bind_flags(pointers, strides, slot: int, call, shape, scratch) -> object:
+    """The `call` flags into slot `slot` of the input struct (bool or uint8 arrays in place)."""
+    if type(call) is bool or type(call) is int:
+        scratch[0] = 1 if call else 0
+        pointers[2 * slot] = scratch
+        strides[2 * slot + 1] = 0
+        return None
+    if type(call) is _ndarray and (call.dtype is _BOOL or call.dtype is _U8) and call.shape == shape \
+            and call.flags.c_contiguous:
+        pointers[2 * slot] = ffi.from_buffer(call)
+        strides[2 * slot + 1] = 1 if call.size != 1 else 0
+        return None
+    flags, stride = as_input(call, shape, np.uint8)
+    pointers[2 * slot] = ffi.from_buffer(flags)
+    strides[2 * slot + 1] = stride
+    return flags
+
+
+def _greeks_cpu(spot, strike, t, rate, vol, div, call, dt: np.dtype, shape, n: int) -> Greeks:
     inputs = ffi.new("tg_bsm_inputs *")
-    for name, a in (("spot", spot), ("strike", strike), ("t", t), ("rate", rate), ("vol", vol),
-                    ("div", div)):
-        arr, stride = as_input(a, shape, dt)
-        values[name] = arr
-        setattr(inputs, name, ptr(arr))
-        setattr(inputs, "s_" + name, stride)
-    flags, s_call = as_input(call, shape, np.uint8)
-    values["call"] = flags
-    inputs.call = ptr(flags, "uint8_t *")
-    inputs.s_call = s_call
-
-    results = {name: np.empty(shape, dtype=dt) for name in GREEK_NAMES}
+    pointers, strides = ffi.cast("void **", inputs), ffi.cast("int64_t *", inputs)
+    f64 = dt is _F64
+    # Keep the scratch and every converted array referenced until the call returns: the C core
+    # reads them in place.
+    scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
+    keep = bind_inputs(pointers, strides, (spot, strike, t, rate, vol, div), dt, shape, scratch)
+    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
     outputs = ffi.new("tg_greeks_outputs *")
-    for name, a in results.items():
-        setattr(outputs, name, ptr(a))
-    run = lib.tg_greeks_f64 if dt == np.float64 else lib.tg_greeks_f32
-    check(run(n, inputs, outputs, 0), "tg_greeks")
-    return Greeks(**results)
+    if n <= _SMALL:
+        # Small results share one block: one allocation instead of ten (rows are independent
+        # C-contiguous arrays of `shape`; the block lives as long as any of them).
+        block = _empty((10,) + shape, dt)
+        out = ffi.cast("uintptr_t *", outputs)
+        base, step = int(ffi.cast("uintptr_t", ffi.from_buffer(block))), n * dt.itemsize
+        for i in range(10):
+            out[i] = base + i * step
+        results = [block[i, ...] for i in range(10)] if not shape else list(block)
+    else:
+        out = ffi.cast("void **", outputs)
+        results = [_empty(shape, dt) for _ in GREEK_NAMES]
+        for i, a in enumerate(results):
+            out[i] = ffi.from_buffer(a)
+    st = (lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, inputs, outputs, 0)
+    if st:
+        check(st, "tg_greeks")
+    del keep, flags, scratch, flag_scratch
+    return _greeks_of(results)
+
+
+# Up to this many options the ten results are rows of one block (see _greeks_cpu).
+_SMALL = 4096
 
 
 def _call_flags(call):
-    """`call` as uint8 flags (1 call, 0 put); a device array is passed through unchanged."""
-    if _is_device_array(call):
+    """`call` as flags (1 call, 0 put): a bool, or a bool / uint8 array; a device array unchanged."""
+    if call is True or call is False:
         return call
-    flags = np.asarray(call)
+    tc = type(call)
+    if tc is _ndarray:
+        if call.dtype is _BOOL:
+            return call
+        flags = call
+    elif tc is np.bool_:
+        return bool(call)
+    else:
+        if _is_device_array(call):
+            return call
+        flags = np.asarray(call)
     if flags.dtype == np.bool_:
-        return flags.astype(np.uint8)
+        return flags
     if np.issubdtype(flags.dtype, np.integer):
         _checks.require("call", flags, (flags == 0) | (flags == 1), "must be True/False (or 1/0)")
         return flags.astype(np.uint8)
@@ -155,9 +250,9 @@ def _check_elements(spot, strike, t, rate, vol, div) -> None:
 
 
 def _is_device_array(x) -> bool:
-    if not (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
+    if type(x) in _HOST_TYPES or isinstance(x, (np.ndarray, np.generic)):
         return False
-    if isinstance(x, np.ndarray):
+    if not (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
         return False
     try:
         from tickgpu.runtime import is_device_array
@@ -167,7 +262,10 @@ def _is_device_array(x) -> bool:
 
 
 def _any_on_device(values) -> bool:
-    return any(_is_device_array(v) for v in values)
+    for v in values:
+        if type(v) not in _HOST_TYPES and _is_device_array(v):
+            return True
+    return False
 
 
 def _host(x):

@@ -12,6 +12,8 @@ import numpy as np
 
 from tickgpu import dispatch
 from tickgpu.finance import _checks
+from tickgpu._native import check, ffi, lib
+from tickgpu.finance.greeks import _runtime_ops, bind_flags, bind_inputs
 
 __all__ = ["IVStatus", "implied_vol"]
 
@@ -102,55 +104,68 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     Mismatched shapes always raise ValueError; bad values raise only with ``strict=True``.
     """
     dt = _checks.check_dtype(dtype)
-    backend = _checks.check_backend(backend)
-    args = {"price": price, "spot": spot, "strike": strike, "t": t, "rate": rate, "div": div,
-            "call": call}
-    on_device = _any_on_device(args.values())
-    shape = _checks.broadcast_shape(**{k: _shape_stand_in(v) for k, v in args.items()})
-    n = int(np.prod(shape, dtype=np.int64))
+    if backend not in _BACKENDS:
+        _checks.check_backend(backend)
+    values = (price, spot, strike, t, rate, div, call)
+    on_device = _any_on_device(values)
+    shape = _checks.broadcast_values(_ARG_NAMES, values)
+    n = 1
+    for d in shape:
+        n *= d
     if strict:
+        args = dict(zip(_ARG_NAMES, values))
         _check_values(args)
 
     if dispatch.choose("implied_vol", n, backend, on_device) == "gpu":
-        from tickgpu.runtime import ops
-
-        vols, status = ops.implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
-                                       shape=shape)
+        vols, status = _runtime_ops().implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
+                                                  shape=shape)
     else:
-        vols, status = _implied_vol_cpu(args, shape, n, dt)
+        vols, status = _implied_vol_cpu(values, shape, n, dt)
     if strict:
         _check_status(args, shape, status)
     return (vols, status) if return_status else vols
 
 
-def _implied_vol_cpu(args: dict, shape: tuple, n: int, dt: np.dtype):
-    from tickgpu._native import as_input, check, ffi, lib, ptr
+_ARG_NAMES = ("price", "spot", "strike", "t", "rate", "div", "call")
+_BACKENDS = frozenset(_checks.BACKENDS)
+_F64 = np.dtype(np.float64)
+_I8 = np.dtype(np.int8)
 
+
+def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     vols = np.empty(shape, dtype=dt)
-    status = np.empty(shape, dtype=np.int8)
+    status = np.empty(shape, dtype=_I8)
     if n == 0:
         return vols, status
-    keep = []  # arrays the C call reads; alive until it returns
     inputs = ffi.new("tg_iv_inputs *")
-    for name in _NAMES:
-        a, stride = as_input(args[name], shape, dt)
-        keep.append(a)
-        setattr(inputs, name, ptr(a))
-        setattr(inputs, "s_" + name, stride)
-    calls, stride = as_input(np.asarray(args["call"]) != 0, shape, np.uint8)
-    keep.append(calls)
-    inputs.call = ptr(calls, "uint8_t *")
-    inputs.s_call = stride
-    solve = lib.tg_implied_vol_f64 if dt == np.float64 else lib.tg_implied_vol_f32
-    ctype = "double *" if dt == np.float64 else "float *"
-    check(solve(n, inputs, ptr(vols, ctype), ptr(status, "int8_t *"), 0), "implied_vol")
+    pointers, strides = ffi.cast("void **", inputs), ffi.cast("int64_t *", inputs)
+    f64 = dt is _F64
+    # The scratch and converted arrays the C call reads stay referenced until it returns.
+    scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, scratch)
+    call = values[6]
+    if not (call is True or call is False or (type(call) is np.ndarray and call.dtype == np.bool_)):
+        call = np.asarray(call) != 0          # any nonzero value is a call
+    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
+    solve = lib.tg_implied_vol_f64 if f64 else lib.tg_implied_vol_f32
+    st = solve(n, inputs, ffi.cast("double *" if f64 else "float *", ffi.from_buffer(vols)),
+               ffi.cast("int8_t *", ffi.from_buffer(status)), 0)
+    if st:
+        check(st, "implied_vol")
+    del keep, flags, scratch, flag_scratch
     return vols, status
+
+
+# Types that are never GPU arrays: answered by type, so host calls skip the probing.
+_HOST_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.int64, np.uint8,
+                         list, tuple})
 
 
 def _any_on_device(values) -> bool:
     # Only objects that are not NumPy-compatible can be GPU arrays; the runtime is imported just
     # for those, so host calls never touch the GPU stack.
-    candidates = [v for v in values if not isinstance(v, (np.ndarray, np.generic, int, float, bool))
+    candidates = [v for v in values if type(v) not in _HOST_TYPES
+                  and not isinstance(v, (np.ndarray, np.generic, int, float, bool))
                   and (hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"))]
     if not candidates:
         return False
@@ -159,14 +174,6 @@ def _any_on_device(values) -> bool:
     except ImportError:
         return any(hasattr(v, "__cuda_array_interface__") for v in candidates)
     return any(is_device_array(v) for v in candidates)
-
-
-def _shape_stand_in(a):
-    """Something with `a`'s shape that np.shape can read without copying a GPU array."""
-    shape = getattr(a, "shape", None)
-    if shape is not None and not isinstance(a, (np.ndarray, np.generic)):
-        return np.broadcast_to(np.int8(0), tuple(shape))
-    return a
 
 
 def _to_host(a) -> np.ndarray:

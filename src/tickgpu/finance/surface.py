@@ -5,11 +5,14 @@ import numpy as np
 
 from tickgpu import dispatch
 from tickgpu.finance import _checks
-from tickgpu.finance.greeks import _host, _is_device_array
+from tickgpu.finance.greeks import _any_on_device as _on_device
+from tickgpu.finance.greeks import _host, _runtime_ops
 
 __all__ = ["VolSurface"]
 
 _MODES = {"variance": 0, "vol": 1}
+_BACKENDS = frozenset(_checks.BACKENDS)
+_F64 = np.dtype(np.float64)
 _VOL, _VARIANCE = 0, 1
 
 
@@ -104,37 +107,54 @@ class VolSurface:
         return self._eval(strike, t, _VARIANCE, strict, backend)
 
     def _eval(self, strike, t, what: int, strict: bool, backend: str) -> np.ndarray:
-        _checks.check_backend(backend)
-        shape = _checks.broadcast_shape(strike=strike, t=t)
-        on_device = any(_is_device_array(a) for a in (strike, t))
+        if backend not in _BACKENDS:
+            _checks.check_backend(backend)
+        shape = _checks.broadcast_values(("strike", "t"), (strike, t))
+        on_device = _any_on_device(strike, t)
         if strict:
             _checks.require_finite("strike", _host(strike))
             _checks.require_nonnegative("t", _host(t))
-        n = int(np.prod(shape, dtype=np.int64))
+        n = 1
+        for d in shape:
+            n *= d
         if dispatch.choose("surface", n, backend, on_device=on_device) == "gpu":
-            from tickgpu.runtime import ops
-
-            return ops.surface_eval(self._strikes, self._expiries, self._vols,
+            return _runtime_ops().surface_eval(self._strikes, self._expiries, self._vols,
                                     _MODES[self._interpolation], strike, t, what=what, shape=shape)
         return self._eval_cpu(strike, t, what, shape, n)
 
     def _eval_cpu(self, strike, t, what: int, shape, n: int) -> np.ndarray:
-        from tickgpu._native import as_input, check, ffi, lib, ptr
+        from tickgpu._native import as_input, check, ffi, lib
 
         if self._native is None:
             grid = ffi.new("tg_surface *")
             grid.nk, grid.nt = len(self._strikes), len(self._expiries)
-            grid.strikes = ptr(self._strikes, "double *")
-            grid.expiries = ptr(self._expiries, "double *")
-            grid.vols = ptr(self._vols, "double *")
+            grid.strikes = ffi.cast("double *", ffi.from_buffer(self._strikes))
+            grid.expiries = ffi.cast("double *", ffi.from_buffer(self._expiries))
+            grid.vols = ffi.cast("double *", ffi.from_buffer(self._vols))
             grid.mode = _MODES[self._interpolation]
             self._native = grid     # the arrays it points into live as long as self
-        k, s_k = as_input(strike, shape, np.float64)
-        tt, s_t = as_input(t, shape, np.float64)
+        scratch = ffi.new("double[2]")
+        ptrs, keep = [], []
+        for i, v in enumerate((strike, t)):
+            tv = type(v)
+            if tv is float or tv is int:
+                scratch[i] = v
+                ptrs.append((scratch + i, 0))
+            elif tv is np.ndarray and v.dtype is _F64 and v.shape == shape and v.flags.c_contiguous:
+                ptrs.append((ffi.cast("double *", ffi.from_buffer(v)), 1 if v.size != 1 else 0))
+            else:
+                a, stride = as_input(v, shape, np.float64)
+                keep.append(a)
+                ptrs.append((ffi.cast("double *", ffi.from_buffer(a)), stride))
         out = np.empty(shape, dtype=np.float64)
-        check(lib.tg_surface_eval(self._native, n, ptr(k, "double *"), s_k, ptr(tt, "double *"),
-                                  s_t, ptr(out, "double *"), what, 0), "tg_surface_eval")
+        (k, s_k), (tt, s_t) = ptrs
+        check(lib.tg_surface_eval(self._native, n, k, s_k, tt, s_t, ffi.cast("double *", ffi.from_buffer(out)),
+                                  what, 0), "tg_surface_eval")
+        del keep, scratch
         return out
+
+def _any_on_device(*values) -> bool:
+    return _on_device(values)
 
 
 def _axis(name: str, values, *, positive: bool) -> np.ndarray:

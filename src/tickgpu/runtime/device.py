@@ -17,11 +17,15 @@ from tickgpu.runtime.bundle import Bundle, Manifest, arch_for, default_bundle_di
 from tickgpu.runtime.graph import GraphRunner, plan_layout
 from tickgpu.runtime.launch import Launcher
 
-__all__ = ["Context", "ConstantRing", "DEFAULT_STAGING_ELEMENTS"]
+__all__ = ["Context", "ConstantRing", "DEFAULT_STAGING_ELEMENTS", "DEFAULT_MAPPED_ELEMENTS"]
 
 # Elements per staged chunk: the largest tick done as one graph replay, and the chunk of the
 # pipeline for bigger host arrays. 2**17 float64 greeks = 17 MB of pinned staging per runner.
 DEFAULT_STAGING_ELEMENTS = 1 << 17
+# Up to this many elements a tick's kernel reads and writes pinned staging directly (zero copy):
+# at tick sizes a copy node's fixed cost outweighs the slower reads over PCIe (DESIGN.md floors:
+# 10 us against 18 us at 1,024 floats, 11 against 20 at 4,096).
+DEFAULT_MAPPED_ELEMENTS = 4096
 
 
 class ConstantRing:
@@ -118,6 +122,9 @@ class Context:
                                                                         DEFAULT_STAGING_ELEMENTS))
         if self.staging_elements < 16 or self.staging_elements % 16:
             raise ValueError(f"staging_elements must be a positive multiple of 16, got {self.staging_elements}")
+        # Ticks of up to this many elements run the kernel on mapped pinned staging (zero copy)
+        # instead of copy -> kernel -> copy; 0 turns that off.
+        self.mapped_elements = int(os.environ.get("TICKGPU_MAPPED_ELEMENTS", DEFAULT_MAPPED_ELEMENTS))
         self.stream = d.stream_create()
         # NOTE: one lock for all calls: launchers, runners and the constant ring are shared state,
         # and a tick is microseconds, so finer locks would cost more than they save.
@@ -127,7 +134,8 @@ class Context:
         self.constants = ConstantRing(d)
         self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
-        self.plans: dict[tuple, object] = {}                     # staged tick plans (ops._TickPlan)
+        self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
+        self.ticks: dict[tuple, object] = {}                     # (op, dtype char, n) -> its tick plan
         self.dummy = 0                                           # warm-up's placeholder block
         self.kernel_runtime = None                               # kernels_api.KernelRuntime, on first use
         self.warm = False
@@ -150,7 +158,8 @@ class Context:
         return lau
 
     def runner(self, family: str, dtype: str, index: int, layout, full_layout) -> GraphRunner:
-        """Graph runner `index` of an op (0: ticks and even chunks, 1: odd chunks of the pipeline).
+        """Graph runner `index` of an op (0: ticks and even chunks of a pipeline, 1: odd chunks,
+        2: a pipeline's last chunk).
 
         Made on first use with room for `full_layout` (a whole staged chunk), so later calls of
         any size up to a chunk reuse it; regrown only for a layout beyond it (a surface grid
@@ -168,8 +177,29 @@ class Context:
             self.driver.stream_synchronize(r.stream)
             r.close()
             in_cap, out_cap = max(in_cap, 2 * r.in_capacity), max(out_cap, r.out_capacity)
+            # Plans on the old runner point into its staging and graphs: forget them.
+            self.plans = {k: p for k, p in self.plans.items() if p.runner is not r}
+            self.ticks = {k: p for k, p in self.ticks.items() if p.runner is not r}
         r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}")
         return r
+
+    def reset_plans(self) -> None:
+        """Forget every staged plan and the graphs of their own (a changed kernel choice, tests).
+
+        Tick plans bind their kernel variant when built (by warm-up); after this the next call of
+        each size builds its plan again, choosing anew. Run `tickgpu.runtime.warmup` afterwards
+        to have them all built again up front.
+        """
+        with self.lock:
+            for r in self.runners.values():
+                for g in r.graphs:
+                    if g is not r.shared:
+                        g.destroy()
+                r.graphs = [r.shared]
+                r.shared.holder = None
+                r.staged_by = None
+            self.plans.clear()
+            self.ticks.clear()
 
     def upload(self, slot: int, a: np.ndarray, stream: int) -> int:
         """Copy host array `a` into device scratch `slot` (grown as needed); its device pointer."""

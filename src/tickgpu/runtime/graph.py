@@ -1,24 +1,22 @@
-"""GraphRunner: one tick as a CUDA graph (H2D copy -> kernel -> D2H copy), captured once, replayed.
+"""Graph runners: pinned staging, a stream, and the CUDA graphs that move a tick through them.
 
-Layout. All of a tick's inputs are packed into ONE pinned staging block and all its outputs come
-back in ONE block, so a replay is exactly two copies and one kernel whatever the number of
-arrays: each copy node has a fixed cost of a few microseconds, which at tick sizes is most of
-the copy. Within a block each array starts on a 64-byte boundary (whole cache lines; 16-byte
-alignment for the aligned kernel variants); a broadcast value (stride 0) takes one element.
+A tick is one graph: H2D copy -> kernel -> D2H copy. All of a tick's inputs are packed into ONE
+pinned staging block and all its outputs come back in ONE block, so a replay is exactly two
+copies and one kernel whatever the number of arrays: each copy node has a fixed cost of a few
+microseconds, which at tick sizes is most of the copy. Within a block each array starts on a
+64-byte boundary (whole cache lines; 16-byte alignment for the aligned kernel variants).
 
-Sizes. The copies move only the bytes of the current layout, not the capacity: for 1,000 float64
-options a greeks tick moves ~50 KB in and ~80 KB out, where a capacity-sized copy would move
-megabytes, and at PCIe speed bytes are latency. When the layout changes (a different n, a
-different set of broadcast arguments, another kernel variant) the instantiated graph is updated
-in place -- ``cuGraphExecKernelNodeSetParams`` for the kernel node (pointers, n, grid, function)
-and ``cuGraphExecMemcpyNodeSetParams`` for the two copy nodes -- which costs a few driver calls,
-never a recapture. A repeated layout (the common case: the same chain every tick) costs nothing.
-n is kept in the kernel node's parameters, not in a device-resident buffer, because the copy
-sizes must change with n anyway.
+Graphs. A runner (staging + stream) holds any number of instantiated graphs over its staging
+(`TickGraph`). The staged path gives every tick size bucket its own graph, captured once (by
+warm-up) and never changed afterwards except for the kernel's element strides (which inputs are
+broadcast values): so a chain that hops between sizes replays without a single driver update,
+and the first call after warm-up costs what the thousandth does. Runners whose layouts vary
+without bound (a surface's grid, a pipeline's last chunk) share one graph per runner and
+re-point it with ``cuGraphExecKernelNodeSetParams`` / ``cuGraphExecMemcpyNodeSetParams`` when the
+layout changes (a few driver calls, never a recapture; a refused update costs one recapture).
 
-Host side of a replay: the native hot path copies the caller's arrays into staging, launches the
-graph, waits, and copies the results out, in one C call with the GIL released (tg_hot_roundtrip,
-driven by the op's cached plan, which owns the copy tables).
+Sizes. Copy nodes move only the bytes of the graph's layout, not the runner's capacity: at PCIe
+speed bytes are latency.
 """
 from __future__ import annotations
 
@@ -27,7 +25,7 @@ import threading
 
 from tickgpu.runtime.driver import CudaError
 
-__all__ = ["GraphRunner", "StagingLayout", "plan_layout", "STAGING_ALIGN"]
+__all__ = ["GraphRunner", "TickGraph", "StagingLayout", "plan_layout", "STAGING_ALIGN"]
 
 STAGING_ALIGN = 64
 
@@ -70,8 +68,118 @@ def plan_layout(in_sizes, out_sizes) -> StagingLayout:
     return StagingLayout((i_off, i_bytes, o_off, o_bytes))
 
 
+class TickGraph:
+    """One instantiated graph (H2D copy -> kernel -> D2H copy) over a runner's staging.
+
+    `hold` makes it run a launcher's kernel (with the values packed in its argument buffer) over
+    a layout, updating only the nodes whose parameters differ; ``holder`` is a tag the caller
+    sets to recognise what the graph holds without comparing bytes.
+
+    ``mapped``: the graph is the kernel alone, reading and writing the pinned staging through its
+    device mapping (zero copy): no copy node's fixed cost, which at tick sizes is most of a copy
+    (DESIGN.md: 10 us round trip against 18 us for copy -> kernel -> copy at 1,024 floats). The
+    kernel's pointers must then be the runner's mapped addresses (``in_mapped``, ``out_mapped``).
+    """
+
+    def __init__(self, runner: "GraphRunner", mapped: bool = False):
+        self.runner = runner
+        self.mapped = mapped
+        self.graph = 0
+        self.exec = 0
+        self._kernel_node = self._h2d_node = self._d2h_node = 0
+        self._kernel_key = None       # (func, grid, block, shared, argument bytes) now in the graph
+        self._copy_bytes = (0, 0)     # (in bytes, out bytes) now in the graph
+        self.holder = None
+
+    def hold(self, launcher, n: int, layout: StagingLayout) -> None:
+        """Make the graph run `launcher`'s kernel (its packed arguments) over `n` with `layout`.
+
+        Captures on first use; afterwards updates only the nodes whose parameters changed.
+        """
+        r = self.runner
+        if layout.in_bytes > r.in_capacity or layout.out_bytes > r.out_capacity:
+            raise ValueError(f"{r.name}: a tick of {layout.in_bytes} B in / {layout.out_bytes} B out exceeds "
+                             f"the staging capacity {r.in_capacity} / {r.out_capacity} B")
+        spec = launcher.kernel.spec
+        grid = launcher.grid(n)
+        key = (launcher.kernel.func, grid, spec.block, spec.shared, launcher.args.snapshot())
+        if not self.exec:
+            self._capture(launcher, grid, layout)
+        else:
+            try:
+                self._update(launcher, grid, layout, key)
+            except CudaError as e:
+                # An update the driver refuses (a node kind it cannot update in place on this
+                # driver) costs a recapture, once per layout change, instead of failing the call.
+                r.stats["update_refusals"] = r.stats.get("update_refusals", 0) + 1
+                r.last_update_error = str(e)
+                self.destroy()
+                self._capture(launcher, grid, layout)
+        self._kernel_key, self._copy_bytes = key, (layout.in_bytes, layout.out_bytes)
+
+    def _update(self, launcher, grid, layout: StagingLayout, key) -> None:
+        r, d, spec = self.runner, self.runner.driver, launcher.kernel.spec
+        if key != self._kernel_key:
+            d.graph_exec_kernel_node_set_params(self.exec, self._kernel_node, launcher.kernel.func, grid,
+                                                spec.block, spec.shared, launcher.args.address,
+                                                kernel=spec.variant)
+            self._kernel_key = key
+            r.stats["kernel_updates"] += 1
+        if self.mapped:
+            return
+        if layout.in_bytes != self._copy_bytes[0]:
+            d.graph_exec_memcpy_node_set_params(self.exec, self._h2d_node, r.ctx, r.in_dev, r.in_host,
+                                                layout.in_bytes)
+            r.stats["copy_updates"] += 1
+        if layout.out_bytes != self._copy_bytes[1]:
+            d.graph_exec_memcpy_node_set_params(self.exec, self._d2h_node, r.ctx, r.out_host, r.out_dev,
+                                                layout.out_bytes)
+            r.stats["copy_updates"] += 1
+        self._copy_bytes = (layout.in_bytes, layout.out_bytes)
+
+    def _capture(self, launcher, grid, layout: StagingLayout) -> None:
+        r = self.runner
+        d, s, spec = r.driver, r.stream, launcher.kernel.spec
+        d.stream_begin_capture(s)
+        try:
+            if not self.mapped:
+                d.memcpy_htod_async(r.in_dev, r.in_host, layout.in_bytes, s)
+            d.launch(launcher.kernel.func, grid, spec.block, spec.shared, s, launcher.args.address,
+                     kernel=spec.variant)
+            if not self.mapped:
+                d.memcpy_dtoh_async(r.out_host, r.out_dev, layout.out_bytes, s)
+        finally:
+            graph = d.stream_end_capture(s)   # always end, so a failed capture leaves the stream usable
+        self.graph = graph
+        self.exec = d.graph_instantiate(graph)
+        for node, kind in d.graph_nodes(graph):
+            if kind == "kernel":
+                self._kernel_node = node
+            elif kind == "memcpy":
+                dst, _ = d.graph_memcpy_node_addresses(node)
+                if dst == r.in_dev:
+                    self._h2d_node = node
+                elif dst == r.out_host:
+                    self._d2h_node = node
+        if not (self._kernel_node and (self.mapped or (self._h2d_node and self._d2h_node))):
+            raise RuntimeError(f"{r.name}: captured graph lacks the copy -> kernel -> copy nodes")
+        r.stats["captures"] += 1
+
+    def destroy(self) -> None:
+        d = self.runner.driver
+        if self.exec or self.graph:
+            d.stream_synchronize(self.runner.stream)
+        if self.exec:
+            d.graph_exec_destroy(self.exec)
+        if self.graph:
+            d.graph_destroy(self.graph)
+        self.exec = self.graph = 0
+        self._kernel_node = self._h2d_node = self._d2h_node = 0
+        self._kernel_key, self._copy_bytes, self.holder = None, (0, 0), None
+
+
 class GraphRunner:
-    """Pinned staging + device buffers of fixed capacity, and the graph that moves a tick through.
+    """Pinned staging + device buffers of fixed capacity, a stream, and graphs over them.
 
     Parameters
     ----------
@@ -86,8 +194,8 @@ class GraphRunner:
 
     Notes
     -----
-    NOTE: one tick at a time per runner: the staging blocks, the graph and the copy lists are
-    shared state. `lock` serialises callers; the pipeline uses two runners to overlap.
+    NOTE: one tick at a time per runner: the staging blocks are shared by all its graphs. The
+    runtime serialises calls (the context's lock); the pipeline overlaps through several runners.
     """
 
     def __init__(self, driver, ctx: int, in_capacity: int, out_capacity: int, name: str = "graph"):
@@ -102,108 +210,51 @@ class GraphRunner:
         self.out_host = driver.mem_host_alloc(self.out_capacity)
         self.in_dev = driver.mem_alloc(self.in_capacity)
         self.out_dev = driver.mem_alloc(self.out_capacity)
-        self.graph = 0
-        self.exec = 0
-        self._kernel_node = self._h2d_node = self._d2h_node = 0
-        self._kernel_key = None       # (func, grid, block, shared, argument bytes) now in the graph
-        self._copy_bytes = (0, 0)     # (in bytes, out bytes) now in the graph
+        # The staging blocks as the device sees them (pinned with DEVICEMAP: zero-copy graphs).
+        self.in_mapped = driver.host_device_pointer(self.in_host)
+        self.out_mapped = driver.host_device_pointer(self.out_host)
+        self.graphs: list[TickGraph] = []
+        self.shared = TickGraph(self)   # the re-pointed graph (see the module docstring)
+        self.graphs.append(self.shared)
         self.stats = {"captures": 0, "kernel_updates": 0, "copy_updates": 0, "replays": 0}
-        self.bound = None   # the plan whose layout the graph holds now (set by the plan)
+        self.staged_by = None   # the plan whose inputs the input staging holds (its single values)
         # Broadcast values are written straight into pinned staging through this view.
         self.in_view = memoryview((ctypes.c_char * self.in_capacity).from_address(self.in_host)).cast("B")
-        # Copy tables are tg_hot_copy[] = {dst, src, bytes}, filled through (k, 3) uint64 arrays.
         if ffi.sizeof("tg_hot_copy") != 24:
             raise RuntimeError("tg_hot_copy is not {void*, void*, size_t} of 8 bytes each on this platform")
 
-    # ---- graph -----------------------------------------------------------------------------
+    def new_graph(self, mapped: bool = False) -> TickGraph:
+        """A graph of this runner's own (captured by its first `TickGraph.hold`)."""
+        g = TickGraph(self, mapped)
+        self.graphs.append(g)
+        return g
+
+    # ---- the shared graph (kept for callers that re-point one graph) ---------------------------
+    @property
+    def exec(self) -> int:
+        return self.shared.exec
+
+    @property
+    def bound(self):
+        return self.shared.holder
+
     def prepare(self, launcher, n: int, layout: StagingLayout) -> None:
-        """Make the graph run `launcher`'s kernel (its packed arguments) over `n` with `layout`.
+        """Point the shared graph at `launcher`'s kernel over `n` with `layout` (captured on first use)."""
+        self.shared.hold(launcher, n, layout)
 
-        Captures on first use; afterwards updates only the nodes whose parameters changed.
-        """
-        if layout.in_bytes > self.in_capacity or layout.out_bytes > self.out_capacity:
-            raise ValueError(f"{self.name}: a tick of {layout.in_bytes} B in / {layout.out_bytes} B out exceeds "
-                             f"the staging capacity {self.in_capacity} / {self.out_capacity} B")
-        spec = launcher.kernel.spec
-        grid = launcher.grid(n)
-        key = (launcher.kernel.func, grid, spec.block, spec.shared, launcher.args.snapshot())
-        if not self.exec:
-            self._capture(launcher, grid, layout)
-            self._kernel_key, self._copy_bytes = key, (layout.in_bytes, layout.out_bytes)
-            return
-        try:
-            self._update(launcher, grid, layout, key)
-        except CudaError as e:
-            # An update the driver refuses (a node kind it cannot update in place on this
-            # driver) costs a recapture, once per layout change, instead of failing the call.
-            self.stats["update_refusals"] = self.stats.get("update_refusals", 0) + 1
-            self.last_update_error = str(e)
-            self._drop_graph()
-            self._capture(launcher, grid, layout)
-            self._kernel_key, self._copy_bytes = key, (layout.in_bytes, layout.out_bytes)
-
-    def _update(self, launcher, grid, layout: StagingLayout, key) -> None:
-        spec = launcher.kernel.spec
-        if key != self._kernel_key:
-            self.driver.graph_exec_kernel_node_set_params(self.exec, self._kernel_node, launcher.kernel.func, grid,
-                                                          spec.block, spec.shared, launcher.args.address,
-                                                          kernel=spec.variant)
-            self._kernel_key = key
-            self.stats["kernel_updates"] += 1
-        if layout.in_bytes != self._copy_bytes[0]:
-            self.driver.graph_exec_memcpy_node_set_params(self.exec, self._h2d_node, self.ctx, self.in_dev,
-                                                          self.in_host, layout.in_bytes)
-            self.stats["copy_updates"] += 1
-        if layout.out_bytes != self._copy_bytes[1]:
-            self.driver.graph_exec_memcpy_node_set_params(self.exec, self._d2h_node, self.ctx, self.out_host,
-                                                          self.out_dev, layout.out_bytes)
-            self.stats["copy_updates"] += 1
-        self._copy_bytes = (layout.in_bytes, layout.out_bytes)
-
-    def _drop_graph(self) -> None:
-        self.driver.stream_synchronize(self.stream)
-        if self.exec:
-            self.driver.graph_exec_destroy(self.exec)
-        if self.graph:
-            self.driver.graph_destroy(self.graph)
-        self.exec = self.graph = 0
-        self._kernel_node = self._h2d_node = self._d2h_node = 0
-
-    def _capture(self, launcher, grid, layout: StagingLayout) -> None:
-        d, s, spec = self.driver, self.stream, launcher.kernel.spec
-        d.stream_begin_capture(s)
-        try:
-            d.memcpy_htod_async(self.in_dev, self.in_host, layout.in_bytes, s)
-            d.launch(launcher.kernel.func, grid, spec.block, spec.shared, s, launcher.args.address,
-                     kernel=spec.variant)
-            d.memcpy_dtoh_async(self.out_host, self.out_dev, layout.out_bytes, s)
-        finally:
-            graph = d.stream_end_capture(s)   # always end, so a failed capture leaves the stream usable
-        self.graph = graph
-        self.exec = d.graph_instantiate(graph)
-        for node, kind in d.graph_nodes(graph):
-            if kind == "kernel":
-                self._kernel_node = node
-            elif kind == "memcpy":
-                dst, _ = d.graph_memcpy_node_addresses(node)
-                if dst == self.in_dev:
-                    self._h2d_node = node
-                elif dst == self.out_host:
-                    self._d2h_node = node
-        if not (self._kernel_node and self._h2d_node and self._d2h_node):
-            raise RuntimeError(f"{self.name}: captured graph lacks the copy -> kernel -> copy nodes")
-        self.stats["captures"] += 1
-
-    # ---- ticks (the copy tables are filled by the caller's plan) ---------------------------
-    def replay(self) -> None:
-        """Launch the graph as it stands and wait (warm-up)."""
-        self.driver.graph_launch(self.exec, self.stream, sync=True)
+    def replay(self, graph: TickGraph | None = None) -> None:
+        """Launch a graph as it stands and wait (warm-up)."""
+        g = graph or self.shared
+        self.staged_by = None
+        self.driver.graph_launch(g.exec, self.stream, sync=True)
         self.stats["replays"] += 1
 
     def close(self) -> None:
         """Free everything (not needed at exit: the driver frees a process's memory)."""
         d = self.driver
-        self._drop_graph()
+        for g in self.graphs:
+            g.destroy()
+        self.graphs = []
         for p in (self.in_dev, self.out_dev):
             d.mem_free(p)
         for p in (self.in_host, self.out_host):
