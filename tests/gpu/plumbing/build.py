@@ -31,7 +31,7 @@ def main():
                     e["file"], e["entry"] = f"{arch}/plumbing.cubin", entry
                     kernels.append(e)
     (out / "manifest.json").write_text(json.dumps({"format": 1, "created": "plumbing",
-                                                   "compilers": {"nvcc": "see nvcc --version"}, "kernels": kernels},
+                                                   "compilers": {"triton": None, "nvcc": "see nvcc --version", "ptxas": None}, "kernels": kernels},
                                                   indent=1))
 
 
