@@ -83,9 +83,12 @@ def range_from_sweep(sweep) -> tuple[int, int | None] | None:
     return None if best is None else best[1]
 
 
-@functools.lru_cache(maxsize=1)
 def gpu_available() -> bool:
-    """True where the GPU backend can run: a driver, a device and a bundle for its architecture."""
+    """True where the GPU backend can run: a driver, a device and a bundle for its architecture.
+
+    Not cached here: `tickgpu.runtime.available` caches its probe and knows when a context is made
+    or dropped (a cached answer here outlived both).
+    """
     if os.environ.get("TICKGPU_DISABLE_GPU"):
         return False
     try:

@@ -268,6 +268,34 @@ def bench_implied_vol(cp, n: int) -> dict:
     return res
 
 
+def bench_launch(cp, repeats: int) -> dict:
+    """One prepacked kernel launch and wait from Python, through the C hot path.
+
+    The greeks kernel (float32, 128-element variant) on one option whose arguments were packed once;
+    each call is `Launcher.launch(..., sync=True)`: one native call (cuLaunchKernel + stream
+    synchronise, GIL released). Compared with the floor's C `<<<>>>` launch + sync of an empty kernel.
+    """
+    from tickgpu.runtime import context
+
+    ctx = context()
+    lau = ctx.launcher("greeks", "f32", 1, False)
+    ins = [cp.full(16, v, dtype=cp.float32) for v in (100.0, 100.0, 0.5, 0.01, 0.2, 0.0)]
+    call = cp.ones(16, dtype=cp.uint8)
+    outs = [cp.empty(16, dtype=cp.float32) for _ in GREEK_KEYS]
+    values = []
+    for a in ins:
+        values += [a.data.ptr, 0]
+    values += [call.data.ptr, 0, *(o.data.ptr for o in outs), 1]
+    lau.args.pack(*values)
+    stream = cp.cuda.Stream(non_blocking=True)
+    handle = stream.ptr
+    res = time_calls(lambda: lau.launch(1, handle, sync=True), repeats, warmup=200)
+    price = float(outs[0].get()[0])
+    ref = float(tickgpu.greeks(100.0, 100.0, 0.5, 0.01, 0.2, dtype=np.float32, backend="cpu").price)
+    res["price_check_rel"] = abs(price - ref) / ref
+    return res
+
+
 def bench_warm_start(repeats: int) -> dict:
     """Cold start in a fresh process, then first call after warmup() against steady state."""
     code = (
@@ -365,6 +393,7 @@ def run(args) -> int:
         "throughput": lambda: bench_throughput(cp, torch, 10_000_000 if quick else 100_000_000, copy_bw),
         "latency": lambda: bench_latency(torch, 2_000 if quick else 10_000),
         "implied_vol": lambda: bench_implied_vol(cp, 1_000_000 if quick else 10_000_000),
+        "launch": lambda: bench_launch(cp, 2_000 if quick else 20_000),
         "warm_start": lambda: bench_warm_start(2000),
         "crossover": lambda: crossover_sweep(quick),
     }
@@ -396,6 +425,9 @@ def evaluate_targets(res: dict) -> dict:
     if "options_per_s" in iv:
         t["iv_f64_Gopts_per_s>=2"] = iv["options_per_s"] / 1e9
         t["iv_max_rel_diff_vs_cpu<=1e-12"] = iv["max_rel_diff_vs_cpu"]
+    la, fl = res.get("launch", {}), res.get("floor", {}).get("empty kernel launch+sync round trip")
+    if "p50_us" in la and fl:
+        t["launch_sync_over_C_launch_sync<=1.3"] = la["p50_us"] / fl["p50_us"]
     ws = res.get("warm_start", {})
     if "first_over_steady" in ws:
         t["first_call_over_steady<=1.5"] = ws["first_over_steady"]
