@@ -229,7 +229,9 @@ def test_quant_gemm_kernel_is_bit_exact(rt, rng, m, fmt):
             ok |= got == (ref32 & 0xFFFF0000)
         assert ok.all()
     else:
-        assert np.array_equal(got, ref.view(np.uint32))
+        # A NaN row is NaN whatever its payload (a float16 NaN widened keeps its own bits).
+        both_nan = np.isnan(ref) & np.isnan(y.astype(np.float32))
+        assert ((got == ref.view(np.uint32)) | both_nan).all()
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int16"])
@@ -244,7 +246,10 @@ def test_quant_gemm_kernel_gelu(rt, rng, fmt):
         hi, lo = wq.limbs
         ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias,
                                 apply_gelu=True)
-    np.testing.assert_allclose(y, ref, rtol=4e-7, atol=1e-7)
+    # For y << 0, 1 + erf(y / sqrt 2) cancels: one float32 ulp of erf near -1 (6e-8) becomes
+    # 0.5 |y| * 6e-8 absolute, ~1.3e-7 at |y| ~ 4.5 where GELU is still above float32's floor
+    # (seen on the GPU: CUDA's erff and the reference differ by that ulp). Allow two such ulps.
+    np.testing.assert_allclose(y, ref, rtol=4e-7, atol=3e-7)
 
 
 @pytest.mark.parametrize("m", [1, 17, 129])
