@@ -54,17 +54,19 @@ static void pool_setup(void)
 {
     pthread_atfork(NULL, NULL, pool_after_fork);
     const char *env = getenv("TICKGPU_COPY_THREADS");
-    if (env != NULL && pool.wanted == 0) {
+    if (env != NULL && __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED) == 0) {
         int v = atoi(env);
-        pool.wanted = v > 0 ? v : 0;
+        __atomic_store_n(&pool.wanted, v > 0 ? v : 0, __ATOMIC_RELAXED);
     }
 }
 
 static int pool_parts_allowed(void)
 {
-    int want = pool.wanted > 0 ? pool.wanted : COPY_DEFAULT_PARTS;
+    /* Set by any thread (tg_hot_set_copy_threads) while copies run: read it once, atomically. */
+    int wanted = __atomic_load_n(&pool.wanted, __ATOMIC_RELAXED);
+    int want = wanted > 0 ? wanted : COPY_DEFAULT_PARTS;
     int cores = tg_num_cores();
-    if (pool.wanted == 0 && want > cores)
+    if (wanted == 0 && want > cores)
         want = cores;
     if (want > COPY_MAX_PARTS)
         want = COPY_MAX_PARTS;
@@ -76,7 +78,7 @@ int tg_hot_set_copy_threads(int nthreads)
     pthread_once(&pool_once, pool_setup);
     int before = pool_parts_allowed();
     if (nthreads >= 0)
-        pool.wanted = nthreads > COPY_MAX_PARTS ? COPY_MAX_PARTS : nthreads;
+        __atomic_store_n(&pool.wanted, nthreads > COPY_MAX_PARTS ? COPY_MAX_PARTS : nthreads, __ATOMIC_RELAXED);
     return before;
 }
 

@@ -97,13 +97,15 @@ static void hot_load(void)
         memset(&cu, 0, sizeof cu);
         return;   /* the library stays open: closing a driver other code may share is unsafe */
     }
-    init_status = TG_OK;
+    /* Release: a thread that sees TG_OK without passing through pthread_once (HOT_READY) also
+       sees every function pointer stored above. */
+    __atomic_store_n(&init_status, TG_OK, __ATOMIC_RELEASE);
 }
 
 int tg_hot_init(void)
 {
     pthread_once(&init_once, hot_load);
-    return init_status;
+    return __atomic_load_n(&init_status, __ATOMIC_ACQUIRE);
 }
 
 const char *tg_hot_error_name(int cu_result)
@@ -126,7 +128,7 @@ static inline int report(CUresult r, int *cu_result)
     do {                                           \
         if (cu_result != NULL)                     \
             *(cu_result) = 0;                      \
-        if (init_status != TG_OK && tg_hot_init() != TG_OK) \
+        if (__atomic_load_n(&init_status, __ATOMIC_ACQUIRE) != TG_OK && tg_hot_init() != TG_OK) \
             return TG_ENODRIVER;                   \
     } while (0)
 

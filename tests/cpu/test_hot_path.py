@@ -44,7 +44,11 @@ def test_bucket_sizes_cover_every_tick():
         sizes = set(bucket_sizes(chunk))
         assert max(sizes) == chunk
         for n in list(range(1, min(chunk, 5000) + 1)) + [chunk - 1, chunk]:
-            assert ops.bucket(n, chunk) in sizes
+            b = ops.bucket(n, chunk)
+            assert b in sizes
+            # Room for the tick, within the chunk, whole 16-element groups (the staged path launches
+            # the aligned16 variants on it), and at most 12.5% (or 16 elements) over.
+            assert n <= b <= chunk and b % 16 == 0 and b - n < max(16, n / 8), (n, chunk, b)
 
 
 def test_dispatch_gpu_range(monkeypatch):

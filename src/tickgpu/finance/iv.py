@@ -13,7 +13,7 @@ import numpy as np
 from tickgpu import dispatch
 from tickgpu.finance import _checks
 from tickgpu._native import check, ffi, lib
-from tickgpu.finance.greeks import _runtime_ops, bind_flags, bind_inputs
+from tickgpu.finance.greeks import _any_on_device, _runtime_ops, bind_flags, bind_inputs
 
 __all__ = ["IVStatus", "implied_vol"]
 
@@ -154,26 +154,6 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
         check(st, "implied_vol")
     del keep, flags, scratch, flag_scratch
     return vols, status
-
-
-# Types that are never GPU arrays: answered by type, so host calls skip the probing.
-_HOST_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.int64, np.uint8,
-                         list, tuple})
-
-
-def _any_on_device(values) -> bool:
-    # Only objects that are not NumPy-compatible can be GPU arrays; the runtime is imported just
-    # for those, so host calls never touch the GPU stack.
-    candidates = [v for v in values if type(v) not in _HOST_TYPES
-                  and not isinstance(v, (np.ndarray, np.generic, int, float, bool))
-                  and (hasattr(v, "__cuda_array_interface__") or hasattr(v, "__dlpack__"))]
-    if not candidates:
-        return False
-    try:
-        from tickgpu.runtime import is_device_array
-    except ImportError:
-        return any(hasattr(v, "__cuda_array_interface__") for v in candidates)
-    return any(is_device_array(v) for v in candidates)
 
 
 def _to_host(a) -> np.ndarray:

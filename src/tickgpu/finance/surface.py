@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tickgpu import dispatch
+from tickgpu._native import as_input, check, ffi, lib
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import _any_on_device as _on_device
 from tickgpu.finance.greeks import _host, _runtime_ops
@@ -123,8 +124,6 @@ class VolSurface:
         return self._eval_cpu(strike, t, what, shape, n)
 
     def _eval_cpu(self, strike, t, what: int, shape, n: int) -> np.ndarray:
-        from tickgpu._native import as_input, check, ffi, lib
-
         if self._native is None:
             grid = ffi.new("tg_surface *")
             grid.nk, grid.nt = len(self._strikes), len(self._expiries)
@@ -152,6 +151,7 @@ class VolSurface:
                                   what, 0), "tg_surface_eval")
         del keep, scratch
         return out
+
 
 def _any_on_device(*values) -> bool:
     return _on_device(values)
