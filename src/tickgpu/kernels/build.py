@@ -112,6 +112,25 @@ class BuildError(RuntimeError):
     """A kernel failed to compile, or its cubin disagrees with the manifest being written."""
 
 
+
+def _triton_compile(src, capability: int, cache_dir, options: dict, what: str):
+    """triton.compile for one target with the builder's fixed settings, in scoped knobs."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    with triton.knobs.cache.scope(), triton.knobs.compilation.scope(), triton.knobs.runtime.scope():
+        triton.knobs.cache.dir = str(cache_dir)
+        # Line info would put this checkout's absolute paths into the cubin.
+        triton.knobs.compilation.disable_line_info = True
+        triton.knobs.compilation.always_compile = True
+        triton.knobs.runtime.override_arch = None
+        try:
+            # No flush-to-zero in libdevice: float32 tails keep their subnormals.
+            return triton.compile(src, target=GPUTarget("cuda", capability, 32),
+                                  options={"enable_reflect_ftz": False, **options})
+        except Exception as e:  # noqa: BLE001 - reported with the variant named
+            raise BuildError(f"{what}: Triton compile failed: {e}") from e
+
 def source_hash(paths: Sequence[Path]) -> str:
     """sha256 of the files' bytes, concatenated in order (see the manifest's ``source_hash``)."""
     h = hashlib.sha256()
@@ -220,8 +239,6 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
     """Compile every variant of ``fam`` for ``arch``; returns (manifest entry, cubin, cubin facts)."""
     import importlib
 
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = getattr(importlib.import_module(fam.module), fam.kernel)
@@ -237,19 +254,8 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
                 constants = {p.name: p.default for p in fn.params if p.is_constexpr and p.name != "BLOCK_SIZE"}
                 src = ASTSource(fn=fn, signature=signature, constexprs={**constants, "BLOCK_SIZE": block_size},
                                 attrs=attrs)
-                with triton.knobs.cache.scope(), triton.knobs.compilation.scope(), triton.knobs.runtime.scope():
-                    triton.knobs.cache.dir = str(cache_dir)
-                    # Line info would put this checkout's absolute paths into the cubin.
-                    triton.knobs.compilation.disable_line_info = True
-                    triton.knobs.compilation.always_compile = True
-                    triton.knobs.runtime.override_arch = None
-                    try:
-                        compiled = triton.compile(
-                            src, target=GPUTarget("cuda", capability, 32),
-                            # No flush-to-zero in libdevice: float32 tails keep their subnormals.
-                            options={"num_warps": num_warps, "enable_reflect_ftz": False})
-                    except Exception as e:  # noqa: BLE001 - reported with the variant named
-                        raise BuildError(f"{variant} ({arch}): Triton compile failed: {e}") from e
+                compiled = _triton_compile(src, capability, cache_dir, {"num_warps": num_warps},
+                                           f"{variant} ({arch})")
                 md = compiled.metadata
                 params = layout_params(list(FAMILY_PARAMS[fam.family]) + list(TRITON_SCRATCH_PARAMS))
                 entry = {
@@ -274,8 +280,6 @@ _QUANT_KINDS = {"i32": "i32", "fp32": "f32"}
 
 def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
     """Compile every variant of :data:`tickgpu.kernels.quant.QUANT_VARIANTS` for ``arch``."""
-    import triton
-    from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from tickgpu.kernels import quant as kq
@@ -293,18 +297,9 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
                              f"manifest's quant order {contract}")
         src = ASTSource(fn=fn, signature=v["signature"], constexprs=v["constexprs"],
                         attrs=kq.divisibility_attrs(v))
-        with triton.knobs.cache.scope(), triton.knobs.compilation.scope(), triton.knobs.runtime.scope():
-            triton.knobs.cache.dir = str(cache_dir)
-            triton.knobs.compilation.disable_line_info = True
-            triton.knobs.compilation.always_compile = True
-            triton.knobs.runtime.override_arch = None
-            try:
-                compiled = triton.compile(
-                    src, target=GPUTarget("cuda", capability, 32),
-                    options={"num_warps": v["num_warps"], "num_stages": v["num_stages"],
-                             "enable_reflect_ftz": False, **v["options"]})
-            except Exception as e:  # noqa: BLE001 - reported with the variant named
-                raise BuildError(f"{variant} ({arch}): Triton compile failed: {e}") from e
+        compiled = _triton_compile(src, capability, cache_dir,
+                                   {"num_warps": v["num_warps"], "num_stages": v["num_stages"], **v["options"]},
+                                   f"{variant} ({arch})")
         md = compiled.metadata
         tiles = v["grid"] == "tiles"
         entry = {
