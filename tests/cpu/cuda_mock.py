@@ -53,7 +53,14 @@ class MockDriver:
     def __init__(self, cc=(9, 0), sm_count=132, devices=1):
         self.cc, self.sm_count, self.devices = cc, sm_count, devices
         self.calls: list[str] = []
-        self.counts = {"mem_alloc": 0, "mem_host_alloc": 0, "module_load": 0, "graph_instantiate": 0}
+        self.counts = {"mem_alloc": 0, "mem_host_alloc": 0, "host_register": 0, "mem_alloc_managed": 0,
+                       "mem_alloc_async": 0, "prefetch": 0, "module_load": 0, "graph_instantiate": 0}
+        self.pending_events: set[int] = set()    # events event_query reports as not yet reached
+        self.registered: dict[int, int] = {}     # host address -> bytes page-locked by mem_host_register
+        self.advice: list[tuple] = []            # (address, bytes, advice, device) per mem_advise
+        self.prefetches: list[tuple] = []        # (address, bytes, device, stream) per mem_prefetch_async
+        self.pools: dict[int, dict] = {}         # stream-ordered pools: handle -> attributes
+        self.free_bytes, self.total_bytes = 140 << 30, 141 << 30
         self.fail: dict[str, str] = {}          # op -> CUDA error name to raise
         self.blocks: dict[int, object] = {}      # base address -> ctypes buffer
         self.sizes: dict[int, int] = {}
@@ -201,6 +208,80 @@ class MockDriver:
             self.check_range(src, nbytes, "cuMemcpyDtoHAsync source")
             ctypes.memmove(dst, src, nbytes)
 
+    def memcpy_dtod_async(self, dst, src, nbytes, stream):
+        self._op("cuMemcpyDtoDAsync")
+        self.check_range(src, nbytes, "cuMemcpyDtoDAsync source")
+        self._copy(dst, src, nbytes, "cuMemcpyDtoDAsync")
+
+    def mem_get_info(self):
+        return self.free_bytes, self.total_bytes
+
+    def mem_host_register(self, ptr, nbytes, flags=3):
+        self._op("cuMemHostRegister")
+        self.counts["host_register"] += 1
+        self.registered[ptr] = nbytes
+
+    def mem_host_unregister(self, ptr):
+        self._op("cuMemHostUnregister")
+        del self.registered[ptr]
+
+    def mem_alloc_managed(self, nbytes):
+        self._op("cuMemAllocManaged")
+        self.counts["mem_alloc_managed"] += 1
+        return self._alloc(nbytes, 4096)
+
+    def mem_advise(self, dptr, nbytes, advice, device):
+        self._op("cuMemAdvise")
+        self.check_range(dptr, nbytes, "cuMemAdvise")
+        self.advice.append((dptr, nbytes, advice, device))
+
+    def mem_prefetch_async(self, dptr, nbytes, device, stream):
+        self._op("cuMemPrefetchAsync")
+        self.check_range(dptr, nbytes, "cuMemPrefetchAsync")
+        self.counts["prefetch"] += 1
+        self.prefetches.append((dptr, nbytes, device, stream))
+
+    def mem_pool_create(self, device, release_threshold):
+        self._op("cuMemPoolCreate")
+        h = self._handle()
+        self.pools[h] = {"RELEASE_THRESHOLD": release_threshold, "RESERVED_MEM_CURRENT": 0, "USED_MEM_CURRENT": 0,
+                         "RESERVED_MEM_HIGH": 0, "USED_MEM_HIGH": 0, "ptrs": {}}
+        return h
+
+    def mem_pool_destroy(self, pool):
+        self._op("cuMemPoolDestroy")
+        del self.pools[pool]
+
+    def mem_pool_attribute(self, pool, name):
+        return self.pools[pool][name]
+
+    def mem_pool_trim_to(self, pool, keep_bytes):
+        p = self.pools[pool]
+        p["RESERVED_MEM_CURRENT"] = max(p["USED_MEM_CURRENT"], min(p["RESERVED_MEM_CURRENT"], keep_bytes))
+
+    def mem_alloc_from_pool_async(self, nbytes, pool, stream):
+        self._op("cuMemAllocFromPoolAsync")
+        self.counts["mem_alloc_async"] += 1
+        p = self.pools[pool]
+        ptr = self._alloc(max(nbytes, 1), 512)
+        p["ptrs"][ptr] = nbytes
+        p["USED_MEM_CURRENT"] += nbytes
+        p["RESERVED_MEM_CURRENT"] = max(p["RESERVED_MEM_CURRENT"], p["USED_MEM_CURRENT"])
+        p["USED_MEM_HIGH"] = max(p["USED_MEM_HIGH"], p["USED_MEM_CURRENT"])
+        p["RESERVED_MEM_HIGH"] = max(p["RESERVED_MEM_HIGH"], p["RESERVED_MEM_CURRENT"])
+        return ptr
+
+    def mem_free_async(self, dptr, stream):
+        self._op("cuMemFreeAsync")
+        for p in self.pools.values():
+            if dptr in p["ptrs"]:
+                p["USED_MEM_CURRENT"] -= p["ptrs"].pop(dptr)
+                break
+        else:
+            raise CudaError("cuMemFreeAsync", "CUDA_ERROR_INVALID_VALUE", 1)
+        self.sizes.pop(dptr)
+        self.blocks.pop(dptr)
+
     # ---- streams, events ----------------------------------------------------------------------------
     def stream_create(self, flags=1):
         self._op("cuStreamCreate")
@@ -219,7 +300,10 @@ class MockDriver:
         pass
 
     def event_synchronize(self, e):
-        pass
+        self.pending_events.discard(e)
+
+    def event_query(self, e):
+        return e not in self.pending_events
 
     # ---- kernels -----------------------------------------------------------------------------------
     def _read_args(self, fn, params_addr) -> tuple:

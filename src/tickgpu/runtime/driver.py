@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from tickgpu.errors import TickGpuError
 
-__all__ = ["CudaError", "Driver", "HOST_ALLOC_PORTABLE", "HOST_ALLOC_DEVICEMAP"]
+__all__ = ["CudaError", "Driver", "HOST_ALLOC_PORTABLE", "HOST_ALLOC_DEVICEMAP", "HOST_REGISTER_PORTABLE",
+           "HOST_REGISTER_DEVICEMAP"]
 
 HOST_ALLOC_PORTABLE = 0x01    # CU_MEMHOSTALLOC_PORTABLE: pinned for every context
 HOST_ALLOC_DEVICEMAP = 0x02   # CU_MEMHOSTALLOC_DEVICEMAP: also mapped into the device's address space
 STREAM_NON_BLOCKING = 0x01    # CU_STREAM_NON_BLOCKING: no implicit sync with the legacy default stream
 EVENT_DISABLE_TIMING = 0x02   # CU_EVENT_DISABLE_TIMING: cheaper record/sync where no time is read
+HOST_REGISTER_PORTABLE = 0x01  # CU_MEMHOSTREGISTER_PORTABLE
+HOST_REGISTER_DEVICEMAP = 0x02  # CU_MEMHOSTREGISTER_DEVICEMAP
+MEM_ATTACH_GLOBAL = 0x01       # CU_MEM_ATTACH_GLOBAL: managed memory any stream may touch
 
 
 class CudaError(TickGpuError):
@@ -68,7 +72,9 @@ class Driver:
         self._ffi = None
         self._result = None       # one reusable int* for the hot path's CUresult
         self._memcpy_params = {}  # copy node -> its CUDA_MEMCPY3D as captured (updated in place)
-        self.counts = {"mem_alloc": 0, "mem_host_alloc": 0, "module_load": 0, "graph_instantiate": 0}
+        # Every driver call that allocates, so a test can assert a hot path makes none.
+        self.counts = {"mem_alloc": 0, "mem_host_alloc": 0, "host_register": 0, "mem_alloc_managed": 0,
+                       "mem_alloc_async": 0, "prefetch": 0, "module_load": 0, "graph_instantiate": 0}
 
     # ---- errors ------------------------------------------------------------------------------
     def error_name(self, code: int) -> str:
@@ -228,6 +234,88 @@ class Driver:
         self._check(self._cu.cuMemcpyDtoHAsync(dst, self._cu.CUdeviceptr(src), nbytes, self._cu.CUstream(stream)),
                     "cuMemcpyDtoHAsync")
 
+    def memcpy_dtod_async(self, dst: int, src: int, nbytes: int, stream: int) -> None:
+        self._check(self._cu.cuMemcpyDtoDAsync(self._cu.CUdeviceptr(dst), self._cu.CUdeviceptr(src), nbytes,
+                                               self._cu.CUstream(stream)), "cuMemcpyDtoDAsync")
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) bytes of the current context's device (cuMemGetInfo)."""
+        free, total = self._check(self._cu.cuMemGetInfo(), "cuMemGetInfo")
+        return int(free), int(total)
+
+    # ---- host registration, managed memory, stream-ordered pools ------------------------------
+    def mem_host_register(self, ptr: int, nbytes: int,
+                          flags: int = HOST_REGISTER_PORTABLE | HOST_REGISTER_DEVICEMAP) -> None:
+        """Page-lock existing host memory (cuMemHostRegister), e.g. a huge-page mapping."""
+        self.counts["host_register"] += 1
+        self._check(self._cu.cuMemHostRegister(ptr, nbytes, flags), f"cuMemHostRegister({nbytes} bytes)")
+
+    def mem_host_unregister(self, ptr: int) -> None:
+        self._check(self._cu.cuMemHostUnregister(ptr), "cuMemHostUnregister")
+
+    def mem_alloc_managed(self, nbytes: int) -> int:
+        """Managed (unified) memory reachable from every device and the host (CU_MEM_ATTACH_GLOBAL)."""
+        self.counts["mem_alloc_managed"] += 1
+        return int(self._check(self._cu.cuMemAllocManaged(nbytes, MEM_ATTACH_GLOBAL),
+                               f"cuMemAllocManaged({nbytes} bytes)"))
+
+    def _location(self, device: int | None):
+        loc = self._cu.CUmemLocation()
+        if device is None:
+            loc.type = self._cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST
+            loc.id = 0
+        else:
+            loc.type = self._cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+            loc.id = int(device)
+        return loc
+
+    def mem_advise(self, dptr: int, nbytes: int, advice: str, device: int | None) -> None:
+        """cuMemAdvise; `advice` without its prefix (``"SET_READ_MOSTLY"``, ``"SET_PREFERRED_LOCATION"``,
+        ``"SET_ACCESSED_BY"``...); `device` None means the host."""
+        adv = getattr(self._cu.CUmem_advise, "CU_MEM_ADVISE_" + advice)
+        self._check(self._cu.cuMemAdvise(self._cu.CUdeviceptr(dptr), nbytes, adv, self._location(device)),
+                    f"cuMemAdvise({advice})")
+
+    def mem_prefetch_async(self, dptr: int, nbytes: int, device: int | None, stream: int) -> None:
+        """cuMemPrefetchAsync of a managed range to `device` (None: the host), ordered on `stream`."""
+        self.counts["prefetch"] += 1
+        self._check(self._cu.cuMemPrefetchAsync(self._cu.CUdeviceptr(dptr), nbytes, self._location(device), 0,
+                                                self._cu.CUstream(stream)), "cuMemPrefetchAsync")
+
+    def mem_pool_create(self, device: int, release_threshold: int) -> int:
+        """A stream-ordered device pool (cuMemPoolCreate) that keeps `release_threshold` bytes
+        reserved across synchronisations instead of returning them to the OS."""
+        props = self._cu.CUmemPoolProps()
+        props.allocType = self._cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.handleTypes = self._cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.location = self._location(device)
+        pool = self._check(self._cu.cuMemPoolCreate(props), "cuMemPoolCreate")
+        attr = self._cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        self._check(self._cu.cuMemPoolSetAttribute(pool, attr, self._cu.cuuint64_t(int(release_threshold))),
+                    "cuMemPoolSetAttribute(RELEASE_THRESHOLD)")
+        return int(pool)
+
+    def mem_pool_destroy(self, pool: int) -> None:
+        self._check(self._cu.cuMemPoolDestroy(self._cu.CUmemoryPool(pool)), "cuMemPoolDestroy")
+
+    def mem_pool_attribute(self, pool: int, name: str) -> int:
+        """cuMemPoolGetAttribute; `name` without its prefix (``"RESERVED_MEM_CURRENT"``, ``"USED_MEM_HIGH"``...)."""
+        attr = getattr(self._cu.CUmemPool_attribute, "CU_MEMPOOL_ATTR_" + name)
+        return int(self._check(self._cu.cuMemPoolGetAttribute(self._cu.CUmemoryPool(pool), attr),
+                               f"cuMemPoolGetAttribute({name})"))
+
+    def mem_pool_trim_to(self, pool: int, keep_bytes: int) -> None:
+        self._check(self._cu.cuMemPoolTrimTo(self._cu.CUmemoryPool(pool), keep_bytes), "cuMemPoolTrimTo")
+
+    def mem_alloc_from_pool_async(self, nbytes: int, pool: int, stream: int) -> int:
+        self.counts["mem_alloc_async"] += 1
+        return int(self._check(self._cu.cuMemAllocFromPoolAsync(nbytes, self._cu.CUmemoryPool(pool),
+                                                                 self._cu.CUstream(stream)),
+                               f"cuMemAllocFromPoolAsync({nbytes} bytes)"))
+
+    def mem_free_async(self, dptr: int, stream: int) -> None:
+        self._check(self._cu.cuMemFreeAsync(self._cu.CUdeviceptr(dptr), self._cu.CUstream(stream)), "cuMemFreeAsync")
+
     # ---- streams and events -------------------------------------------------------------------
     def stream_create(self, flags: int = STREAM_NON_BLOCKING) -> int:
         return int(self._check(self._cu.cuStreamCreate(flags), "cuStreamCreate"))
@@ -255,6 +343,15 @@ class Driver:
         if self._hot is not None:
             return self._hot_check(self._hot.tg_hot_event_sync(event, self._result), "cuEventSynchronize")
         self._check(self._cu.cuEventSynchronize(self._cu.CUevent(event)), "cuEventSynchronize")
+
+    def event_query(self, event: int) -> bool:
+        """True once the work before the event's record has finished, False while it is pending."""
+        err = self._cu.cuEventQuery(self._cu.CUevent(event))[0]
+        if err == self._cu.CUresult.CUDA_SUCCESS:
+            return True
+        if err == self._cu.CUresult.CUDA_ERROR_NOT_READY:
+            return False
+        raise CudaError("cuEventQuery", self.error_name(int(err)), int(err))
 
     def event_elapsed_ms(self, start: int, end: int) -> float:
         return float(self._check(self._cu.cuEventElapsedTime(self._cu.CUevent(start), self._cu.CUevent(end)),
