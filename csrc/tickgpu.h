@@ -377,6 +377,10 @@ typedef struct {
 
 int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result);
 
+/* ---- Host memory: huge-page mappings for the pinned pool (csrc/mem/hostmem.c) ------------- */
+
+/* ---- Device pool: two-level device memory pool (csrc/mem/devpool.c) ----------------------- */
+
 /* TICKGPU_CDEF_END */
 
 #ifdef __cplusplus
