@@ -302,6 +302,9 @@ class MockDriver:
     def event_synchronize(self, e):
         self.pending_events.discard(e)
 
+    def stream_wait_event(self, s, e):
+        self._op("cuStreamWaitEvent")
+
     def event_query(self, e):
         return e not in self.pending_events
 

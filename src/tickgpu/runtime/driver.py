@@ -344,6 +344,11 @@ class Driver:
             return self._hot_check(self._hot.tg_hot_event_sync(event, self._result), "cuEventSynchronize")
         self._check(self._cu.cuEventSynchronize(self._cu.CUevent(event)), "cuEventSynchronize")
 
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Work queued on `stream` after this waits for `event` (cuStreamWaitEvent); the host does not."""
+        self._check(self._cu.cuStreamWaitEvent(self._cu.CUstream(stream), self._cu.CUevent(event), 0),
+                    "cuStreamWaitEvent")
+
     def event_query(self, event: int) -> bool:
         """True once the work before the event's record has finished, False while it is pending."""
         err = self._cu.cuEventQuery(self._cu.CUevent(event))[0]
