@@ -377,6 +377,8 @@ typedef struct {
 
 int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result);
 
+/* ---- Mailbox: resident (persistent) kernels polled through mapped memory (csrc/hot/mailbox.c) */
+
 /* ---- Host memory: huge-page mappings for the pinned pool (csrc/mem/hostmem.c) ------------- */
 
 /* ---- Device pool: two-level device memory pool (csrc/mem/devpool.c) ----------------------- */
