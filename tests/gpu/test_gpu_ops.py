@@ -6,7 +6,6 @@ float32 within 1e-5, relative (with the same bound, scaled by the array's magnit
 elements near zero where relative error is meaningless). Every kernel variant in the bundle is
 run, as are NumPy, CuPy and PyTorch inputs, non-contiguous and misaligned ones.
 """
-import statistics
 import time
 from pathlib import Path
 
@@ -370,20 +369,18 @@ def test_gpu_arrays_misaligned_and_non_contiguous(ctx, rng):
 
 
 # ---- warm start and steady state --------------------------------------------------------------------
-def test_first_call_after_warmup_is_steady(ctx, rng):
+def test_first_call_after_warmup_builds_nothing(ctx, rng):
+    """After warmup() the first call loads, allocates, instantiates and plans nothing: what it
+    runs was all made by warm-up (its time is measured by the gpu suite's warm_start section)."""
     rt.warmup()
+    c = rt.context()
     a = _bsm(rng, 1000, np.float32)
-    t0 = time.perf_counter()
-    tickgpu.greeks(**a, dtype=np.float32, backend="gpu")
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(500):
-        t0 = time.perf_counter()
-        tickgpu.greeks(**a, dtype=np.float32, backend="gpu")
-        times.append(time.perf_counter() - t0)
-    steady = statistics.median(times)
-    print(f"greeks f32 n=1000 after warmup: first {first * 1e6:.1f} us, steady p50 {steady * 1e6:.1f} us")
-    assert first <= 1.5 * steady, (first, steady)
+    before = (dict(c.driver.counts), len(c.plans), sum(len(r.graphs) for r in c.runners.values()))
+    g = tickgpu.greeks(**a, dtype=np.float32, backend="gpu")
+    after = (dict(c.driver.counts), len(c.plans), sum(len(r.graphs) for r in c.runners.values()))
+    assert after == before
+    ref = tickgpu.greeks(**a, dtype=np.float32, backend="cpu")
+    np.testing.assert_allclose(g.price, ref.price, rtol=1e-4, atol=1e-4)
 
 
 def test_no_driver_allocations_after_warmup(ctx, rng):

@@ -4,7 +4,6 @@ path and GPU-array interop are checked against `cuda_mock.expected_*` independen
 finance kernels.
 """
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -157,9 +156,11 @@ def test_no_allocations_after_warmup(ctx, rng):
 
 
 @pytest.mark.parametrize("pattern", ["arrays", "scalars"])
-def test_first_call_after_warmup_costs_steady(rng, pattern):
-    """In a fresh context: warm-up, then the first tick costs what the thousandth does, whether
-    the call passes arrays or single values (t, rate, vol, div, call as Python numbers)."""
+def test_first_call_after_warmup_builds_nothing(rng, pattern):
+    """In a fresh context: after warm-up the first tick finds everything made -- no driver
+    allocation, module load or graph instantiation, no new plan or graph, no graph update --
+    whether the call passes arrays or single values. (What the first call costs in time is
+    measured by `tickgpu bench --suite gpu`, warm_start, not asserted here.)"""
     from tickgpu.runtime import staged
     from tickgpu.runtime.device import Context
 
@@ -169,19 +170,12 @@ def test_first_call_after_warmup_costs_steady(rng, pattern):
     d = _inputs(rng, n, np.float32)
     if pattern == "scalars":
         d = dict(spot=d["spot"], strike=d["strike"], t=0.5, rate=0.01, vol=0.2, div=0.0, call=True)
-    args = (lambda: c, ops.GREEKS, np.dtype(np.float32), (n,), tuple(d.values()), (), None)
-    t0 = time.perf_counter()
-    staged.host_call(*args)
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(300):
-        t0 = time.perf_counter()
-        staged.host_call(*args)
-        times.append(time.perf_counter() - t0)
-    steady = statistics.median(times)
-    print(f"greeks f32 n={n} ({pattern}): first {first * 1e6:.1f} us, steady p50 {steady * 1e6:.1f} us, "
-          f"p99 {sorted(times)[int(0.99 * len(times))] * 1e6:.1f} us")
-    assert first <= 1.5 * steady + 10e-6, (first, steady)
+    before = (dict(c.driver.counts), len(c.plans), sum(len(r.graphs) for r in c.runners.values()))
+    out = staged.host_call(lambda: c, ops.GREEKS, np.dtype(np.float32), (n,), tuple(d.values()), (), None)
+    after = (dict(c.driver.counts), len(c.plans), sum(len(r.graphs) for r in c.runners.values()))
+    assert after == before
+    ref = expected_greeks(*(np.broadcast_to(np.asarray(v, np.float64), (n,)) for v in d.values()))
+    np.testing.assert_allclose(out["price"], ref["price"], rtol=1e-5)
 
 
 def test_cupy_arrays(ctx, rng):
