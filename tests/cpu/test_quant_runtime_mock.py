@@ -266,3 +266,36 @@ def test_kernel_runtime_unavailable_without_gpu(monkeypatch):
     with pytest.raises(BackendUnavailable, match="TICKGPU_DISABLE_GPU"):
         rt.kernel_runtime()
     rt.reset()
+
+
+def test_small_batches_run_as_one_graph_on_mapped_memory(kr, ctx, mock, rng):
+    """Up to GRAPH_MAX_ROWS rows a step is one graph replay (no launch, no copy call), its input and
+    output in mapped host memory; above, launches as before. Same numbers either way."""
+    mlp = QuantMLP([(rng.standard_normal((48, 20)), rng.standard_normal(48)), (rng.standard_normal((5, 48)), None)],
+                   layernorm=(np.ones(20), np.zeros(20)), scheme="w8a8")
+    plan = _gpu.plan_for(mlp, kr)
+    for m in (1, _gpu.GRAPH_MAX_ROWS):
+        x = rng.standard_normal((m, 20)).astype(np.float32)
+        assert np.array_equal(plan.run(x), mlp.forward_cpu(x))
+        prog = plan.programs[m]
+        assert prog.graph is not None
+        calls, counts = len(mock.calls), dict(mock.counts)
+        for _ in range(3):
+            x = rng.standard_normal((m, 20)).astype(np.float32)
+            assert np.array_equal(plan.run(x), mlp.forward_cpu(x))
+        step_calls = mock.calls[calls:]
+        assert step_calls.count("cuGraphLaunch") == 3
+        assert not {"cuLaunchKernel", "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync"} & set(step_calls)
+        assert mock.counts == counts          # nothing allocated, captured or instantiated again
+        assert prog.graph.replays >= 3
+    m = _gpu.GRAPH_MAX_ROWS + 1
+    x = rng.standard_normal((m, 20)).astype(np.float32)
+    assert np.array_equal(plan.run(x), mlp.forward_cpu(x))
+    assert plan.programs[m].graph is None
+    # A scratch block that moved (another kernel's larger grid) makes the graph capture again.
+    g = plan.programs[1].graph
+    ctx.bundle.scratch_epoch += 1
+    before = mock.counts["graph_instantiate"]
+    x = rng.standard_normal((1, 20)).astype(np.float32)
+    assert np.array_equal(plan.run(x), mlp.forward_cpu(x))
+    assert mock.counts["graph_instantiate"] == before + 1 and g is plan.programs[1].graph

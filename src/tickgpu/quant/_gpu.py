@@ -10,7 +10,12 @@ are launched through a *kernel runtime*: an object with
 - ``launch(variant, grid, args)``: launch a bundle variant on a 3-tuple grid with ``args`` in the
   order of the kernel's non-constexpr parameters: buffers for pointers, ints for i32, floats for fp32;
 - optionally ``prepare(variant, grid, args)``: the same launch checked and packed once, returning an
-  object whose ``launch()`` repeats it (used for every launch of a step when offered).
+  object whose ``launch()`` repeats it (used for every launch of a step when offered);
+- optionally ``mapped(shape, dtype)`` (pinned host memory the kernels address directly, with a
+  NumPy view ``.host``) and ``capture(prepared) -> graph`` (the prepared launches as one CUDA
+  graph whose ``replay()`` launches it and waits): where both are offered, a step of up to
+  :data:`GRAPH_MAX_ROWS` rows is one graph replay reading its input from, and writing its output
+  to, mapped host memory -- no copy, one launch, one wait.
 
 :func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
 sources under the interpreter. Nothing here imports torch or triton.
@@ -31,6 +36,11 @@ import numpy as np
 from tickgpu.errors import BackendUnavailable
 
 SMALL_M = 64  # at or below: the small-batch tile ("s"), above: the large one ("l")
+# At or below: a step is one replayed graph on mapped host memory. A signal model's step is a few
+# microseconds of GPU work behind ~6 launches, a host-to-device and a device-to-host copy; as a
+# graph over memory the kernels read and write across PCIe it is one launch and one wait, and the
+# few kilobytes crossing the link cost less than the copies' fixed costs.
+GRAPH_MAX_ROWS = 64
 _TILE_M_N = {"s": (16, 64), "l": (128, 128)}
 _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
@@ -83,6 +93,7 @@ class _Program:
     def __init__(self, x, in_dtype, launches, out):
         self.x, self.in_dtype, self.launches, self.out = x, in_dtype, launches, out
         self.prepared = None
+        self.graph = None      # the step as one graph (x and out then live in mapped host memory)
 
 
 class GpuPlan:
@@ -113,10 +124,11 @@ class GpuPlan:
         self.programs: dict[int, _Program] = {}
         self._lock = threading.Lock()   # a program's buffers serve one step at a time
 
-    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0):
+    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None):
         tile = "s" if m <= SMALL_M else "l"
         bm, bn = _TILE_M_N[tile]
-        out = self.rt.empty((m, layer.n), out_dtype)
+        if out is None:
+            out = self.rt.empty((m, layer.n), out_dtype)
         grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
         gelu = "_gelu" if layer.gelu else ""
         tag = _OUT_TAG[out_dtype]
@@ -136,23 +148,28 @@ class GpuPlan:
         last = len(self.layers) - 1
         launches: list = []
         k0 = self.layers[0].k
+        graph = m <= GRAPH_MAX_ROWS and hasattr(rt, "capture") and hasattr(rt, "mapped") and hasattr(rt, "prepare")
+        # In graph mode the step's input and output are mapped host memory the kernels address.
+        alloc_io = rt.mapped if graph else rt.empty
+        y = alloc_io((m, self.layers[-1].n), self.out_dtype)
         if self.scheme == "w8a16":
             if self.ln is not None:
-                x = rt.empty((m, k0), "float32")
+                x = alloc_io((m, k0), "float32")
                 in_dtype = np.float32
                 h = rt.empty((m, _round_up(k0, 8)), "float16")
                 launches.append((f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
                                  [x, self.gamma, self.beta, h, m, k0, k0, _round_up(k0, 8), self.ln_eps]))
                 stride = _round_up(k0, 8)
             else:
-                h = x = rt.empty((m, k0), "float16")
+                h = x = alloc_io((m, k0), "float16")
                 in_dtype = np.float16
                 stride = k0
             for i, layer in enumerate(self.layers):
-                h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", launches, stride_a=stride)
+                h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", launches, stride_a=stride,
+                               out=y if i == last else None)
                 stride = layer.n
         else:
-            h = x = rt.empty((m, k0), "float32")
+            h = x = alloc_io((m, k0), "float32")
             in_dtype = np.float32
             stride = k0
             for i, layer in enumerate(self.layers):
@@ -164,11 +181,13 @@ class GpuPlan:
                                  [h, self.gamma, self.beta, xq, scale, rowsum,
                                   m, layer.k, stride, layer.k_pad, self.ln_eps]))
                 h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32", launches,
-                               a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad)
+                               a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad, out=y if i == last else None)
                 stride = layer.n
         prog = _Program(x, in_dtype, launches, h)
         if hasattr(rt, "prepare"):
             prog.prepared = [rt.prepare(v, g, a) for v, g, a in launches]
+        if graph:
+            prog.graph = rt.capture(prog.prepared)
         return prog
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -181,6 +200,13 @@ class GpuPlan:
                 if len(self.programs) >= self.MAX_PROGRAMS:
                     self.programs.pop(next(iter(self.programs)))
                 prog = self.programs[m] = self._build(m)
+            if prog.graph is not None:
+                np.copyto(prog.x.host, x, casting="same_kind")
+                prog.graph.replay()
+                y = prog.out.host.copy()
+                if self.out_dtype == "bfloat16":
+                    y = (y.astype(np.uint32) << 16).view(np.float32)
+                return y
             rt.write(prog.x, np.ascontiguousarray(x, prog.in_dtype))
             if prog.prepared is not None:
                 for p in prog.prepared:

@@ -13,7 +13,11 @@
   kernel's parameters (its manifest ``params`` without Triton's scratch pointers): buffers (or raw
   device addresses) for pointers, ints for i32, floats for f32;
 - ``prepare(variant, grid, args) -> PreparedLaunch``: the same, checked and packed once, for
-  ``PreparedLaunch.launch()`` to repeat at the cost of the driver call.
+  ``PreparedLaunch.launch()`` to repeat at the cost of the driver call;
+- ``mapped(shape, dtype) -> MappedBuffer``: pinned host memory that kernels address directly
+  (its device mapping), with a NumPy view ``.host``;
+- ``capture(prepared) -> StepGraph``: prepared launches captured once as one CUDA graph;
+  ``StepGraph.replay()`` launches it and waits (one native call, GIL released).
 
 Everything runs in order on the context's one stream, so a buffer given back to the pool may be
 handed out again at once: whatever the next owner queues runs after what the last one queued.
@@ -36,7 +40,7 @@ import numpy as np
 from tickgpu.runtime.bundle import QUANT_FAMILY, BundleError
 from tickgpu.runtime.launch import Launcher
 
-__all__ = ["DeviceBuffer", "BufferPool", "KernelRuntime", "PreparedLaunch", "DTYPES"]
+__all__ = ["DeviceBuffer", "MappedBuffer", "BufferPool", "KernelRuntime", "PreparedLaunch", "StepGraph", "DTYPES"]
 
 #: Element types of device buffers: name -> the NumPy dtype that holds them on the host.
 DTYPES = {"int8": np.dtype(np.int8), "int32": np.dtype(np.int32), "float16": np.dtype(np.float16),
@@ -145,6 +149,99 @@ class DeviceBuffer:
         return f"DeviceBuffer(shape={self.shape}, dtype={self.dtype!r}, ptr={self.ptr:#x})"
 
 
+class MappedBuffer:
+    """A dense array in pinned host memory that kernels read and write through its device mapping.
+
+    ``ptr`` is the device address (what a kernel argument takes), ``host`` a NumPy view of the
+    same bytes (bfloat16 as uint16). Freed when collected. Host writes are seen by kernels launched
+    after them; kernel writes are seen by the host once the launch's stream has been waited for.
+    """
+
+    __slots__ = ("ptr", "shape", "dtype", "nbytes", "host", "_host_ptr", "_driver", "__weakref__")
+
+    def __init__(self, driver, shape, dtype: str):
+        import ctypes
+
+        if dtype not in DTYPES:
+            raise TypeError(f"dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * DTYPES[dtype].itemsize
+        self._driver = driver
+        self._host_ptr = driver.mem_host_alloc(max(1, self.nbytes))
+        self.ptr = driver.host_device_pointer(self._host_ptr)
+        raw = (ctypes.c_uint8 * max(1, self.nbytes)).from_address(self._host_ptr)
+        self.host = np.frombuffer(raw, dtype=DTYPES[dtype], count=self.nbytes // DTYPES[dtype].itemsize
+                                  ).reshape(self.shape)
+
+    def __del__(self):
+        driver, self._driver = getattr(self, "_driver", None), None
+        if driver is not None:
+            try:
+                driver.mem_free_host(self._host_ptr)
+            except Exception:   # interpreter shutdown: the driver frees a process's memory anyway
+                pass
+
+
+class StepGraph:
+    """Prepared launches captured once as one CUDA graph on the runtime's stream (`KernelRuntime.capture`).
+
+    The graph records the argument values of its launches, so it stays valid while their buffers
+    live (it keeps them) and while no scratch block they name moved: `replay` checks the bundle's
+    scratch epoch and captures again where one did.
+    """
+
+    def __init__(self, runtime: "KernelRuntime", prepared: list):
+        self.runtime = runtime
+        self.prepared = list(prepared)
+        self.exec = 0
+        self._graph = 0
+        self._epoch = -1
+        self.replays = 0
+        self._capture()
+
+    def _capture(self) -> None:
+        rt, d = self.runtime, self.runtime.driver
+        ctx = rt.ctx
+        with ctx.lock:
+            ctx.enter()
+            self._destroy()
+            d.stream_begin_capture(rt.stream)
+            try:
+                for p in self.prepared:
+                    p.launch()
+            finally:
+                graph = d.stream_end_capture(rt.stream)
+            self._graph = graph
+            self.exec = d.graph_instantiate(graph)
+            self._epoch = ctx.bundle.scratch_epoch
+
+    def replay(self) -> None:
+        """Launch the graph and wait for it."""
+        ctx = self.runtime.ctx
+        with ctx.lock:
+            ctx.enter()
+            if ctx.bundle.scratch_epoch != self._epoch:
+                self._capture()
+            self.runtime.driver.graph_launch(self.exec, self.runtime.stream, sync=True)
+        self.replays += 1
+
+    def _destroy(self) -> None:
+        d = self.runtime.driver
+        if self.exec:
+            d.graph_exec_destroy(self.exec)
+            self.exec = 0
+        if self._graph:
+            d.graph_destroy(self._graph)
+            self._graph = 0
+
+    def __del__(self):
+        try:
+            self._destroy()
+        except Exception:
+            pass
+
+
 class KernelRuntime:
     """Named bundle kernels on `DeviceBuffer` s, in order on the context's stream.
 
@@ -165,6 +262,16 @@ class KernelRuntime:
     def empty(self, shape, dtype: str) -> DeviceBuffer:
         """An uninitialised device buffer of `shape` and `dtype` (see :data:`DTYPES`)."""
         return DeviceBuffer(self.pool, shape, dtype)
+
+    def mapped(self, shape, dtype: str) -> MappedBuffer:
+        """Pinned host memory of `shape` and `dtype` that kernels address directly (see `MappedBuffer`)."""
+        with self.ctx.lock:
+            self.ctx.enter()
+            return MappedBuffer(self.driver, shape, dtype)
+
+    def capture(self, prepared: list) -> StepGraph:
+        """`prepared` launches (from `prepare`) as one graph; ``replay()`` runs it and waits."""
+        return StepGraph(self, prepared)
 
     def upload(self, array) -> DeviceBuffer:
         """A device copy of `array` (C-contiguous copy made first if needed), queued on the stream.
@@ -294,7 +401,7 @@ class KernelRuntime:
         m16 = (spec.multiple_of_16 or ()) if spec.aligned16 else ()
         for p, a in zip(params, args):
             if p.kind == "ptr":
-                ptr = a.ptr if isinstance(a, DeviceBuffer) else a
+                ptr = a.ptr if isinstance(a, (DeviceBuffer, MappedBuffer)) else a
                 if not isinstance(ptr, (int, np.integer)) or isinstance(ptr, bool) or ptr <= 0:
                     raise TypeError(f"{spec.variant}: parameter {p.name} takes a device buffer, got {a!r}")
                 ptr = int(ptr)
