@@ -153,7 +153,7 @@ class CheckedPipeline(Pipeline):
     """Reports its host writes of pinned constants to the race checker."""
 
     def _write_constants(self, call, area, stream):
-        from tickgpu.runtime.streams import _CONST_AREA
+        from tickgpu.runtime.stream_batch import CONST_AREA as _CONST_AREA
 
         self.driver.host_access(self._const_host + area * _CONST_AREA, _CONST_AREA, True, "host constants")
         super()._write_constants(call, area, stream)
@@ -251,7 +251,7 @@ def test_each_slot_reuse_waits_on_the_right_event(ctx, drv, rng):
     p = Pipeline("greeks", chunk=CHUNK, depth=depth, context=ctx)
     p.run(**_inputs(rng, 8 * CHUNK))
     last_record, kernels, dtohs, waits = {}, [], [], {}
-    fs, cs, ws = p.fetch_stream, p.compute_stream, p.write_stream
+    fs, cs = p.fetch_stream, p.compute_stream
     pending_wait = {fs: [], cs: []}
     fetch_no = 0
     for i, (op, s, d) in enumerate(drv.log):
