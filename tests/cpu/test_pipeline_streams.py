@@ -482,3 +482,45 @@ def test_lazy_export_without_heavy_imports():
             "assert 'torch' not in sys.modules and 'cuda.bindings' not in sys.modules; print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+# ---- the benchmark's wiring (not a measurement) -------------------------------------------------------------
+class _BenchDriver(MockDriver):
+    def stream_wait_event(self, s, e):
+        self._op("cuStreamWaitEvent")
+
+    def event_elapsed_ms(self, start, end):
+        return 0.5
+
+    def event_destroy(self, e):
+        pass
+
+
+def test_benchmark_runs_on_the_mock(tmp_path, monkeypatch):
+    import tickgpu.runtime as rt
+    from tickgpu import dispatch
+    from tickgpu.bench import memory_pipeline as mp
+
+    ctx = rt.init(driver=_BenchDriver(), bundle_dir=write_bundle(tmp_path / "b", default_entries()),
+                  staging_elements=64)
+    ctx.warm = True   # warm-up is the runtime's business, tested elsewhere
+    monkeypatch.setattr(dispatch, "gpu_available", lambda: True)
+    monkeypatch.setattr(mp, "N_QUICK", 1000)
+    monkeypatch.setattr(mp, "CHUNKS", (64, 256))
+    monkeypatch.setattr(mp, "_BW_BYTES", 1 << 16)
+    allocated = []
+
+    def pinned_alloc(nbytes):
+        allocated.append(nbytes)
+        return np.empty(nbytes, np.uint8)
+
+    try:
+        res = mp.run_pipeline_bench(True, pinned_alloc=pinned_alloc)
+    finally:
+        rt.reset()
+    assert res["n"] == 1000 and res["pinned"] == "pinned_alloc" and len(allocated) == 1 + 7 + 10
+    assert len(res["pipeline"]) == 4 and len(res["serial"]) == 2
+    assert res["bytes_in"] == 1000 * 25 and res["bytes_out"] == 1000 * 40
+    assert {t["name"] for t in res["targets"]} == {"pipeline / serial (same chunk)", "pipeline vs PCIe bound"}
+    # The mock's kernel is not Black-Scholes: the CPU comparison only has to have run.
+    assert np.isfinite(res["max_rel_err_vs_cpu"])

@@ -6,9 +6,9 @@ loading, graph capture) up front.
 
 Layers: `driver` (cuda.bindings, the only module touching it) -> `bundle` (manifest, cubins) ->
 `launch` (argument buffers packed once) -> `graph` (GraphRunner: one tick as a replayed graph) ->
-`ops` (greeks, implied vol, surface evaluation); `streams` (Pipeline: host arrays far larger than
-a tick as overlapped fetch / compute / write on three streams); `kernels_api` (named kernels on device buffers:
-the quantized layers of tickgpu.quant). The launch-and-wait calls run in C
+`ops` (greeks, implied vol, surface evaluation); `streams` (Pipeline: host arrays far larger
+than a tick as overlapped fetch / compute / write on three streams); `kernels_api` (named kernels
+on device buffers: the quantized layers of tickgpu.quant). The launch-and-wait calls run in C
 (csrc/hot/hot.c) with the GIL released.
 """
 from __future__ import annotations
