@@ -1,6 +1,6 @@
 """tickgpu.runtime.Pipeline on the GPU against the CPU backend (``pytest -m gpu``).
 
-3,000,007 random options in chunks of 2**20 (two full chunks and a ragged tail, so every slot
+3,000,007 random options in chunks of 2**20 (two full chunks and a ragged tail; at depth 2 a slot is
 reused), pageable and pinned memory, the overlapped pipeline, the serial baseline and stream().
 The agreement criteria are those of test_gpu_ops.py (float64 1e-12, float32 1e-5 relative, with
 the cancellation floor of vanna and volga; implied vol with its status rules), reused from there.
