@@ -6,8 +6,9 @@ loading, graph capture) up front.
 
 Layers: `driver` (cuda.bindings, the only module touching it) -> `bundle` (manifest, cubins) ->
 `launch` (argument buffers packed once) -> `graph` (GraphRunner: one tick as a replayed graph) ->
-`ops` (greeks, implied vol, surface evaluation); `kernels_api` (named kernels on device buffers:
-the quantized layers of tickgpu.quant). The launch-and-wait calls run in C
+`ops` (greeks, implied vol, surface evaluation); `streams` (Pipeline: host arrays far larger
+than a tick as overlapped fetch / compute / write on three streams); `kernels_api` (named kernels
+on device buffers: the quantized layers of tickgpu.quant). The launch-and-wait calls run in C
 (csrc/hot/hot.c) with the GIL released.
 """
 from __future__ import annotations
@@ -18,7 +19,22 @@ import threading
 from tickgpu.runtime.arrays import is_device_array
 
 __all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset",
-           "kernel_runtime"]
+           "kernel_runtime", "Pipeline", "PipelineStats"]
+
+# Imported on first use: `import tickgpu` stays free of the runtime's heavier modules.
+_LAZY = {"Pipeline": "tickgpu.runtime.streams", "PipelineStats": "tickgpu.runtime.streams"}
+
+
+def __getattr__(name):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'tickgpu.runtime' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
 
 _lock = threading.Lock()
 _context = None
