@@ -302,6 +302,12 @@ class MockDriver:
     def event_synchronize(self, e):
         self.pending_events.discard(e)
 
+    def event_destroy(self, e):
+        self.pending_events.discard(e)
+
+    def event_elapsed_ms(self, start, end):
+        return 0.0
+
     def stream_wait_event(self, s, e):
         self._op("cuStreamWaitEvent")
 

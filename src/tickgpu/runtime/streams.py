@@ -128,7 +128,7 @@ class Pipeline:
             self._const_dev = self._device_alloc(self._areas * _CONST_AREA)
         self._const_view = np.ctypeslib.as_array(
             (np.ctypeslib.ctypes.c_uint8 * (self._areas * _CONST_AREA)).from_address(self._const_host))
-        self._wait = _stream_wait_event(d)
+        self._wait = d.stream_wait_event
         k = len(self.fam.inputs)
         isz = [1 if name == self.fam.flag else self.dtype.itemsize for name in self.fam.inputs]
         self._in_isz = isz
@@ -497,17 +497,3 @@ class Pipeline:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _stream_wait_event(driver):
-    """``driver.stream_wait_event(stream, event)``, or cuStreamWaitEvent through cuda.bindings where
-    the driver object predates that method."""
-    fn = getattr(driver, "stream_wait_event", None)
-    if fn is not None:
-        return fn
-    cu = driver._cu
-
-    def wait(stream: int, event: int) -> None:
-        driver._check(cu.cuStreamWaitEvent(cu.CUstream(stream), cu.CUevent(event), 0), "cuStreamWaitEvent")
-
-    return wait
