@@ -252,6 +252,57 @@ def w8a16_gemm_kernel(
 
 
 @triton.jit
+def w8a16_swap_kernel(
+    a_ptr,                               # float16 A (M x K), row-major
+    b_ptr, b_scale_ptr,                  # int8 B (N x K, K contiguous), float32 scale (N,)
+    bias_ptr,                            # float32 (N,)
+    c_ptr,                               # output (M x N), float32 / float16 / bfloat16
+    M, N, K,
+    stride_am, stride_bn, stride_cm,
+    GELU: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """Weight-only int8 GEMM for a few rows, with the operands swapped: C^T = B A^T.
+
+    With M <= 16 the MMA's row side would hold a handful of tokens and mostly padding; swapped, the
+    weights' output channels fill it (BLOCK_N of them) and the tokens take the narrow column side
+    (BLOCK_M = 16). The widened weight tile [BLOCK_N, BLOCK_K] is then the left operand in its stored,
+    K-contiguous order, so nothing is transposed in registers: the kernel is bound by the int8 weight
+    bytes, half of float16's. Same sums as `w8a16_gemm_kernel` (float32 accumulation of exact products).
+    """
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_n = pid % num_pid_n
+    pid_m = pid // num_pid_n
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, BLOCK_K)
+    b_ptrs = b_ptr + offs_n[:, None].to(tl.int64) * stride_bn + offs_k[None, :]    # [BLOCK_N, BLOCK_K]
+    a_ptrs = a_ptr + offs_m[None, :].to(tl.int64) * stride_am + offs_k[:, None]    # [BLOCK_K, BLOCK_M] = A^T
+    mask_m = offs_m < M
+    mask_n = offs_n < N
+
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        mask_k = offs_k < K - k0
+        b = tl.load(b_ptrs, mask=mask_n[:, None] & mask_k[None, :], other=0)
+        a = tl.load(a_ptrs, mask=mask_k[:, None] & mask_m[None, :], other=0.0)
+        acc = tl.dot(b.to(tl.float16), a, acc, out_dtype=tl.float32)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+
+    b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
+    bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
+    y = acc * b_scale[:, None]
+    y = y + bias[:, None]
+    if GELU:
+        y = _gelu(y)
+    c_ptrs = c_ptr + offs_m[None, :].to(tl.int64) * stride_cm + offs_n[:, None]
+    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_n[:, None] & mask_m[None, :])
+
+
+@triton.jit
 def layernorm_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 rows; weight and bias (K,)
     y_ptr,                               # output rows (float16 or float32)
