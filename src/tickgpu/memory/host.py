@@ -117,7 +117,8 @@ class PinnedBuffer:
 
     @property
     def released(self) -> bool:
-        return self._slot.owner is not self
+        """True once released, or once its pool closed (the memory is then gone)."""
+        return self._slot.owner is not self or self.pool._closed
 
     def array(self, dtype=np.uint8, shape=None) -> np.ndarray:
         """A NumPy view of the buffer (no copy) as `dtype`, `shape` (default: as many elements as fit).
@@ -130,7 +131,7 @@ class PinnedBuffer:
             `shape` needs more bytes than `nbytes`.
         """
         if self.released:
-            raise PoolError(f"pinned buffer at {self.ptr:#x}: used after release")
+            raise PoolError(f"pinned buffer at {self.ptr:#x}: used after release or after its pool closed")
         dtype = np.dtype(dtype)
         if shape is None:
             shape = (self.nbytes // dtype.itemsize,)
