@@ -255,7 +255,7 @@ class PinnedPool:
                 # Said once per pool: the memory works, but without huge pages, and on some
                 # platforms cuMemHostAlloc is slower to allocate.
                 warnings.warn(f"PinnedPool: using cuMemHostAlloc: {self._fallback_reason}", RuntimeWarning,
-                              stacklevel=4)
+                              stacklevel=5)
             try:
                 base = self.driver.mem_host_alloc(size, self.flags)
                 dev = self.driver.host_device_pointer(base) if self.mapped else None
@@ -392,10 +392,10 @@ class PinnedPool:
             if self._closed:
                 return
             self._closed = True
+            self.context.enter()
             for slots in self._pending.values():
                 for s in slots:
                     self.driver.event_synchronize(s.event)
-            self.context.enter()
             for slots in (*self._free.values(), *self._pending.values()):
                 for s in slots:
                     if s.event is not None:
