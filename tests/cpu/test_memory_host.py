@@ -345,3 +345,36 @@ def test_random_orders_keep_buffers_exclusive(ctx, mock, ops):
         for b, _ in live:
             p.release(b)
         p.close()
+
+
+# ---- the benchmark's plumbing (figures from a mock mean nothing; the structure and clean-up do) ----
+def test_host_memory_benchmark_runs_on_the_mock(tmp_path):
+    import tickgpu.runtime as rt
+    from tickgpu.bench.memory_host import run_host_memory
+
+    class TimedMock(AsyncMock):
+        def device_attribute(self, name, device):
+            extra = {"MANAGED_MEMORY": 1, "CONCURRENT_MANAGED_ACCESS": 1}
+            return extra[name] if name in extra else super().device_attribute(name, device)
+
+        def event_record(self, e, s):          # the benchmark waits on its events: complete at once
+            self.recorded.append((e, s))
+
+        def event_elapsed_ms(self, a, b):
+            return 2.0
+
+    c = rt.init(driver=TimedMock(), bundle_dir=write_bundle(tmp_path / "bundle", default_entries()),
+                staging_elements=1 << 17)
+    try:
+        keep = c.mapped_elements
+        r = run_host_memory(True, {"H2D pinned 256MB": {"GB/s": 55.0},
+                                   "zero-copy mapped kernel 1024 floats": {"p50_us": 10.0}})
+        row = r["bandwidth"]["sizes"]["16MB"]["H2D pinned"]
+        assert row["GB/s"] == pytest.approx(16 * MB / 2e-3 / 1e9)
+        assert row["fraction_of_floor_pinned"] == pytest.approx(row["GB/s"] / 55.0)
+        assert set(r["mapped"]["crossover"]) == {256, 1024, 4096, 16384, 65536}
+        assert c.mapped_elements == keep                    # the knob is restored
+        assert r["managed"]["mode"] == "managed"
+        assert {"blocks", "whole", "none"} <= set(r["managed"])
+    finally:
+        rt.reset()
