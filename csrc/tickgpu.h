@@ -380,6 +380,27 @@ int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result);
 /* ---- Mailbox: resident (persistent) kernels polled through mapped memory (csrc/hot/mailbox.c) */
 
 /* ---- Host memory: huge-page mappings for the pinned pool (csrc/mem/hostmem.c) ------------- */
+/* tg_host_map: an anonymous private read-write mapping of at least `bytes` for the pinned pool,
+ * pre-faulted (every 4 KB page written once) so that registration and first use take no faults.
+ * want_huge: 0 plain pages; 1 transparent huge pages (a 2 MB-aligned range, madvise(MADV_HUGEPAGE)),
+ * else plain pages; 2 explicit huge pages (MAP_HUGETLB) first, then as 1. *out receives the
+ * address (4 KB-aligned; 2 MB-aligned for huge pages), *mapped_bytes the length mapped (rounded up
+ * to 2 MB for huge pages, 4 KB otherwise: pass it to tg_host_unmap), *backing a tg_host_backing.
+ * TG_HOST_THP means the madvise was accepted; whether the kernel then used huge pages depends on
+ * /sys/kernel/mm/transparent_hugepage/enabled ("never" disables it).
+ * Returns TG_EINVAL for bytes 0 or above 2**47, want_huge outside 0..2, or a NULL output pointer;
+ * TG_ENOMEM when the OS refused every attempt (errno says why). Nothing is mapped on failure.
+ * tg_host_unmap: unmaps what tg_host_map returned (p, *mapped_bytes); TG_EINVAL for NULL, 0 bytes or
+ * an address not 4 KB-aligned. */
+typedef enum {
+    TG_HOST_PAGES = 0,
+    TG_HOST_THP = 1,
+    TG_HOST_HUGETLB = 2
+} tg_host_backing;
+
+int tg_host_map(uint64_t bytes, int want_huge, void **out, uint64_t *mapped_bytes, int *backing);
+int tg_host_unmap(void *p, uint64_t bytes);
+
 
 /* ---- Device pool: two-level device memory pool (csrc/mem/devpool.c) ----------------------- */
 
