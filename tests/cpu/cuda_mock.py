@@ -115,7 +115,8 @@ class MockDriver:
 
     def device_attribute(self, name, device):
         return {"MULTIPROCESSOR_COUNT": self.sm_count, "COMPUTE_CAPABILITY_MAJOR": self.cc[0],
-                "COMPUTE_CAPABILITY_MINOR": self.cc[1]}[name]
+                "COMPUTE_CAPABILITY_MINOR": self.cc[1], "MANAGED_MEMORY": 1, "CONCURRENT_MANAGED_ACCESS": 1,
+                "PAGEABLE_MEMORY_ACCESS": 0, "CAN_MAP_HOST_MEMORY": 1}[name]
 
     def compute_capability(self, device):
         return self.cc

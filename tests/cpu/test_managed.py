@@ -165,8 +165,13 @@ def test_explicit_when_device_degraded(tmp_path, managed, concurrent, word):
 
 
 def test_explicit_when_attributes_unknown(tmp_path):
-    ctx = _ctx(MockDriver(), tmp_path)       # the plain mock knows neither attribute
-    ctx.driver.event_destroy = lambda e: None
+    class Unknowing(MockDriver):
+        def device_attribute(self, name, device):
+            if name in ("MANAGED_MEMORY", "CONCURRENT_MANAGED_ACCESS"):
+                raise KeyError(name)   # a driver that cannot say
+            return super().device_attribute(name, device)
+
+    ctx = _ctx(Unknowing(), tmp_path)
     a = ManagedArray(100, context=ctx)
     assert a.mode == "explicit" and "unreadable" in a.reason
 
