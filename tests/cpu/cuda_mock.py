@@ -92,7 +92,7 @@ class MockDriver:
         return addr
 
     def check_range(self, addr: int, nbytes: int, what: str) -> None:
-        for base, size in self.sizes.items():
+        for base, size in (*self.sizes.items(), *self.registered.items()):
             if base <= addr and addr + nbytes <= base + size:
                 return
         raise AssertionError(f"{what}: [{addr:#x}, +{nbytes}) is outside every allocation")

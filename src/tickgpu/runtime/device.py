@@ -17,7 +17,7 @@ from tickgpu.runtime.bundle import Bundle, Manifest, arch_for, default_bundle_di
 from tickgpu.runtime.graph import GraphRunner, plan_layout
 from tickgpu.runtime.launch import Launcher
 
-__all__ = ["Context", "ConstantRing", "DEFAULT_STAGING_ELEMENTS", "DEFAULT_MAPPED_ELEMENTS"]
+__all__ = ["Context", "ConstantRing", "BufferSource", "DEFAULT_STAGING_ELEMENTS", "DEFAULT_MAPPED_ELEMENTS"]
 
 # Elements per staged chunk: the largest tick done as one graph replay, and the chunk of the
 # pipeline for bigger host arrays. 2**17 float64 greeks = 17 MB of pinned staging per runner.
@@ -26,6 +26,43 @@ DEFAULT_STAGING_ELEMENTS = 1 << 17
 # at tick sizes a copy node's fixed cost outweighs the slower reads over PCIe (DESIGN.md floors:
 # 10 us against 18 us at 1,024 floats, 11 against 20 at 4,096).
 DEFAULT_MAPPED_ELEMENTS = 4096
+
+
+class BufferSource:
+    """Where a context's own long-lived buffers come from (staging, constants, scratch).
+
+    Host staging comes from the context's `PinnedPool` (page-locked, huge-page backed where the OS
+    allows, mapped into the device's address space); device blocks from the driver. ``host`` /
+    ``device`` return (address, token); ``free_host`` / ``free_device`` take the token back.
+    Everything here is allocated by warm-up or a first use, never on a steady call's path.
+    """
+
+    def __init__(self, context):
+        self.context = context
+        self._pinned = None
+
+    @property
+    def pinned(self):
+        if self._pinned is None:
+            from tickgpu.memory.host import default_pinned_pool
+
+            self._pinned = default_pinned_pool(self.context)
+        return self._pinned
+
+    def host(self, nbytes: int):
+        buf = self.pinned.acquire(nbytes)
+        return buf.ptr, buf
+
+    def free_host(self, token) -> None:
+        # Released without a stream: the runner waited for its stream before closing.
+        token.release()
+
+    def device(self, nbytes: int):
+        p = self.context.driver.mem_alloc(nbytes)
+        return p, p
+
+    def free_device(self, token) -> None:
+        self.context.driver.mem_free(token)
 
 
 class ConstantRing:
@@ -42,11 +79,14 @@ class ConstantRing:
 
     SLOT = 16
 
-    def __init__(self, driver, slots: int = 4096):
+    def __init__(self, driver, slots: int = 4096, memory=None):
+        from tickgpu.runtime.graph import DriverMemory
+
         self.driver = driver
         self.slots = slots
-        self.host = driver.mem_host_alloc(slots * self.SLOT)
-        self.dev = driver.mem_alloc(slots * self.SLOT)
+        memory = memory if memory is not None else DriverMemory(driver)
+        self.host, self._host_token = memory.host(slots * self.SLOT)
+        self.dev, self._dev_token = memory.device(slots * self.SLOT)
         self._view = np.ctypeslib.as_array((np.ctypeslib.ctypes.c_uint8 * (slots * self.SLOT)).from_address(self.host))
         self.cursor = 0
         self.wraps = 0
@@ -131,7 +171,8 @@ class Context:
         self.lock = threading.RLock()
         self.launchers: dict[str, Launcher] = {}
         self.runners: dict[tuple[str, str, int], GraphRunner] = {}
-        self.constants = ConstantRing(d)
+        self.memory = BufferSource(self)
+        self.constants = ConstantRing(d, memory=self.memory)
         self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
         self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
@@ -180,7 +221,8 @@ class Context:
             # Plans on the old runner point into its staging and graphs: forget them.
             self.plans = {k: p for k, p in self.plans.items() if p.runner is not r}
             self.ticks = {k: p for k, p in self.ticks.items() if p.runner is not r}
-        r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}")
+        r = self.runners[key] = GraphRunner(self.driver, self.ctx, in_cap, out_cap, name=f"{family}/{dtype}#{index}",
+                                            memory=self.memory)
         return r
 
     def reset_plans(self) -> None:

@@ -25,13 +25,39 @@ import threading
 
 from tickgpu.runtime.driver import CudaError
 
-__all__ = ["GraphRunner", "TickGraph", "StagingLayout", "plan_layout", "STAGING_ALIGN"]
+__all__ = ["GraphRunner", "TickGraph", "StagingLayout", "plan_layout", "STAGING_ALIGN", "DriverMemory"]
 
 STAGING_ALIGN = 64
 
 
 def _round_up(x: int, a: int) -> int:
     return -(-x // a) * a
+
+
+class DriverMemory:
+    """Long-lived buffers straight from the driver: pinned (portable, mapped) host memory and
+    device memory. ``host``/``device`` return (address, token); the token frees it.
+
+    The runtime's contexts use a `tickgpu.runtime.device.BufferSource` instead (pools); this is
+    what a runner made without one uses.
+    """
+
+    def __init__(self, driver):
+        self.driver = driver
+
+    def host(self, nbytes: int) -> tuple[int, int]:
+        p = self.driver.mem_host_alloc(nbytes)
+        return p, p
+
+    def free_host(self, token: int) -> None:
+        self.driver.mem_free_host(token)
+
+    def device(self, nbytes: int) -> tuple[int, int]:
+        p = self.driver.mem_alloc(nbytes)
+        return p, p
+
+    def free_device(self, token: int) -> None:
+        self.driver.mem_free(token)
 
 
 class StagingLayout(tuple):
@@ -198,7 +224,7 @@ class GraphRunner:
     runtime serialises calls (the context's lock); the pipeline overlaps through several runners.
     """
 
-    def __init__(self, driver, ctx: int, in_capacity: int, out_capacity: int, name: str = "graph"):
+    def __init__(self, driver, ctx: int, in_capacity: int, out_capacity: int, name: str = "graph", memory=None):
         from tickgpu._native import ffi
 
         self.driver, self.ctx, self.name = driver, ctx, name
@@ -206,10 +232,13 @@ class GraphRunner:
         self.out_capacity = _round_up(max(out_capacity, STAGING_ALIGN), 4096)
         self.lock = threading.Lock()
         self.stream = driver.stream_create()
-        self.in_host = driver.mem_host_alloc(self.in_capacity)
-        self.out_host = driver.mem_host_alloc(self.out_capacity)
-        self.in_dev = driver.mem_alloc(self.in_capacity)
-        self.out_dev = driver.mem_alloc(self.out_capacity)
+        # `memory` (the context's BufferSource): staging from the pinned pool, device blocks from
+        # the device pool; without one, straight from the driver.
+        self.memory = memory if memory is not None else DriverMemory(driver)
+        self.in_host, self._in_host = self.memory.host(self.in_capacity)
+        self.out_host, self._out_host = self.memory.host(self.out_capacity)
+        self.in_dev, self._in_dev = self.memory.device(self.in_capacity)
+        self.out_dev, self._out_dev = self.memory.device(self.out_capacity)
         # The staging blocks as the device sees them (pinned with DEVICEMAP: zero-copy graphs).
         self.in_mapped = driver.host_device_pointer(self.in_host)
         self.out_mapped = driver.host_device_pointer(self.out_host)
@@ -255,8 +284,8 @@ class GraphRunner:
         for g in self.graphs:
             g.destroy()
         self.graphs = []
-        for p in (self.in_dev, self.out_dev):
-            d.mem_free(p)
-        for p in (self.in_host, self.out_host):
-            d.mem_free_host(p)
+        for t in (self._in_dev, self._out_dev):
+            self.memory.free_device(t)
+        for t in (self._in_host, self._out_host):
+            self.memory.free_host(t)
         d.stream_destroy(self.stream)
