@@ -60,7 +60,7 @@ def test_size_classes_against_reference():
 
 CFG = dict(backend="host", slab_block_bytes=MB, slab_blocks=3, small_max=256 << 10, lazy_bytes=2 * MB,
            cap_bytes=12 * MB)
-SIZES = st.one_of(st.integers(0, 4096), st.integers(4097, 300_000), st.integers(300_001, 3 * MB))
+SIZES = st.one_of(st.integers(0, 4096), st.integers(4097, 300_000), st.integers(300_001, 5 * MB))
 
 
 class PoolModel(RuleBasedStateMachine):
@@ -115,10 +115,12 @@ class PoolModel(RuleBasedStateMachine):
         self.served[buf.level - 1] += 1
         self.peak = max(self.peak, sum(v[1] for v in self.live.values()))
 
+    # Buffers are picked by position in allocation order, never by address: addresses differ from
+    # run to run, and hypothesis must be able to replay a drawn choice.
     @precondition(lambda self: self.live)
-    @rule(data=st.data())
-    def free(self, data):
-        ptr = data.draw(st.sampled_from(sorted(self.live)))
+    @rule(pick=st.integers(0, 1 << 16))
+    def free(self, pick):
+        ptr = list(self.live)[pick % len(self.live)]
         nbytes, rounded, level, tag = self.live.pop(ptr)
         assert intact(ptr, nbytes, tag), f"buffer {hex(ptr)} was overwritten while live"
         self.pool.free(ptr)
@@ -127,9 +129,9 @@ class PoolModel(RuleBasedStateMachine):
             self._flushed()
 
     @precondition(lambda self: self.pending)
-    @rule(data=st.data())
-    def double_free(self, data):
-        ptr = data.draw(st.sampled_from(sorted(self.pending)))
+    @rule(pick=st.integers(0, 1 << 16))
+    def double_free(self, pick):
+        ptr = list(self.pending)[pick % len(self.pending)]
         with pytest.raises(PoolError, match=f"0x{ptr:x}.*double free"):
             self.pool.free(ptr)
 
@@ -161,8 +163,10 @@ class PoolModel(RuleBasedStateMachine):
         assert s.driver_allocs == raw.blocks + s.served_driver or s.driver_allocs > raw.blocks
         holds_l1 = any(v[2] == 1 for v in self.live.values()) or any(lv == 1 for _, lv in self.pending.values())
         if raw.blocks and not holds_l1:
-            # Nothing of level 1 held: every block must have coalesced back into one free range.
-            assert s.largest_free == CFG["slab_block_bytes"] and s.fragmentation == 0.0
+            # Nothing of level 1 held: every block must have coalesced back into one free range
+            # (blocks are not adjacent, so with k blocks the largest range is 1/k of the free bytes).
+            assert s.largest_free == CFG["slab_block_bytes"]
+            assert s.fragmentation == pytest.approx(1 - 1 / raw.blocks)
 
     def teardown(self):
         live_bytes = sum(v[1] for v in self.live.values())
