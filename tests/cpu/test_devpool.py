@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import types
 
 import numpy as np
 import pytest
@@ -335,3 +336,14 @@ def test_many_threads_at_once():
     assert s.served_slab + s.served_driver == sum(allocs) and s.served_slab > 0 and s.served_driver > 0
     assert isinstance(s, PoolStats)
     assert pool.close()["outstanding"] == 0
+
+
+def test_driver_backend_without_driver_says_why():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        pytest.skip("a CUDA driver is present here: the GPU tests cover the driver backend")
+    except OSError:
+        pass
+    ctx = types.SimpleNamespace(ordinal=0, device=0, ctx=0)
+    with pytest.raises(PoolError, match=r"DevicePool\(driver\).*libcuda"):
+        DevicePool(ctx)
