@@ -403,6 +403,85 @@ int tg_host_unmap(void *p, uint64_t bytes);
 
 
 /* ---- Device pool: two-level device memory pool (csrc/mem/devpool.c) ----------------------- */
+/* A pool of device memory for many short-lived buffers. Level 1: size classes (4 per power of
+ * two, 512 B minimum, every class a multiple of 512 B so pointers are 512-byte aligned) served
+ * from slabs carved out of a few large blocks (64 KB pages, free ranges coalesced). Level 2:
+ * requests above small_max, or when level 1 is full, from the driver's stream-ordered pool.
+ * Frees are lazy: a freed buffer is pending, not reusable, until a flush (tg_devpool_flush, the
+ * pending bytes passing lazy_bytes, or an allocation that cannot otherwise be served); a flush
+ * synchronizes the streams of the pending frees. Reserved bytes (blocks + level 2) never pass the
+ * cap. Every call takes the pool's mutex, so any thread may call, with the GIL released.
+ * backend: TG_DEVPOOL_DRIVER reaches libcuda through dlopen (TG_ENODRIVER without it);
+ * TG_DEVPOOL_HOST runs the same logic on aligned host memory (tests, sanitizers).
+ * Status: TG_EINVAL bad argument or a pointer this pool does not hold (foreign, or freed and
+ * already reclaimed); TG_EDATA a pointer already freed and still pending (double free);
+ * TG_ERANGE the request would take reserved bytes past the cap; TG_ENOMEM the memory itself ran
+ * out (device or host); TG_ECUDA a driver call failed (CUresult in *cu_result, may be NULL). */
+enum {
+    TG_DEVPOOL_DRIVER = 0,
+    TG_DEVPOOL_HOST = 1
+};
+
+typedef struct tg_devpool tg_devpool;
+
+typedef struct {
+    int backend;                /* TG_DEVPOOL_DRIVER or TG_DEVPOOL_HOST */
+    int device;                 /* CUdevice ordinal the driver pool lives on */
+    uintptr_t ctx;              /* CUcontext made current before driver calls; 0 leaves it */
+    int64_t slab_block_bytes;   /* bytes per level-1 block (a multiple of 64 KB, > 0) */
+    int64_t slab_blocks;        /* at most this many blocks (0: level 1 off) */
+    int64_t small_max;          /* requests up to this many bytes try level 1 */
+    int64_t release_threshold;  /* driver pool's release threshold; < 0: the cap */
+    int64_t lazy_bytes;         /* pending bytes that trigger a flush (0: flush on every free) */
+    double fraction;            /* cap = fraction x device total memory (driver backend) */
+    int64_t cap_bytes;          /* > 0: the cap in bytes, overriding fraction (host backend: required) */
+    int preallocate;            /* nonzero: all slab_blocks allocated at create */
+} tg_devpool_config;
+
+typedef struct {
+    int64_t in_use;             /* bytes of live buffers (rounded sizes) */
+    int64_t reserved;           /* level-1 blocks + level-2 reserved (driver pool attribute) */
+    int64_t peak_in_use;
+    int64_t peak_reserved;
+    int64_t largest_free;       /* largest contiguous free range in level-1 blocks */
+    double fragmentation;       /* 1 - largest_free / free bytes in level-1 blocks; 0 when none */
+    int64_t pending_bytes;      /* freed, not yet reclaimed (rounded sizes) */
+    int64_t served_slab;        /* allocations served by level 1 */
+    int64_t served_driver;      /* allocations served by level 2 */
+    int64_t failed;             /* allocations refused */
+    int64_t driver_allocs;      /* allocating driver calls: block cuMemAlloc + cuMemAllocFromPoolAsync */
+    int64_t flushes;
+    int64_t live;               /* live buffers */
+    int64_t cap;                /* the cap in bytes */
+    int64_t blocks;             /* level-1 blocks held */
+} tg_devpool_stats;
+
+int tg_devpool_create(const tg_devpool_config *config, tg_devpool **pool, int *cu_result);
+/* Returns everything (live buffers too) and frees the pool; *outstanding / *outstanding_bytes
+ * (may be NULL) receive the live buffers that were never freed. */
+int tg_devpool_destroy(tg_devpool *pool, int64_t *outstanding, int64_t *outstanding_bytes, int *cu_result);
+/* nbytes >= 0 (0 gets the smallest class); *level receives 1 or 2 (may be NULL). */
+int tg_devpool_alloc(tg_devpool *pool, int64_t nbytes, uintptr_t stream, uintptr_t *ptr, int *level,
+                     int *cu_result);
+/* stream: the last stream that used the buffer (the flush waits for it). */
+int tg_devpool_free(tg_devpool *pool, uintptr_t ptr, uintptr_t stream, int *cu_result);
+int tg_devpool_flush(tg_devpool *pool, int *cu_result);
+int tg_devpool_get_stats(tg_devpool *pool, tg_devpool_stats *stats);
+/* The bytes an nbytes request is accounted as (its class, or 512-byte multiple at level 2). */
+int64_t tg_devpool_rounded(const tg_devpool *pool, int64_t nbytes);
+/* Size (rounded), level and state (1 live, 2 pending) of a pointer; TG_EINVAL if not held. */
+int tg_devpool_lookup(tg_devpool *pool, uintptr_t ptr, int64_t *nbytes, int *level, int *state);
+/* The driver's CUmemoryPool handle of level 2 (0 on the host backend). */
+uintptr_t tg_devpool_driver_pool(tg_devpool *pool);
+/* The process-wide pool tg_torch_alloc / tg_torch_free use (NULL: none); returns the previous one. */
+tg_devpool *tg_devpool_set_default(tg_devpool *pool);
+tg_devpool *tg_devpool_get_default(void);
+/* PyTorch's CUDAPluggableAllocator signatures (intptr_t has ssize_t's ABI on LP64 platforms):
+ * NULL (PyTorch raises its out-of-memory error) when the default pool refuses or is not set, or
+ * the device is not the pool's; a free the pool does not recognise is ignored. */
+void *tg_torch_alloc(intptr_t size, int device, void *stream);
+void tg_torch_free(void *ptr, intptr_t size, int device, void *stream);
+
 
 /* TICKGPU_CDEF_END */
 

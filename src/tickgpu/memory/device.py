@@ -1,0 +1,448 @@
+"""A two-level device memory pool: size-class slabs for small buffers, the driver's pool for the rest.
+
+Level 1 serves requests up to ``small_max`` bytes from slabs of one size class (4 classes per power
+of two, 512 B minimum, 512-byte-aligned pointers) carved from a few large blocks held for the pool's
+life: no driver call per buffer. Level 2 serves larger requests (and small ones when level 1 is full)
+from the driver's stream-ordered pool (``cuMemAllocFromPoolAsync``), whose release threshold is
+raised so freed memory stays cached. Frees are lazy: a freed buffer is pending, not reusable, until
+a flush, which waits once for the streams involved and returns everything (free page ranges
+coalesce). Reserved memory never passes ``fraction`` of the device's memory.
+
+The pool's logic is C (csrc/mem/devpool.c), reaching the driver through its own dlopen'd table, so
+PyTorch's pluggable-allocator interface can call it from any thread without the GIL
+(`DevicePool.torch_allocator`). ``backend="host"`` runs the same C logic on host memory, for tests.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import threading
+import warnings
+import weakref
+
+import numpy as np
+
+from tickgpu._native import ffi, lib
+from tickgpu.memory.errors import PoolError
+from tickgpu.runtime.arrays import DeviceArray
+
+__all__ = ["DevicePool", "DeviceBuffer", "PoolStats", "default_pool"]
+
+HOST_DEVICE_BYTES = 1 << 30     # what the host backend pretends the device holds when no cap is given
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of a `DevicePool`; sizes in bytes, rounded as the pool accounts them.
+
+    Attributes
+    ----------
+    in_use : live buffers.
+    reserved : level-1 blocks plus what the driver pool holds (or, on the host backend, level-2
+        buffers live or pending).
+    peak_in_use, peak_reserved : highest values since the pool was made.
+    largest_free : largest contiguous free range in the level-1 blocks.
+    fragmentation : 1 - largest_free / free bytes in the level-1 blocks (0 when none is free).
+    pending_bytes : freed, waiting for the next flush.
+    served_slab, served_driver : allocations served by level 1 and level 2.
+    failed : allocations refused.
+    driver_allocs : allocating driver calls the pool made (block cuMemAlloc + cuMemAllocFromPoolAsync).
+    flushes : flushes that returned at least one buffer.
+    """
+
+    in_use: int
+    reserved: int
+    peak_in_use: int
+    peak_reserved: int
+    largest_free: int
+    fragmentation: float
+    pending_bytes: int
+    served_slab: int
+    served_driver: int
+    failed: int
+    driver_allocs: int
+    flushes: int
+
+
+class _PoolArrayView(DeviceArray):
+    """A typed view of a pool buffer with ``__cuda_array_interface__``; it owns nothing."""
+
+    def __init__(self, buffer: "DeviceBuffer", shape: tuple[int, ...], dtype):
+        # DeviceArray's constructor allocates; a view only borrows the buffer's memory.
+        self.shape, self.dtype = tuple(int(s) for s in shape), np.dtype(dtype)
+        self.ptr = buffer.ptr
+        self.buffer = buffer            # keeps the buffer object (not its memory) alive
+        self._context = buffer._pool._context
+
+    def __del__(self):
+        pass
+
+    def get(self) -> np.ndarray:
+        """A NumPy copy (synchronous)."""
+        if self._context is not None:
+            return super().get()
+        out = np.empty(self.shape, self.dtype)       # host backend: the "device" memory is host memory
+        ctypes.memmove(out.ctypes.data, self.ptr, out.nbytes)
+        return out
+
+
+@dataclasses.dataclass(eq=False)
+class DeviceBuffer:
+    """Device memory from a `DevicePool`.
+
+    Attributes
+    ----------
+    ptr : device address (512-byte aligned at level 1).
+    nbytes : bytes asked for (the pool may hold a little more: its size class).
+    stream : the stream it was allocated on (its default stream for a later free).
+    level : 1 (slab) or 2 (driver pool).
+    """
+
+    ptr: int
+    nbytes: int
+    stream: int
+    level: int
+    _pool: "DevicePool" = dataclasses.field(repr=False)
+
+    def as_array(self, dtype, shape) -> _PoolArrayView:
+        """A view with ``__cuda_array_interface__`` (for CuPy, Numba, PyTorch), owning nothing.
+
+        Raises
+        ------
+        ValueError
+            If ``shape`` of ``dtype`` needs more than ``nbytes`` or has a negative dimension.
+        """
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
+        need = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if need > self.nbytes:
+            raise ValueError(f"shape {shape} of {np.dtype(dtype)} needs {need} bytes; the buffer has {self.nbytes}")
+        return _PoolArrayView(self, shape, dtype)
+
+    def free(self, stream: int | None = None) -> None:
+        """Return the buffer to its pool (lazily: see `DevicePool.free`)."""
+        self._pool.free(self, stream)
+
+
+def _stream_handle(stream) -> int:
+    # Accept raw handles and the stream objects of CuPy (.ptr) and PyTorch (.cuda_stream).
+    if stream is None:
+        return 0
+    for attr in ("cuda_stream", "ptr", "handle"):
+        h = getattr(stream, attr, None)
+        if h is not None:
+            return int(h)
+    return int(stream)
+
+
+class DevicePool:
+    """Device memory for many short-lived buffers, with lazy batched frees and exact statistics.
+
+    Parameters
+    ----------
+    context : tickgpu.runtime.Context, optional
+        The device and context (default: ``tickgpu.runtime.context()``; unused by the host backend).
+    slab_block_bytes : int
+        Bytes per level-1 block (a multiple of 64 KB).
+    slab_blocks : int
+        At most this many level-1 blocks (0 disables level 1; at most 64).
+    small_max : int
+        Requests of at most this many bytes are served by level 1 while it has room.
+    release_threshold : int, optional
+        Bytes the driver pool keeps cached across synchronizations (default: the cap).
+    lazy_bytes : int
+        A flush happens once more than this many freed bytes are pending.
+    fraction : float
+        Reserved memory never passes this fraction of the device's total memory.
+    backend : {"driver", "host"}
+        "host" runs the same logic on host memory (tests, machines without a GPU).
+    cap_bytes : int, optional
+        The cap in bytes, overriding ``fraction``; the host backend's default is fraction x 1 GiB.
+    preallocate : bool
+        Allocate every level-1 block now rather than on first need.
+
+    Raises
+    ------
+    ValueError
+        On a bad argument (named in the message).
+    PoolError
+        If the driver cannot be reached or refuses to make the pool.
+    """
+
+    def __init__(self, context=None, *, slab_block_bytes: int = 64 << 20, slab_blocks: int = 2,
+                 small_max: int = 1 << 20, release_threshold: int | None = None, lazy_bytes: int = 100 << 20,
+                 fraction: float = 0.9, backend: str = "driver", cap_bytes: int | None = None,
+                 preallocate: bool = False):
+        if backend not in ("driver", "host"):
+            raise ValueError(f"backend: must be 'driver' or 'host', got {backend!r}")
+        page = 64 << 10
+        if slab_blocks and (int(slab_block_bytes) <= 0 or int(slab_block_bytes) % page):
+            raise ValueError(f"slab_block_bytes: must be a positive multiple of 65536, got {slab_block_bytes}")
+        if not 0 <= int(slab_blocks) <= 64:
+            raise ValueError(f"slab_blocks: must be in [0, 64], got {slab_blocks}")
+        for name, v in (("small_max", small_max), ("lazy_bytes", lazy_bytes)):
+            if int(v) < 0:
+                raise ValueError(f"{name}: must be >= 0, got {v}")
+        if not 0.0 < float(fraction) <= 1.0:
+            raise ValueError(f"fraction: must be in (0, 1], got {fraction}")
+        if cap_bytes is not None and int(cap_bytes) <= 0:
+            raise ValueError(f"cap_bytes: must be > 0, got {cap_bytes}")
+        self.backend = backend
+        self._context = None
+        self._lock = threading.Lock()
+        self._cu = ffi.new("int *")
+        cfg = ffi.new("tg_devpool_config *")
+        cfg.backend = lib.TG_DEVPOOL_HOST if backend == "host" else lib.TG_DEVPOOL_DRIVER
+        if backend == "driver":
+            if context is None:
+                import tickgpu.runtime as rt
+
+                context = rt.context()
+            self._context = context
+            self.device = int(getattr(context, "ordinal", context.device))
+            cfg.ctx = int(context.ctx)
+        else:
+            self.device = -1
+            if cap_bytes is None:
+                cap_bytes = int(float(fraction) * HOST_DEVICE_BYTES)
+        cfg.device = max(self.device, 0)
+        cfg.slab_block_bytes, cfg.slab_blocks = int(slab_block_bytes), int(slab_blocks)
+        cfg.small_max, cfg.lazy_bytes, cfg.fraction = int(small_max), int(lazy_bytes), float(fraction)
+        cfg.release_threshold = -1 if release_threshold is None else int(release_threshold)
+        cfg.cap_bytes = 0 if cap_bytes is None else int(cap_bytes)
+        cfg.preallocate = 1 if preallocate else 0
+        out = ffi.new("tg_devpool **")
+        st = lib.tg_devpool_create(cfg, out, self._cu)
+        if st != lib.TG_OK:
+            raise PoolError(f"DevicePool({backend}): could not be made: {self._reason(st)}")
+        self._pool = out[0]
+        self.cap = self.stats_raw().cap
+        self.small_max = int(small_max)
+
+    # ---- errors ------------------------------------------------------------------------------
+    def _reason(self, st: int) -> str:
+        name = ffi.string(lib.tg_status_name(st)).decode()
+        if st == lib.TG_ENODRIVER:
+            return "the CUDA driver (libcuda.so.1) could not be loaded"
+        if st == lib.TG_ECUDA:
+            return f"the driver refused ({ffi.string(lib.tg_hot_error_name(self._cu[0])).decode()})"
+        if st == lib.TG_ENOMEM:
+            return "out of memory"
+        return name
+
+    def _live(self):
+        if self._pool is None:
+            raise PoolError("DevicePool: used after close()")
+        return self._pool
+
+    # ---- allocation --------------------------------------------------------------------------
+    def alloc(self, nbytes: int, stream=0) -> DeviceBuffer:
+        """A buffer of at least `nbytes` bytes, usable in order on `stream`.
+
+        Raises
+        ------
+        ValueError
+            If `nbytes` is negative.
+        PoolError
+            If the request would take reserved memory past the cap, or the device is out of memory
+            even after a flush and a trim (the message gives the size and the pool's state); or
+            after `close`.
+        """
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
+        pool, s = self._live(), _stream_handle(stream)
+        ptr, level = ffi.new("uintptr_t *"), ffi.new("int *")
+        st = lib.tg_devpool_alloc(pool, nbytes, s, ptr, level, self._cu)
+        if st != lib.TG_OK:
+            raw = self.stats_raw()
+            state = (f"reserved {raw.reserved}, in use {raw.in_use}, pending {raw.pending_bytes}, "
+                     f"largest free level-1 range {raw.largest_free} bytes")
+            if st == lib.TG_ERANGE:
+                why = f"would take reserved memory past the cap of {self.cap} bytes"
+            else:
+                why = self._reason(st)
+            raise PoolError(f"alloc({nbytes} bytes): {why} ({state})")
+        return DeviceBuffer(int(ptr[0]), nbytes, s, int(level[0]), self)
+
+    def free(self, buf_or_ptr, stream=None) -> None:
+        """Return a buffer; it stays pending (not reusable) until the next flush.
+
+        Parameters
+        ----------
+        buf_or_ptr : DeviceBuffer or int
+            What `alloc` returned, or its address.
+        stream : optional
+            The last stream that used the buffer, which a flush waits for (default: the buffer's
+            allocation stream; 0 for a bare address).
+
+        Raises
+        ------
+        PoolError
+            On a double free (already pending), an address this pool does not hold (never
+            allocated here, or freed and already reclaimed), or after `close`; the address is in
+            the message.
+        """
+        if isinstance(buf_or_ptr, DeviceBuffer):
+            ptr, s = buf_or_ptr.ptr, buf_or_ptr.stream if stream is None else _stream_handle(stream)
+        else:
+            ptr, s = int(buf_or_ptr), _stream_handle(stream)
+        st = lib.tg_devpool_free(self._live(), ptr, s, self._cu)
+        if st == lib.TG_EDATA:
+            raise PoolError(f"free(0x{ptr:x}): double free: the buffer is already freed, pending reclamation")
+        if st == lib.TG_EINVAL:
+            raise PoolError(f"free(0x{ptr:x}): not a live buffer of this pool (never allocated here, "
+                            "or freed and already reclaimed)")
+        if st != lib.TG_OK:
+            raise PoolError(f"free(0x{ptr:x}): the flush it triggered failed: {self._reason(st)}")
+
+    def flush(self) -> None:
+        """Synchronization point: wait for the streams of pending frees, then make them reusable.
+
+        Raises
+        ------
+        PoolError
+            If a stream synchronization failed (the driver's error name is in the message).
+        """
+        st = lib.tg_devpool_flush(self._live(), self._cu)
+        if st != lib.TG_OK:
+            raise PoolError(f"flush: {self._reason(st)}")
+
+    # ---- statistics --------------------------------------------------------------------------
+    def stats_raw(self):
+        """The C statistics struct (with ``live``, ``cap`` and ``blocks`` besides `PoolStats`)."""
+        out = ffi.new("tg_devpool_stats *")
+        lib.tg_devpool_get_stats(self._live(), out)
+        return out
+
+    def stats(self) -> PoolStats:
+        """A `PoolStats` snapshot."""
+        s = self.stats_raw()
+        return PoolStats(**{f.name: getattr(s, f.name) for f in dataclasses.fields(PoolStats)})
+
+    def rounded(self, nbytes: int) -> int:
+        """The bytes a request of `nbytes` is accounted as (its size class, or a 512-byte multiple)."""
+        return int(lib.tg_devpool_rounded(self._live(), int(nbytes)))
+
+    def lookup(self, ptr: int) -> tuple[int, int, str] | None:
+        """(accounted bytes, level, "live" | "pending") of an address this pool holds, else None."""
+        n, lv, state = ffi.new("int64_t *"), ffi.new("int *"), ffi.new("int *")
+        if lib.tg_devpool_lookup(self._live(), int(ptr), n, lv, state) != lib.TG_OK:
+            return None
+        return int(n[0]), int(lv[0]), "live" if state[0] == 1 else "pending"
+
+    @property
+    def driver_pool(self) -> int:
+        """The driver's CUmemoryPool handle behind level 2 (0 on the host backend)."""
+        return int(lib.tg_devpool_driver_pool(self._live()))
+
+    # ---- lifetime ----------------------------------------------------------------------------
+    def close(self) -> dict:
+        """Return everything to the driver (or host) and free the pool.
+
+        Buffers never freed are returned too, and reported: a ResourceWarning, and the returned
+        ``{"outstanding": count, "outstanding_bytes": bytes}``. Closing twice does nothing.
+        """
+        with self._lock:
+            if self._pool is None:
+                return {"outstanding": 0, "outstanding_bytes": 0}
+            n, b = ffi.new("int64_t *"), ffi.new("int64_t *")
+            lib.tg_devpool_destroy(self._pool, n, b, self._cu)
+            self._pool = None
+        _forget_default(self)
+        if n[0]:
+            warnings.warn(f"DevicePool.close: {n[0]} buffer(s) ({b[0]} bytes) were never freed", ResourceWarning,
+                          stacklevel=2)
+        return {"outstanding": int(n[0]), "outstanding_bytes": int(b[0])}
+
+    def __enter__(self) -> "DevicePool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            if getattr(self, "_pool", None) is not None:
+                lib.tg_devpool_destroy(self._pool, ffi.NULL, ffi.NULL, ffi.NULL)
+                self._pool = None
+        except Exception:
+            pass
+
+    # ---- other libraries' allocators ---------------------------------------------------------
+    def cupy_allocator(self):
+        """A function for ``cupy.cuda.set_allocator``: size -> ``cupy.cuda.MemoryPointer`` from this pool.
+
+        The memory returns to the pool (lazily) when CuPy drops its last reference. Imports cupy
+        now (ImportError if it is missing).
+        """
+        import cupy
+
+        pool_ref = weakref.ref(self)
+
+        def _release(ptr: int, stream: int) -> None:
+            pool = pool_ref()
+            if pool is not None and pool._pool is not None:
+                try:
+                    pool.free(ptr, stream)
+                except PoolError:
+                    pass       # the pool was closed and reclaimed it already
+
+        def allocate(nbytes: int):
+            stream = cupy.cuda.get_current_stream().ptr
+            buf = self.alloc(nbytes, stream)
+            mem = cupy.cuda.UnownedMemory(buf.ptr, max(nbytes, 1), owner=buf, device_id=self.device)
+            weakref.finalize(mem, _release, buf.ptr, stream)
+            return cupy.cuda.MemoryPointer(mem, 0)
+
+        return allocate
+
+    def torch_allocator(self):
+        """``torch.cuda.memory.CUDAPluggableAllocator`` on the native core's C entry points.
+
+        Makes this pool the process default (what ``tg_torch_alloc`` / ``tg_torch_free`` serve) and
+        keeps it alive. Pass the result to ``torch.cuda.memory.change_current_allocator`` before
+        PyTorch allocates anything on the GPU. Imports torch now.
+        """
+        import torch
+
+        import tickgpu._tickgpu_native as native
+
+        if self.backend != "driver":
+            raise PoolError("torch_allocator: needs the driver backend (PyTorch would use the memory on the GPU)")
+        global _torch_pool
+        lib.tg_devpool_set_default(self._live())
+        _torch_pool = self
+        return torch.cuda.memory.CUDAPluggableAllocator(native.__file__, "tg_torch_alloc", "tg_torch_free")
+
+
+_defaults_lock = threading.Lock()
+_defaults: dict[int, tuple[object, DevicePool]] = {}
+_torch_pool: DevicePool | None = None
+
+
+def default_pool(context=None) -> DevicePool:
+    """The process's `DevicePool` for a runtime context (default: ``tickgpu.runtime.context()``),
+    made on first use with that context's device and the default settings."""
+    if context is None:
+        import tickgpu.runtime as rt
+
+        context = rt.context()
+    with _defaults_lock:
+        hit = _defaults.get(id(context))
+        if hit is not None and hit[0] is context and hit[1]._pool is not None:
+            return hit[1]
+        pool = DevicePool(context)
+        _defaults[id(context)] = (context, pool)
+        return pool
+
+
+def _forget_default(pool: DevicePool) -> None:
+    global _torch_pool
+    with _defaults_lock:
+        for k, (_, p) in list(_defaults.items()):
+            if p is pool:
+                del _defaults[k]
+    if _torch_pool is pool:
+        _torch_pool = None
