@@ -65,6 +65,14 @@ _PTR = {"*i8": torch.int8, "*i32": torch.int32, "*fp16": torch.float16, "*bf16":
 VARIANTS = {v["variant"]: v for v in kq.QUANT_VARIANTS}
 
 
+def test_plan_grid_tiles_are_the_compiled_tiles():
+    """The GPU plan computes its grids from _gpu._TILE_M_N; the kernels are compiled from GEMM_TILES."""
+    for scheme, tiles in kq.GEMM_TILES.items():
+        for tile, bm, bn, *_ in tiles:
+            assert _gpu._TILE_M_N[(scheme, tile)] == (bm, bn), (scheme, tile)
+    assert set(_gpu._TILE_M_N) == {(s, t[0]) for s, ts in kq.GEMM_TILES.items() for t in ts}
+
+
 class InterpretedRuntime:
     """The kernel-runtime interface of tickgpu.quant._gpu, running bundle variants in the interpreter.
 
@@ -188,7 +196,7 @@ def _gemm(rt, act, w_q, out, gelu, tile):
         off = rt.upload(w_q.scale)
         name = "w8a8"
     c = rt.empty((m, n), out)
-    bm, bn = _gpu._TILE_M_N[tile]
+    bm, bn = _gpu._TILE_M_N[(name, tile)]
     rt.launch(f"quant_gemm_{name}{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{tile}",
               (-(-m // bm) * -(-n // bn), 1, 1),
               [a, s, rs, b, b2, rt.upload(w_q.scale), off, rt.upload(bias), c, m, n, k_pad, k_pad, k_pad, n])
@@ -261,7 +269,7 @@ def test_w8a16_kernel(rt, rng, m):
     bias = rng.standard_normal(n).astype(np.float32)
     c = rt.empty((m, n), "float32")
     tile = "s" if m <= 64 else "l"
-    bm, bn = _gpu._TILE_M_N[tile]
+    bm, bn = _gpu._TILE_M_N[("w8a16", tile)]
     rt.launch(f"quant_w8a16_f32_{tile}", (-(-m // bm) * -(-n // bn), 1, 1),
               [rt.upload(x.astype(np.float16)), rt.upload(_gpu._pad_rows(wq.q, k_pad)), rt.upload(wq.scale),
                rt.upload(bias), c, m, n, k, k, k_pad, n])
@@ -279,7 +287,7 @@ def test_w8a16_aligned_variant(rt, rng, m):
     bias = rng.standard_normal(n).astype(np.float32)
     c = rt.empty((m, n), "float16")
     tile = "s" if m <= 64 else "l"
-    bm, bn = _gpu._TILE_M_N[tile]
+    bm, bn = _gpu._TILE_M_N[("w8a16", tile)]
     rt.launch(f"quant_w8a16_f16_{tile}_a16", (-(-m // bm) * -(-n // bn), 1, 1),
               [rt.upload(x.astype(np.float16)), rt.upload(wq.q), rt.upload(wq.scale), rt.upload(bias), c,
                m, n, k, k, k, n])

@@ -85,8 +85,9 @@ def test_arg_buffer_packs_quant_params_at_manifest_offsets(ctx):
         buf.pack(*vals, 1)
 
 
-@pytest.mark.parametrize("m,n,tile,grid", [(1, 70, "s", 2), (16, 64, "s", 1), (17, 70, "s", 4), (64, 1, "s", 4),
-                                           (65, 129, "l", 2), (300, 128, "l", 3)])
+# W8A8 tiles: "s" 16 x 32, "l" 128 x 256 (tickgpu.kernels.quant.GEMM_TILES).
+@pytest.mark.parametrize("m,n,tile,grid", [(1, 70, "s", 3), (16, 64, "s", 2), (17, 70, "s", 6), (64, 1, "s", 4),
+                                           (65, 129, "l", 1), (300, 257, "l", 6)])
 def test_launch_uses_the_manifests_tile_grid(kr, mock, rng, m, n, tile, grid):
     k = 48
     a = kr.upload(rng.integers(-127, 128, (m, k), dtype=np.int8))

@@ -252,57 +252,6 @@ def w8a16_gemm_kernel(
 
 
 @triton.jit
-def w8a16_swap_kernel(
-    a_ptr,                               # float16 A (M x K), row-major
-    b_ptr, b_scale_ptr,                  # int8 B (N x K, K contiguous), float32 scale (N,)
-    bias_ptr,                            # float32 (N,)
-    c_ptr,                               # output (M x N), float32 / float16 / bfloat16
-    M, N, K,
-    stride_am, stride_bn, stride_cm,
-    GELU: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-):
-    """Weight-only int8 GEMM for a few rows, with the operands swapped: C^T = B A^T.
-
-    With M <= 16 the MMA's row side would hold a handful of tokens and mostly padding; swapped, the
-    weights' output channels fill it (BLOCK_N of them) and the tokens take the narrow column side
-    (BLOCK_M = 16). The widened weight tile [BLOCK_N, BLOCK_K] is then the left operand in its stored,
-    K-contiguous order, so nothing is transposed in registers: the kernel is bound by the int8 weight
-    bytes, half of float16's. Same sums as `w8a16_gemm_kernel` (float32 accumulation of exact products).
-    """
-    pid = tl.program_id(0)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid_n = pid % num_pid_n
-    pid_m = pid // num_pid_n
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, BLOCK_K)
-    b_ptrs = b_ptr + offs_n[:, None].to(tl.int64) * stride_bn + offs_k[None, :]    # [BLOCK_N, BLOCK_K]
-    a_ptrs = a_ptr + offs_m[None, :].to(tl.int64) * stride_am + offs_k[:, None]    # [BLOCK_K, BLOCK_M] = A^T
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        mask_k = offs_k < K - k0
-        b = tl.load(b_ptrs, mask=mask_n[:, None] & mask_k[None, :], other=0)
-        a = tl.load(a_ptrs, mask=mask_k[:, None] & mask_m[None, :], other=0.0)
-        acc = tl.dot(b.to(tl.float16), a, acc, out_dtype=tl.float32)
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K
-
-    b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
-    bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
-    y = acc * b_scale[:, None]
-    y = y + bias[:, None]
-    if GELU:
-        y = _gelu(y)
-    c_ptrs = c_ptr + offs_m[None, :].to(tl.int64) * stride_cm + offs_n[:, None]
-    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_n[:, None] & mask_m[None, :])
-
-
-@triton.jit
 def layernorm_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 rows; weight and bias (K,)
     y_ptr,                               # output rows (float16 or float32)
@@ -335,9 +284,20 @@ def layernorm_kernel(
 
 _OUT_TYPES = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
 
-# (name, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): "s" for per-tick batches (M <= 64, the
-# latency case), "l" for large batches.
-GEMM_TILES = (("s", 16, 64, 64, 4, 3), ("l", 128, 128, 64, 8, 3))
+# Per scheme, (name, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): "s" for per-tick batches
+# (M <= 64, the latency case), "l" for large batches. Chosen by scripts/quant-sweep on an H200
+# (benchmarks/results/h200-2026-11-30-d/quant-sweep.json), device time of graph-replayed launches:
+# - w8a8 "l": 128 x 256 x 128 tiles reach 1.31x cuBLAS fp16 at 4096^3 (128 x 128 x 64: 0.66x);
+#   "s": narrow 32-channel tiles with a deep K step spread M <= 16 over 4x more programs, so the
+#   int8 weight bytes stream at full bandwidth (1.45-1.6x fp16 at N = K = 4096).
+# - w16a8 "l": two int32 accumulators per tile, so 128 x 128 (a 128 x 256 tile would spill them).
+# - w8a16 "s": K steps of 128 (a deeper K step gains nothing and wastes work on short rows);
+#   "l": 128 x 256 x 64 (0.41x fp16 at M >= 1024: weight-only int8 is for small batches).
+GEMM_TILES = {
+    "w8a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 256, 128, 8, 3)),
+    "w16a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 128, 128, 8, 3)),
+    "w8a16": (("s", 16, 32, 128, 4, 4), ("l", 128, 256, 64, 8, 3)),
+}
 ROW_BLOCKS = (64, 512)  # BLOCK_K of the row kernels: rows up to 64 in one chunk, longer in chunks of 512
 
 # What an aligned GEMM variant assumes besides 16-byte aligned pointers: these int parameters are
@@ -400,7 +360,7 @@ def _gemm_variants():
     for limbs in (0, 1):
         for gelu in (0, 1):
             for out, ptr in _OUT_TYPES.items():
-                for tile, bm, bn, bk, warps, stages in GEMM_TILES:
+                for tile, bm, bn, bk, warps, stages in GEMM_TILES["w16a8" if limbs else "w8a8"]:
                     sig = {
                         "a_ptr": "*i8", "a_scale_ptr": "*fp32", "a_rowsum_ptr": "*i32",
                         "b_ptr": "*i8", "b2_ptr": "*i8", "b_scale_ptr": "*fp32", "b_offset_ptr": "*fp32",
@@ -421,7 +381,7 @@ def _gemm_variants():
 def _w8a16_variants():
     for gelu in (0, 1):
         for out, ptr in _OUT_TYPES.items():
-            for tile, bm, bn, bk, warps, stages in GEMM_TILES:
+            for tile, bm, bn, bk, warps, stages in GEMM_TILES["w8a16"]:
                 for aligned in (True, False):
                     sig = {
                         "a_ptr": "*fp16", "b_ptr": "*i8", "b_scale_ptr": "*fp32", "bias_ptr": "*fp32",

@@ -41,7 +41,11 @@ SMALL_M = 64  # at or below: the small-batch tile ("s"), above: the large one ("
 # graph over memory the kernels read and write across PCIe it is one launch and one wait, and the
 # few kilobytes crossing the link cost less than the copies' fixed costs.
 GRAPH_MAX_ROWS = 64
-_TILE_M_N = {"s": (16, 64), "l": (128, 128)}
+# (BLOCK_M, BLOCK_N) of each scheme's tiles, as tickgpu.kernels.quant.GEMM_TILES compiles them (the
+# grid of a launch; a test holds the two equal, and the runtime checks every grid against the manifest).
+_TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "l"): (128, 256),
+             ("w16a8", "s"): (16, 32), ("w16a8", "l"): (128, 128),
+             ("w8a16", "s"): (16, 32), ("w8a16", "l"): (128, 256)}
 _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 
 
@@ -126,7 +130,7 @@ class GpuPlan:
 
     def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None):
         tile = "s" if m <= SMALL_M else "l"
-        bm, bn = _TILE_M_N[tile]
+        bm, bn = _TILE_M_N[(self.scheme, tile)]
         if out is None:
             out = self.rt.empty((m, layer.n), out_dtype)
         grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
