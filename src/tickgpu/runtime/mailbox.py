@@ -188,7 +188,8 @@ class ResidentGreeks:
         self._out = ffi.new("tg_greeks_outputs *")
         self._in_ptr = ffi.cast("void **", self._in)
         self._in_stride = ffi.cast("int64_t *", self._in)
-        self._out_ptr = ffi.cast("char **", self._out)
+        self._out_addr = ffi.cast("uintptr_t *", self._out)
+        self._pattern = -1     # which inputs the struct holds as arrays (strides written only on change)
         self._status = ffi.new("uint32_t *")
         self._scalars = np.zeros(6, dtype=dt)
         self._flag = np.zeros(1, dtype=np.uint8)
@@ -328,20 +329,23 @@ class ResidentGreeks:
         with self._lock:
             if self.closed:
                 raise ResidentError(f"{self._what}: the mailbox is closed")
-            ptrs, strides = self._in_ptr, self._in_stride
+            ptrs = self._in_ptr
+            if pattern != self._pattern:
+                strides = self._in_stride
+                for k in range(7):
+                    strides[2 * k + 1] = (pattern >> k) & 1
+                    if not (pattern >> k) & 1:
+                        ptrs[2 * k] = self._scalar_ptr[k]   # one value: sent once, from its own slot
+                self._pattern = pattern
             for k, v in enumerate(vals):
                 if (pattern >> k) & 1:
                     ptrs[2 * k] = _from_buffer(v)
-                    strides[2 * k + 1] = 1
+                elif k == 6:
+                    self._flag[0] = v
                 else:
-                    # One value: sent once (stride 0), from a slot of its own.
-                    if k == 6:
-                        self._flag[0] = v
-                    else:
-                        self._scalars[k] = v
-                    ptrs[2 * k] = self._scalar_ptr[k]
-                    strides[2 * k + 1] = 0
-            out, base, row = self._out_ptr, ffi.cast("char *", _from_buffer(block)), n * dt.itemsize
+                    self._scalars[k] = v
+            # Integer stores into the pointer slots: cheaper than pointer arithmetic on cdata.
+            out, base, row = self._out_addr, int(ffi.cast("uintptr_t", _from_buffer(block))), n * dt.itemsize
             for k in range(10):
                 out[k] = base + k * row
             st = lib.tg_mailbox_call(self._box, n, self._in, self._out, self._timeout_ns, self._status)
