@@ -378,6 +378,38 @@ typedef struct {
 int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result);
 
 /* ---- Mailbox: resident (persistent) kernels polled through mapped memory (csrc/hot/mailbox.c) */
+/* MAILBOX section (csrc/hot/mailbox.c; layout and rules in csrc/hot/mailbox_protocol.h).
+ * A resident greeks kernel polls a mailbox in mapped pinned host memory that the caller
+ * allocated (cuMemHostAlloc PORTABLE | DEVICEMAP, 128-byte aligned, tg_mailbox_bytes long) and
+ * launched the kernel on; a call stages the inputs there, bumps a sequence number and spins on the
+ * answer: no driver call, no allocation, no lock. One caller at a time per mailbox.
+ * Element size 8 (float64) or 4 (float32); capacity 1 .. 2^24 options per call.
+ * tg_mailbox_init writes the header (idle_timeout_ns 0: the kernel never returns by itself;
+ * spin_ns: it polls flat out this long after an answer, then backs off with sleeps of up to
+ * sleep_max_ns); tg_mailbox_rearm clears the kernel's exit state before a (re)launch;
+ * tg_mailbox_quit asks the kernel to return; tg_mailbox_state reads the control words (any
+ * pointer may be NULL).
+ * tg_mailbox_call: inputs with strides 0 (one value) or 1 (n values), else TG_EINVAL; n outside
+ * [1, capacity] is TG_ERANGE (nothing staged); outputs as tg_greeks_outputs (NULL skips one).
+ * Returns TG_OK; TG_MB_TIMEOUT when no answer came within timeout_ns (the request stays pending:
+ * the kernel is hung or slow, and the mailbox must not be used again); TG_MB_EXITED when the
+ * kernel had returned by itself (idle): nothing pending, rearm + relaunch and call again;
+ * TG_MB_REFUSED when the kernel answered with an error (*kernel_status says which:
+ * 1 bad request, 2 config not for this kernel). */
+typedef enum {
+    TG_MB_TIMEOUT = 64,
+    TG_MB_EXITED = 65,
+    TG_MB_REFUSED = 66
+} tg_mailbox_status;
+
+int64_t tg_mailbox_bytes(int64_t capacity, int32_t elem_size);
+int tg_mailbox_init(void *box, int64_t bytes, int32_t elem_size, int64_t capacity,
+                    int64_t idle_timeout_ns, int64_t spin_ns, int32_t sleep_max_ns);
+int tg_mailbox_rearm(void *box);
+int tg_mailbox_quit(void *box);
+int tg_mailbox_state(const void *box, uint64_t *seq, uint64_t *done, uint32_t *exited, uint64_t *served);
+int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out,
+                    int64_t timeout_ns, uint32_t *kernel_status);
 
 /* ---- Host memory: huge-page mappings for the pinned pool (csrc/mem/hostmem.c) ------------- */
 /* tg_host_map: an anonymous private read-write mapping of at least `bytes` for the pinned pool,

@@ -29,24 +29,28 @@ typedef struct {
 #define C(x) (x)
 #define KERNEL_RANGE greeks_range_f64
 #define KERNEL_LIMIT greeks_limit_f64
+#define KERNEL_ELEMENT greeks_element_f64
 #include "greeks_kernel.h"
 #undef REAL
 #undef M
 #undef C
 #undef KERNEL_RANGE
 #undef KERNEL_LIMIT
+#undef KERNEL_ELEMENT
 
 #define REAL float
 #define M(name) name##f
 #define C(x) (x##f)
 #define KERNEL_RANGE greeks_range_f32
 #define KERNEL_LIMIT greeks_limit_f32
+#define KERNEL_ELEMENT greeks_element_f32
 #include "greeks_kernel.h"
 #undef REAL
 #undef M
 #undef C
 #undef KERNEL_RANGE
 #undef KERNEL_LIMIT
+#undef KERNEL_ELEMENT
 
 static int greeks_run(int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out,
                       int nthreads, tg_range_fn fn)

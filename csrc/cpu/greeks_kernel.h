@@ -1,19 +1,30 @@
 /*
- * The Black-Scholes-Merton greeks kernel, written once and instantiated by greeks.c for double
- * and for float (so that the float version computes in float: expf, erfcf, ... and does not pay
- * for conversions). Not a public header: greeks.c defines, before each inclusion,
+ * The Black-Scholes-Merton greeks kernel, written once and instantiated for double and for float
+ * (so that the float version computes in float: expf, erfcf, ... and does not pay for
+ * conversions), on the CPU by greeks.c and on the GPU by csrc/cuda/mailbox.cu. Not a public
+ * header: the includer defines, before each inclusion,
  *   REAL            the element type
  *   M(name)         the libm function of that type (M(exp) is exp or expf)
  *   C(x)            a literal of that type
- *   KERNEL_RANGE    the name of the range function to define
+ *   KERNEL_ELEMENT  the name of the one-option function to define
  *   KERNEL_LIMIT    the name of the zero-total-variance function to define
+ *   KERNEL_RANGE    (CPU only, optional) the name of the range function over a greeks_ctx
+ * TG_GREEKS_FN qualifies the per-option functions: `static` on the CPU, `static __device__` under
+ * nvcc, so both backends compile the same source lines in the same order.
  */
+#ifndef TG_GREEKS_FN
+#ifdef __CUDACC__
+#define TG_GREEKS_FN static __device__
+#else
+#define TG_GREEKS_FN static
+#endif
+#endif
 
 /* The zero-total-variance limit (t == 0, or 1 / (sigma sqrt t) overflowing): the option is
    worth its (forward) intrinsic value. ITM / OTM are judged on the discounted forward, which at
    t == 0 is spot against strike. Exactly at the money the greeks take their one-sided limits as
    t -> 0 along S == K: delta +-1/2, gamma +inf, theta -inf, charm +-inf. Rare, so out of line. */
-static void KERNEL_LIMIT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL w, REAL *o)
+TG_GREEKS_FN void KERNEL_LIMIT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL w, REAL *o)
 {
     const REAL n0 = C(0.398942280401432677939946059934);    /* 1 / sqrt(2 pi) */
     REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
@@ -39,15 +50,72 @@ static void KERNEL_LIMIT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL 
         o[9] -= n0 * Dq * drift / (C(2.0) * sig * sqt);
 }
 
+/* One option: its ten outputs into o[0..9] (price, delta, gamma, vega, theta, rho, phi, vanna,
+   volga, charm; NaN in all ten when an input is invalid). Returns 1 when the option is valid but
+   its total variance is zero (1 / (sigma sqrt t) overflows): the caller then takes KERNEL_LIMIT's
+   values instead; 0 otherwise. */
+TG_GREEKS_FN int KERNEL_ELEMENT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL w, REAL *o)
+{
+    const REAL inv_sqrt2 = C(0.707106781186547524400844362105);
+    const REAL n0 = C(0.398942280401432677939946059934);
+    const REAL nan = (REAL)NAN;
+    const REAL huge = (REAL)INFINITY;
+
+    /* Comparisons are false for NaN, so this also rejects NaN. */
+    int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
+              & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
+
+    REAL sqt = M(sqrt)(t);
+    REAL sst = sig * sqt;                       /* total vol sigma sqrt(t) */
+    REAL inv_sst = C(1.0) / sst;
+    REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
+    REAL SDq = S * Dq, KDr = K * Dr;
+    /* ln(S/K) as log1p((S - K)/K): near the money S - K is exact and the log keeps its
+       relative accuracy, where log(S / K) would carry the rounding of S / K (an absolute
+       error of one ulp of 1, amplified by 1/sst: visible in float32 vanna). */
+    REAL d1 = (M(log1p)((S - K) / K) + (r - q) * t) * inv_sst + C(0.5) * sst;
+    REAL d2 = d1 - sst;
+    /* N(w d) through erfc: no 1 - N cancellation in either tail. */
+    REAL Nd1 = C(0.5) * M(erfc)(-w * d1 * inv_sqrt2);
+    REAL Nd2 = C(0.5) * M(erfc)(-w * d2 * inv_sqrt2);
+    REAL pdf = n0 * M(exp)(C(-0.5) * d1 * d1);
+    REAL SDq_N1 = SDq * Nd1, KDr_N2 = KDr * Nd2;
+    REAL Dq_pdf = Dq * pdf;
+    REAL vega = SDq * pdf * sqt;
+    REAL inv_sig = C(1.0) / sig;
+
+    REAL price = w * (SDq_N1 - KDr_N2);
+    REAL delta = w * Dq * Nd1;
+    REAL gamma = Dq_pdf * inv_sst / S;
+    REAL theta = C(-0.5) * SDq * pdf * sig / sqt + w * (q * SDq_N1 - r * KDr_N2);
+    REAL rho = w * t * KDr_N2;
+    REAL phi = -w * t * SDq_N1;
+    REAL vanna = -Dq_pdf * d2 * inv_sig;
+    REAL volga = vega * d1 * d2 * inv_sig;
+    REAL charm = w * q * Dq * Nd1
+               - Dq_pdf * (C(2.0) * (r - q) * t - d2 * sst) * inv_sst / (C(2.0) * t);
+
+    o[0] = valid ? price : nan;
+    o[1] = valid ? delta : nan;
+    o[2] = valid ? gamma : nan;
+    o[3] = valid ? vega : nan;
+    o[4] = valid ? theta : nan;
+    o[5] = valid ? rho : nan;
+    o[6] = valid ? phi : nan;
+    o[7] = valid ? vanna : nan;
+    o[8] = valid ? volga : nan;
+    o[9] = valid ? charm : nan;
+    /* 1/sst overflows where sst is 0 (t == 0) or subnormal: take the limit there. */
+    return valid & !(inv_sst < huge);
+}
+
+#ifdef KERNEL_RANGE
 /* Elements [begin, end) of one call, in blocks of TG_GREEKS_BLOCK: outputs the caller did not ask
    for go to a scratch block, so the element loop has no per-output NULL tests. */
 static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
 {
     const greeks_ctx *ctx = (const greeks_ctx *)ctx_;
     const tg_bsm_inputs *in = ctx->in;
-    const REAL inv_sqrt2 = C(0.707106781186547524400844362105);
-    const REAL n0 = C(0.398942280401432677939946059934);
-    const REAL nan = (REAL)NAN;
     const REAL huge = (REAL)INFINITY;
     REAL scratch[TG_GREEKS_BLOCK];
 
@@ -68,52 +136,10 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
             REAL q = TG_AT(REAL, in->div, in->s_div, i);
             REAL w = TG_AT(uint8_t, in->call, in->s_call, i) ? C(1.0) : C(-1.0);
 
-            /* Comparisons are false for NaN, so this also rejects NaN. */
-            int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
-                      & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
-
-            REAL sqt = M(sqrt)(t);
-            REAL sst = sig * sqt;                       /* total vol sigma sqrt(t) */
-            REAL inv_sst = C(1.0) / sst;
-            REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
-            REAL SDq = S * Dq, KDr = K * Dr;
-            /* ln(S/K) as log1p((S - K)/K): near the money S - K is exact and the log keeps its
-               relative accuracy, where log(S / K) would carry the rounding of S / K (an absolute
-               error of one ulp of 1, amplified by 1/sst: visible in float32 vanna). */
-            REAL d1 = (M(log1p)((S - K) / K) + (r - q) * t) * inv_sst + C(0.5) * sst;
-            REAL d2 = d1 - sst;
-            /* N(w d) through erfc: no 1 - N cancellation in either tail. */
-            REAL Nd1 = C(0.5) * M(erfc)(-w * d1 * inv_sqrt2);
-            REAL Nd2 = C(0.5) * M(erfc)(-w * d2 * inv_sqrt2);
-            REAL pdf = n0 * M(exp)(C(-0.5) * d1 * d1);
-            REAL SDq_N1 = SDq * Nd1, KDr_N2 = KDr * Nd2;
-            REAL Dq_pdf = Dq * pdf;
-            REAL vega = SDq * pdf * sqt;
-            REAL inv_sig = C(1.0) / sig;
-
-            REAL price = w * (SDq_N1 - KDr_N2);
-            REAL delta = w * Dq * Nd1;
-            REAL gamma = Dq_pdf * inv_sst / S;
-            REAL theta = C(-0.5) * SDq * pdf * sig / sqt + w * (q * SDq_N1 - r * KDr_N2);
-            REAL rho = w * t * KDr_N2;
-            REAL phi = -w * t * SDq_N1;
-            REAL vanna = -Dq_pdf * d2 * inv_sig;
-            REAL volga = vega * d1 * d2 * inv_sig;
-            REAL charm = w * q * Dq * Nd1
-                       - Dq_pdf * (C(2.0) * (r - q) * t - d2 * sst) * inv_sst / (C(2.0) * t);
-
-            o[0][j] = valid ? price : nan;
-            o[1][j] = valid ? delta : nan;
-            o[2][j] = valid ? gamma : nan;
-            o[3][j] = valid ? vega : nan;
-            o[4][j] = valid ? theta : nan;
-            o[5][j] = valid ? rho : nan;
-            o[6][j] = valid ? phi : nan;
-            o[7][j] = valid ? vanna : nan;
-            o[8][j] = valid ? volga : nan;
-            o[9][j] = valid ? charm : nan;
-            /* 1/sst overflows where sst is 0 (t == 0) or subnormal: take the limit there. */
-            nlimit += valid & !(inv_sst < huge);
+            REAL v[10];
+            nlimit += KERNEL_ELEMENT(S, K, t, r, sig, q, w, v);
+            for (int k = 0; k < 10; k++)
+                o[k][j] = v[k];
         }
 
         /* Zero total variance is rare: fix those elements up after the block rather than
@@ -139,3 +165,4 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
         }
     }
 }
+#endif /* KERNEL_RANGE */

@@ -25,7 +25,9 @@ KERNELS = ROOT / "src" / "tickgpu" / "kernels"
 COMMITTED = KERNELS / "bundle"
 LBR_CORE = ROOT / "csrc" / "cpu" / "lbr_core.h"
 TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface.py", "quant": KERNELS / "quant.py"}
-CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE]}
+CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE],
+                "resident_greeks": [ROOT / "csrc" / "cuda" / "mailbox.cu", ROOT / "csrc" / "cpu" / "greeks_kernel.h",
+                                    ROOT / "csrc" / "hot" / "mailbox_protocol.h"]}
 ARCHS = ("sm_80", "sm_90")
 EM_CUDA = 190
 
@@ -39,6 +41,8 @@ def buildable_families():
     fams = ["greeks", "surface", "quant"]
     if LBR_CORE.is_file() and _nvcc():
         fams.append("implied_vol")
+    if _nvcc():
+        fams.append("resident_greeks")
     return fams
 
 
@@ -117,6 +121,9 @@ def test_fresh_bundle_has_every_variant(fresh):
         if "implied_vol" in families:
             for dt in ("f32", "f64"):
                 assert (arch, "implied_vol", dt, 256, False) in got
+        if "resident_greeks" in families:
+            for dt in ("f32", "f64"):
+                assert (arch, "resident_greeks", dt, 256, False) in got
     assert len(elementwise) == len(got)
     # The quant family: every variant of the table, for every arch.
     from tickgpu.kernels.quant import QUANT_VARIANTS
@@ -249,7 +256,7 @@ def test_rebuild_is_deterministic(fresh, tmp_path):
 def test_committed_bundle_loads_and_matches_the_sources():
     m = mf.load_manifest(COMMITTED)
     families = {k.family for k in m.kernels}
-    assert {"greeks", "surface", "quant"} <= families
+    assert {"greeks", "surface", "quant", "resident_greeks"} <= families
     if LBR_CORE.is_file():
         assert "implied_vol" in families, ("csrc/cpu/lbr_core.h exists but the committed bundle has no "
                                            "implied_vol kernels: run `tickgpu build-kernels`")

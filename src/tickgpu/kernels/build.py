@@ -66,7 +66,7 @@ KERNELS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = KERNELS_DIR.parents[2]
 DEFAULT_OUT = KERNELS_DIR / "bundle"
 DEFAULT_ARCHS = ("sm_80", "sm_90")
-FAMILIES = ("greeks", "implied_vol", "surface", "quant")
+FAMILIES = ("greeks", "implied_vol", "surface", "quant", "resident_greeks")
 
 # Pointer element types that are not the variant's float type.
 _POINTER_ELEMENT = {"call_ptr": "u8", "status_ptr": "i8"}
@@ -92,6 +92,10 @@ class CudaFamily:
     entries: dict[str, str]     # dtype -> extern "C" symbol
     defines: dict[str, str]     # dtype -> -D macro selecting that kernel alone
     block: int                  # threads per block = elements per block
+    block_define: str = "TG_IV_BLOCK"   # the -D macro that receives `block`
+    # Where `headers` lie: "" for the --lbr-dir directory (implied vol's lbr_core.h), else a
+    # folder relative to the repo root.
+    header_root: str = ""
 
 
 TRITON_FAMILIES = (
@@ -105,6 +109,11 @@ CUDA_FAMILIES = (
     CudaFamily("implied_vol", "csrc/cuda/iv.cu", ("lbr_core.h",),
                {"f64": "tg_implied_vol_f64_kernel", "f32": "tg_implied_vol_f32_kernel"},
                {"f64": "TG_IV_ONLY_F64", "f32": "TG_IV_ONLY_F32"}, 256),
+    # The resident (persistent) greeks kernel of the mailbox hot path: grid = however many blocks
+    # the runtime chooses, not ceil(n / block) (tickgpu.runtime.mailbox).
+    CudaFamily("resident_greeks", "csrc/cuda/mailbox.cu", ("csrc/cpu/greeks_kernel.h", "csrc/hot/mailbox_protocol.h"),
+               {"f64": "tg_resident_greeks_f64_kernel", "f32": "tg_resident_greeks_f32_kernel"},
+               {"f64": "TG_MB_ONLY_F64", "f32": "TG_MB_ONLY_F32"}, 256, block_define="TG_MB_BLOCK", header_root="."),
 )
 
 
@@ -329,7 +338,7 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
 def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
     """nvcc -cubin each dtype's kernel of ``fam`` for ``arch``."""
     src = REPO_ROOT / fam.source
-    headers = [lbr_dir / h for h in fam.headers]
+    headers = [(REPO_ROOT / fam.header_root if fam.header_root else lbr_dir) / h for h in fam.headers]
     for p in [src, *headers]:
         if not p.is_file():
             raise BuildError(f"{fam.family}: source {p} not found (pass --lbr-dir, or --family to skip it)")
@@ -342,7 +351,7 @@ def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tup
             # Relative paths from the repo root keep the cubin independent of where the checkout is.
             include = os.path.relpath(lbr_dir, REPO_ROOT)
             cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", f"-D{fam.defines[dtype]}",
-                   f"-DTG_IV_BLOCK={fam.block}",
+                   f"-D{fam.block_define}={fam.block}",
                    "-I", include, "-o", str(cubin_path), fam.source]
             res = _run(cmd, cwd=REPO_ROOT)
             if res.returncode != 0:

@@ -79,6 +79,9 @@ FAMILY_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
     + (("n", "i32"),),
     "implied_vol": _strided("price", "spot", "strike", "t", "rate", "div", "call")
     + (("vol_ptr", "ptr"), ("status_ptr", "ptr"), ("n", "i32")),
+    # The resident greeks kernel (csrc/cuda/mailbox.cu): the mailbox's device address and two
+    # uint32 of device memory for its blocks' hand-over; the requests come through the mailbox.
+    "resident_greeks": (("box_ptr", "ptr"), ("arrive_ptr", "ptr")),
     "surface": (("strikes_ptr", "ptr"), ("expiries_ptr", "ptr"), ("vols_ptr", "ptr"),
                 ("nk", "i32"), ("nt", "i32"), ("mode", "i32"))
     + _strided("strike", "t")
