@@ -383,16 +383,64 @@ def test_first_call_after_warmup_builds_nothing(ctx, rng):
     np.testing.assert_allclose(g.price, ref.price, rtol=1e-4, atol=1e-4)
 
 
-def test_no_driver_allocations_after_warmup(ctx, rng):
-    d = rt.context()
-    for n in (1, 1000, 2**18 + 5):       # one of each path first (tick, pipeline)
-        tickgpu.greeks(**_bsm(rng, n, np.float64), backend="gpu")
-    before = dict(d.driver.counts)
-    for _ in range(20):
-        for n in (1, 17, 1000, 2**18 + 5):
-            for dtype in (np.float64, np.float32):
-                tickgpu.greeks(**_bsm(rng, n, dtype), dtype=dtype, backend="gpu")
-                tickgpu.implied_vol(**_iv_inputs(rng, n, dtype), dtype=dtype, backend="gpu")
-        surf, k, t = _surface(rng, 1000)
+def _allocations(c) -> dict:
+    """Every allocating driver call so far: the runtime's own, its device pool's and its pinned pool's."""
+    out = {f"driver.{k}": v for k, v in c.driver.counts.items()}
+    pool = c.memory.device_pool
+    if pool is not None:
+        out["device_pool.driver_allocs"] = pool.stats().driver_allocs
+    out["pinned_pool.arenas"] = c.memory.pinned.stats()["arenas"]
+    return out
+
+
+def test_no_driver_allocations_over_10000_calls_after_warmup(ctx, rng):
+    """After warm-up, 10,000 calls on the hot paths -- NumPy ticks of several sizes, both dtypes,
+    greeks / implied vol / surface, a pipelined large call, and GPU arrays whose outputs the
+    runtime makes itself (from its device pool) -- make no driver allocation at all."""
+    from tickgpu.memory.device import default_pool
+
+    c = rt.context()
+    assert c.memory.device_pool is not None, c.memory.device_pool_reason
+    pool = default_pool(c)
+
+    def device_inputs(n, dtype):
+        # Pool buffers exposed through __cuda_array_interface__: a producer without a library of
+        # its own, so the runtime allocates the outputs (tickgpu.runtime.arrays.DeviceArray).
+        out, keep = {}, []
+        for name, v in _bsm(rng, n, dtype).items():
+            v = np.ascontiguousarray(v if name != "call" else np.asarray(v, np.uint8))
+            buf = pool.alloc(max(v.nbytes, 1))
+            c.driver.memcpy_htod(buf.ptr, v.ctypes.data, v.nbytes)
+            out[name] = buf.as_array(v.dtype, v.shape)
+            keep.append(buf)
+        return out, keep
+
+    dev_in = {dt: device_inputs(1000, dt) for dt in (np.float64, np.float32)}
+    host_in = {(n, dt): _bsm(rng, n, dt) for n in (1, 17, 1000, 4096) for dt in (np.float64, np.float32)}
+    iv_in = {dt: _iv_inputs(rng, 1000, dt) for dt in (np.float64, np.float32)}
+    big = _bsm(rng, 2**18 + 5, np.float64)
+    surf, k, t = _surface(rng, 1000)
+
+    def one_round():
+        for (n, dt), x in host_in.items():
+            tickgpu.greeks(**x, dtype=dt, backend="gpu")
+        for dt in (np.float64, np.float32):
+            tickgpu.implied_vol(**iv_in[dt], dtype=dt, backend="gpu")
+            g = tickgpu.greeks(**dev_in[dt][0], dtype=dt, backend="gpu")
+            del g
         surf.vol(k, t, backend="gpu")
-    assert d.driver.counts == before
+        return len(host_in) + 2 * 2 + 1
+
+    for _ in range(3):                    # every path once, then again (pool frees return lazily)
+        one_round()
+        tickgpu.greeks(**big, backend="gpu")
+    pool.flush()
+    before = _allocations(c)
+    calls = 0
+    while calls < 10_000:
+        calls += one_round()
+    tickgpu.greeks(**big, backend="gpu")
+    after = _allocations(c)
+    assert after == before, {k: (before[k], after[k]) for k in after if after[k] != before.get(k)}
+    for b in (b for _, keep in dev_in.values() for b in keep):
+        b.free()

@@ -19,10 +19,11 @@ import threading
 from tickgpu.runtime.arrays import is_device_array
 
 __all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset",
-           "kernel_runtime", "Pipeline", "PipelineStats"]
+           "kernel_runtime", "Pipeline", "PipelineStats", "resident", "ResidentGreeks"]
 
 # Imported on first use: `import tickgpu` stays free of the runtime's heavier modules.
-_LAZY = {"Pipeline": "tickgpu.runtime.streams", "PipelineStats": "tickgpu.runtime.streams"}
+_LAZY = {"resident": "tickgpu.runtime.mailbox", "ResidentGreeks": "tickgpu.runtime.mailbox",
+         "Pipeline": "tickgpu.runtime.streams", "PipelineStats": "tickgpu.runtime.streams"}
 
 
 def __getattr__(name):

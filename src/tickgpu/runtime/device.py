@@ -32,14 +32,36 @@ class BufferSource:
     """Where a context's own long-lived buffers come from (staging, constants, scratch).
 
     Host staging comes from the context's `PinnedPool` (page-locked, huge-page backed where the OS
-    allows, mapped into the device's address space); device blocks from the driver. ``host`` /
-    ``device`` return (address, token); ``free_host`` / ``free_device`` take the token back.
-    Everything here is allocated by warm-up or a first use, never on a steady call's path.
+    allows, mapped into the device's address space); device blocks from its `DevicePool` (slabs
+    for small blocks, the driver's stream-ordered pool for large ones), or from the driver where
+    the context runs on a stand-in driver (tests) or the pool cannot be made (``device_pool_reason``
+    says why). ``host`` / ``device`` return (address, token); ``free_host`` / ``free_device`` take
+    the token back. Staging is allocated by warm-up; device blocks of a call's own (outputs a GPU
+    array's library cannot make) come from the pool's slabs, without a driver call once warm.
     """
 
     def __init__(self, context):
         self.context = context
         self._pinned = None
+        self._device_pool = None
+        self.device_pool_reason = ""
+
+    @property
+    def device_pool(self):
+        """The context's `DevicePool`, or None where device blocks come from the driver."""
+        if self._device_pool is None:
+            from tickgpu.runtime.driver import Driver
+
+            if not isinstance(self.context.driver, Driver):
+                self._device_pool, self.device_pool_reason = False, "a stand-in driver"
+            else:
+                try:
+                    from tickgpu.memory.device import default_pool
+
+                    self._device_pool = default_pool(self.context)
+                except Exception as e:   # e.g. the pool's own driver table could not load libcuda
+                    self._device_pool, self.device_pool_reason = False, f"{type(e).__name__}: {e}"
+        return self._device_pool or None
 
     @property
     def pinned(self):
@@ -58,11 +80,18 @@ class BufferSource:
         token.release()
 
     def device(self, nbytes: int):
-        p = self.context.driver.mem_alloc(nbytes)
-        return p, p
+        pool = self.device_pool
+        if pool is None:
+            p = self.context.driver.mem_alloc(nbytes)
+            return p, p
+        buf = pool.alloc(nbytes)
+        return buf.ptr, buf
 
     def free_device(self, token) -> None:
-        self.context.driver.mem_free(token)
+        if isinstance(token, int):
+            self.context.driver.mem_free(token)
+        else:
+            token.free()   # lazily: reused after the pool's next synchronisation point
 
 
 class ConstantRing:
@@ -173,7 +202,7 @@ class Context:
         self.runners: dict[tuple[str, str, int], GraphRunner] = {}
         self.memory = BufferSource(self)
         self.constants = ConstantRing(d, memory=self.memory)
-        self.uploads: dict[int, tuple[int, int]] = {}           # slot -> (device pointer, bytes)
+        self.uploads: dict[int, tuple] = {}                      # slot -> (device pointer, bytes, token)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
         self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
         self.ticks: dict[tuple, object] = {}                     # (op, dtype char, n) -> its tick plan
@@ -248,10 +277,11 @@ class Context:
         have = self.uploads.get(slot)
         if have is None or have[1] < a.nbytes:
             if have is not None:
-                self.driver.ctx_synchronize()
-                self.driver.mem_free(have[0])
+                self.driver.stream_synchronize(stream)
+                self.memory.free_device(have[2])
             size = max(256, 1 << max(0, (a.nbytes - 1).bit_length()))
-            have = self.uploads[slot] = (self.driver.mem_alloc(size), size)
+            ptr, token = self.memory.device(size)
+            have = self.uploads[slot] = (ptr, size, token)
         if a.nbytes:
             self.driver.memcpy_htod_async(have[0], a.ctypes.data, a.nbytes, stream)
         return have[0]
@@ -268,14 +298,14 @@ class Context:
             return hit[1]
         if len(self.grids) >= 8:
             self.driver.ctx_synchronize()
-            for _, (_, _, base) in self.grids.items():
-                self.driver.mem_free(base)
+            for _, (_, _, token) in self.grids.items():
+                self.memory.free_device(token)
             self.grids.clear()
         sizes = [a.nbytes for a in arrays]
         layout = plan_layout(sizes, [])
-        base = self.driver.mem_alloc(layout.in_bytes)
+        base, token = self.memory.device(layout.in_bytes)
         ptrs = [base + o for o in layout.in_offsets]
         for p, a in zip(ptrs, arrays):
             self.driver.memcpy_htod(p, a.ctypes.data, a.nbytes)
-        self.grids[key] = (tuple(a.copy() for a in arrays), ptrs, base)
+        self.grids[key] = (tuple(a.copy() for a in arrays), ptrs, token)
         return ptrs

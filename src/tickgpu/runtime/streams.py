@@ -107,6 +107,7 @@ class Pipeline:
         self.chunk, self.depth = int(chunk), int(depth)
         self.ctx = ctx = context
         self.driver = d = ctx.driver
+        self._tokens: dict[int, object] = {}   # device pointer -> its BufferSource token
         self.last: PipelineStats | None = None
         self._busy = False
         self._closed = False
@@ -137,11 +138,14 @@ class Pipeline:
 
     # ---- device memory (one place, so a pool can stand in for the driver) -------------------------
     def _device_alloc(self, nbytes: int) -> int:
-        """Device memory for the slots and constants (the driver's cuMemAlloc)."""
-        return self.driver.mem_alloc(nbytes)
+        """Device memory for the slots and constants, from the context's device pool (its
+        `BufferSource`; the driver's cuMemAlloc on a stand-in driver)."""
+        ptr, token = self.ctx.memory.device(nbytes)
+        self._tokens[ptr] = token
+        return ptr
 
     def _device_free(self, ptr: int) -> None:
-        self.driver.mem_free(ptr)
+        self.ctx.memory.free_device(self._tokens.pop(ptr))
 
     def _regions(self, sizes: list[int], cap: int) -> tuple[list[int], int]:
         offs, cursor = [], 0
