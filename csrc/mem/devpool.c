@@ -763,6 +763,10 @@ static int alloc_locked(tg_devpool *p, int64_t nbytes, uintptr_t stream, uintptr
             }
             if (st != TG_ERANGE && st != TG_ENOMEM)
                 return st;
+            /* Level 1 is full. Freed memory not yet returned beats a driver allocation (a hot
+               path must make none once warm): flush first (attempt 1), spill to level 2 after. */
+            if (attempt == 0 && p->npending > 0)
+                continue;
         }
         st = l2_alloc(p, size, stream, &got, cu_result);
         if (st == TG_OK) {

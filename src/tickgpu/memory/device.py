@@ -136,6 +136,18 @@ def _stream_handle(stream) -> int:
     return int(stream)
 
 
+class _Lease:
+    """A pool buffer lent to another library: returned to the pool when the borrower drops it."""
+
+    __slots__ = ("ptr", "stream", "release")
+
+    def __init__(self, ptr: int, stream: int, release):
+        self.ptr, self.stream, self.release = ptr, stream, release
+
+    def __del__(self):
+        self.release(self.ptr, self.stream)
+
+
 class DevicePool:
     """Device memory for many short-lived buffers, with lazy batched frees and exact statistics.
 
@@ -392,8 +404,10 @@ class DevicePool:
         def allocate(nbytes: int):
             stream = cupy.cuda.get_current_stream().ptr
             buf = self.alloc(nbytes, stream)
-            mem = cupy.cuda.UnownedMemory(buf.ptr, max(nbytes, 1), owner=buf, device_id=self.device)
-            weakref.finalize(mem, _release, buf.ptr, stream)
+            # CuPy's memory objects take no weak references: the owner it keeps alive frees the
+            # buffer when CuPy lets go of it.
+            lease = _Lease(buf.ptr, stream, _release)
+            mem = cupy.cuda.UnownedMemory(buf.ptr, max(nbytes, 1), owner=lease, device_id=self.device)
             return cupy.cuda.MemoryPointer(mem, 0)
 
         return allocate
