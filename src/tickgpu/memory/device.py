@@ -438,7 +438,8 @@ _torch_pool: DevicePool | None = None
 
 def default_pool(context=None) -> DevicePool:
     """The process's `DevicePool` for a runtime context (default: ``tickgpu.runtime.context()``),
-    made on first use with that context's device and the default settings."""
+    made on first use with that context's device, the default settings and its level-1 blocks
+    preallocated (2 x 64 MB)."""
     if context is None:
         import tickgpu.runtime as rt
 
@@ -447,7 +448,9 @@ def default_pool(context=None) -> DevicePool:
         hit = _defaults.get(id(context))
         if hit is not None and hit[0] is context and hit[1]._pool is not None:
             return hit[1]
-        pool = DevicePool(context)
+        # Level 1 preallocated: the runtime's hot path then never waits on a driver allocation,
+        # not even the lazy first use of the second slab block.
+        pool = DevicePool(context, preallocate=True)
         _defaults[id(context)] = (context, pool)
         return pool
 

@@ -7,7 +7,14 @@ launch, no copy engine, no driver call. The layout and the rules of the mailbox 
 csrc/hot/mailbox_protocol.h, the host side in csrc/hot/mailbox.c, the kernel in
 csrc/cuda/mailbox.cu (the same greeks source as the CPU backend).
 
-Opt-in, because a resident kernel holds a few SMs and polls the PCIe link while it waits::
+Measured (H200, benchmarks/results/h200-2026-11-30-d): for 1,024 float32 options from NumPy
+this path is not faster than the replayed graph (p50 50.5 us against 45.8 us in the same
+process): the floor's mailbox round trip (4.9 us) moves 4 KB each way, greeks move 28 KB in and
+40 KB out, and the kernel's reads of mapped inputs cross PCIe at its latency (64 options: 40.6
+us). Opt-in, and measured by `tickgpu bench --suite gpu` (section "resident") beside the graph
+path, so that choosing it stays a measured choice.
+
+Opt-in, because a resident kernel holds an SM and polls the PCIe link while it waits::
 
     with tickgpu.runtime.mailbox.resident("greeks", dtype=np.float64, capacity=4096):
         g = tickgpu.greeks(spot, strikes, t, r, vol, backend="gpu")   # no launch
@@ -77,12 +84,13 @@ class ResidentTimeout(ResidentError):
 
 
 def default_blocks(capacity: int) -> int:
-    """Blocks for a mailbox of `capacity` options: one per 512 options, 1 to 8.
+    """Blocks for a mailbox of `capacity` options: one.
 
-    Each block polls the mailbox on its own SM; a full request then gives each thread about two
-    options, and a small one leaves the extra blocks idle (they still check in, costing ~1 us).
+    Measured on an H200 (1,024 float32 options from NumPy, p50 of `tickgpu.greeks`): 1 block
+    50.5 us, 2 blocks 53.8, 4 blocks 61.2, 8 blocks 92.3 -- every extra block polls the link and
+    checks in over system-scope fences, which costs more than its share of the work saves.
     """
-    return max(1, min(8, -(-capacity // 512)))
+    return 1
 
 
 class ResidentGreeks:
