@@ -22,10 +22,11 @@ __all__ = ["Context", "ConstantRing", "BufferSource", "DEFAULT_STAGING_ELEMENTS"
 # Elements per staged chunk: the largest tick done as one graph replay, and the chunk of the
 # pipeline for bigger host arrays. 2**17 float64 greeks = 17 MB of pinned staging per runner.
 DEFAULT_STAGING_ELEMENTS = 1 << 17
-# Up to this many elements a tick's kernel reads and writes pinned staging directly (zero copy):
-# at tick sizes a copy node's fixed cost outweighs the slower reads over PCIe (DESIGN.md floors:
-# 10 us against 18 us at 1,024 floats, 11 against 20 at 4,096).
-DEFAULT_MAPPED_ELEMENTS = 4096
+# Up to this many elements a tick's kernel reads and writes pinned staging directly (zero copy)
+# instead of copy -> kernel -> copy. Measured on an H200 (`tickgpu bench --suite memory`, host /
+# mapped / crossover; float32 greeks from NumPy, p50): the mapped graph is faster at every size
+# tried, 256 to 65,536 options (copies take 1.17x to 1.55x as long), so the copies start above.
+DEFAULT_MAPPED_ELEMENTS = 1 << 16
 
 
 class BufferSource:
