@@ -112,7 +112,8 @@ def test_managed_arrays_feed_greeks(ctx, rng, mode, dtype):
         spot[10] *= 2
         ref = tickgpu.greeks(spot[8:13], host["strike"][8:13], host["t"][8:13], host["rate"][8:13],
                              host["vol"][8:13], host["div"][8:13], True, dtype=dtype, backend="cpu").price
-        np.testing.assert_allclose(price[8:13], ref, rtol=tol * 10)
+        # Deep out-of-the-money prices underflow to denormals in float32: compare against the scale.
+        np.testing.assert_allclose(price[8:13], ref, rtol=tol * 10, atol=tol * 10 * float(np.abs(ref).max()))
     finally:
         for a in arrays.values():
             a.close()
