@@ -749,23 +749,7 @@ static int alloc_locked(tg_devpool *p, int64_t nbytes, uintptr_t stream, uintptr
        included, so the request maps fresh memory in place of the holes instead of on top of
        them. Large requests are rare and cost milliseconds anyway; level-1 blocks are kept. */
     if (!small && size >= LARGE_REQUEST && p->cfg.backend == TG_DEVPOOL_DRIVER && p->driver_pool != NULL) {
-        /* The holes go back by cuMemFreeAsync, stream-ordered: the trim can release them only once
-           their streams have passed the frees, so those streams are waited for in between. */
-        uintptr_t streams[MAX_SYNC_STREAMS];
-        int n = 0;
-        for (int64_t i = 0; i < p->npending && n < MAX_SYNC_STREAMS; i++) {
-            entry *e = table_find(p, p->pending[i]);
-            if (e == NULL || e->level != 2)
-                continue;
-            int seen = 0;
-            for (int k = 0; k < n; k++)
-                seen |= streams[k] == e->stream;
-            if (!seen)
-                streams[n++] = e->stream;
-        }
         int fs = flush_locked(p, cu_result);
-        for (int k = 0; k < n && fs == TG_OK; k++)
-            fs = report(cu.stream_sync((CUstream)streams[k]), cu_result);
         if (fs != TG_OK)
             return fs;
         cu.pool_trim_to(p->driver_pool, 0);
