@@ -114,7 +114,6 @@ static int cu_ready(void)
 #define MAX_BLOCKS 64
 #define MAX_SYNC_STREAMS 16             /* more distinct streams than this: one context sync instead */
 #define DRIVER_GRANULE ((int64_t)2 << 20) /* the driver pool grows in 2 MB steps: the cap check counts so */
-#define LARGE_REQUEST ((int64_t)64 << 20)   /* bytes: a level-2 request that trims the driver pool first */
 #define MAX_REQUEST ((int64_t)1 << 56)
 
 typedef struct { int64_t start, pages; } page_range;
@@ -744,17 +743,6 @@ static int alloc_locked(tg_devpool *p, int64_t nbytes, uintptr_t stream, uintptr
     int small = nbytes <= p->cfg.small_max && p->cfg.slab_blocks > 0;
     uintptr_t got = 0;
     slab *sl = NULL;
-    /* A large block (the classic case: one big request after many mid-size buffers were freed
-       between live ones): give the driver pool back what it caches first, pending frees
-       included, so the request maps fresh memory in place of the holes instead of on top of
-       them. Large requests are rare and cost milliseconds anyway; level-1 blocks are kept. */
-    if (!small && size >= LARGE_REQUEST && p->cfg.backend == TG_DEVPOOL_DRIVER && p->driver_pool != NULL) {
-        int fs = flush_locked(p, cu_result);
-        if (fs != TG_OK)
-            return fs;
-        cu.pool_trim_to(p->driver_pool, 0);
-        refresh_l2_reserved(p);
-    }
     /* Try each way in turn, then again after a flush (pending memory back), then after a trim
        (cached memory given back, which frees room under the cap for the other level). */
     for (int attempt = 0; attempt < 3; attempt++) {
