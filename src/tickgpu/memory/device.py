@@ -166,9 +166,7 @@ class DevicePool:
         Requests of at most this many bytes are served by level 1 while it has room.
     release_threshold : int, optional
         Bytes the driver pool keeps cached across synchronizations (default 256 MB: enough that a
-        steady stream of calls reuses its memory, little enough that memory freed by one phase of
-        work is not held reserved through the next; a churn of mixed sizes otherwise left ~1.2 GB
-        of cache beside 3.8 GB in use on an H200).
+        steady stream of calls reuses its memory, without holding everything a past burst freed).
     lazy_bytes : int
         A flush happens once more than this many freed bytes are pending.
     fraction : float
