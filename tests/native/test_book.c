@@ -12,15 +12,7 @@
 
 #include "tickgpu.h"
 
-static int failures = 0;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                          \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #define EMPTY_ASK INT64_C(9999999999)
 #define EMPTY_BID INT64_C(-9999999999)

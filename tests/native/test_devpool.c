@@ -11,15 +11,7 @@
 
 #include "../../csrc/mem/devpool.c"
 
-static int failures = 0;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                          \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #define MB ((int64_t)1 << 20)
 

@@ -11,15 +11,7 @@
 
 #include "tickgpu.h"
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "check.h"
 
 static int close_to(double a, double b, double rel, double abs_)
 {

@@ -11,15 +11,7 @@
 
 #include "../../csrc/hot/copy.c"
 
-static int failures = 0;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                          \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #define BIG ((size_t)3 << 20)
 

@@ -12,15 +12,7 @@
 
 #include "tickgpu.h"
 
-static int failures = 0;
-
-#define CHECK(cond)                                                                 \
-    do {                                                                            \
-        if (!(cond)) {                                                              \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                             \
-        }                                                                           \
-    } while (0)
+#include "check.h"
 
 /* One option through the array entry point (all strides 0). */
 static double iv1(double price, double S, double K, double t, double r, double q, int call, int *st)

@@ -15,15 +15,7 @@
 #include "../../csrc/hot/mailbox.c"
 #include "../cpu/mailbox_server.c"
 
-static int failures = 0;
-
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                          \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 #define CAP 96
 

@@ -448,16 +448,22 @@ def machine_info() -> dict:
     return info
 
 
+def start_suite(suite: str, args) -> tuple[dict, bool]:
+    """(results, quick) of a GPU suite: its name, the machine and the floor figures (``--floor``), and
+    the seconds `tickgpu.warmup` took, which runs first so that no section pays a first use."""
+    quick = bool(getattr(args, "quick", False))
+    res: dict = {"suite": suite, "machine": machine_info(), "floor": parse_floor(getattr(args, "floor", None))}
+    t0 = time.perf_counter()
+    tickgpu.warmup()
+    res["warmup_s"] = time.perf_counter() - t0
+    return res, quick
+
+
 def run(args) -> int:
     import cupy as cp
     import torch
 
-    quick = bool(getattr(args, "quick", False))
-    floor = parse_floor(getattr(args, "floor", None))
-    res: dict = {"suite": "gpu", "machine": machine_info(), "floor": floor}
-    t0 = time.perf_counter()
-    tickgpu.warmup()
-    res["warmup_s"] = time.perf_counter() - t0
+    res, quick = start_suite("gpu", args)
 
     sections = [
         ("copy_bandwidth_Bps", lambda: device_copy_bandwidth(cp, (1 << 28) if quick else (1 << 31))),

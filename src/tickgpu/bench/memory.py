@@ -19,10 +19,9 @@ imported by the sections that compare against them, never by the library.
 from __future__ import annotations
 
 import json
-import time
 
 from tickgpu.bench.common import jsonable, run_sections, write_results
-from tickgpu.bench.gpu import machine_info, parse_floor
+from tickgpu.bench.gpu import start_suite
 
 
 def _pinned_alloc():
@@ -41,14 +40,8 @@ def _pinned_alloc():
 
 
 def run(args) -> int:
-    import tickgpu
-
-    quick = bool(getattr(args, "quick", False))
-    floor = parse_floor(getattr(args, "floor", None))
-    res: dict = {"suite": "memory", "machine": machine_info(), "floor": floor}
-    t0 = time.perf_counter()
-    tickgpu.warmup()
-    res["warmup_s"] = time.perf_counter() - t0
+    res, quick = start_suite("memory", args)
+    floor = res["floor"]
 
     def host():
         from tickgpu.bench.memory_host import run_host_memory
