@@ -183,6 +183,26 @@ def test_in_flight_buffer_not_reused_until_event_completes(pool, mock):
     assert mock.recorded[-1][0] == ev
 
 
+def test_release_whose_event_fails_keeps_the_buffer_held(pool, mock):
+    from tickgpu.runtime.driver import CudaError
+
+    a = pool.acquire(10_000)
+    held = pool.stats()["in_use"]
+
+    def refuse(e, s):
+        raise CudaError("cuEventRecord", "CUDA_ERROR_INVALID_HANDLE", 400)
+
+    mock.event_record = refuse
+    with pytest.raises(CudaError, match="INVALID_HANDLE"):
+        pool.release(a, stream=0x77)
+    assert not a.released and pool.stats()["in_use"] == held   # still the holder's, not lost
+    del mock.event_record                    # the driver records again
+    a.release(stream=0x77)                   # so it can still be given back, exactly once
+    assert a.released and pool.stats()["in_flight"] == 1 and pool.stats()["in_use"] == held - a.capacity
+    _complete_all(mock)
+    assert pool.acquire(10_000).ptr == a.ptr
+
+
 def test_array_is_a_view(pool):
     buf = pool.acquire(4 * 100 + 3)
     a = buf.array(np.float32)
