@@ -291,6 +291,24 @@ def test_fallback_to_cuMemHostAlloc_when_registration_refused(ctx, mock):
     assert mock.sizes.keys().isdisjoint({a.ptr, b.ptr})   # arenas given back with cuMemFreeHost
 
 
+def test_fallback_arena_without_device_mapping_is_freed(ctx, mock):
+    from tickgpu.runtime.driver import CudaError
+
+    mock.fail["cuMemHostRegister"] = "CUDA_ERROR_NOT_PERMITTED"
+    p = PinnedPool(ctx, arena_bytes=2 * MB)
+    live = set(mock.sizes)
+
+    def no_mapping(ptr):
+        raise CudaError("cuMemHostGetDevicePointer", "CUDA_ERROR_NOT_SUPPORTED", 801)
+
+    mock.host_device_pointer = no_mapping
+    with pytest.warns(RuntimeWarning), pytest.raises(PoolError, match="NOT_SUPPORTED"):
+        p.acquire(MB)
+    assert set(mock.sizes) == live, "the cuMemHostAlloc arena leaked"
+    assert p.stats()["arenas"] == 0
+    p.close()
+
+
 def test_default_pool_and_mapped(ctx):
     p = default_pinned_pool(ctx)
     assert default_pinned_pool(ctx) is p

@@ -258,9 +258,13 @@ class PinnedPool:
                               stacklevel=5)
             try:
                 base = self.driver.mem_host_alloc(size, self.flags)
-                dev = self.driver.host_device_pointer(base) if self.mapped else None
             except Exception as e:
                 raise PoolError(f"pinned arena of {size} bytes refused by cuMemHostAlloc: {e}") from e
+            try:
+                dev = self.driver.host_device_pointer(base) if self.mapped else None
+            except Exception as e:
+                self.driver.mem_free_host(base)    # not an arena yet: nothing else would free it
+                raise PoolError(f"pinned arena of {size} bytes: no device mapping: {e}") from e
             arena = _Arena(base, size, dev, "cuMemHostAlloc", 0)
         self._backing = arena.backing
         self._arenas.append(arena)
