@@ -441,7 +441,8 @@ int tg_host_unmap(void *p, uint64_t bytes);
  * requests above small_max, or when level 1 is full, from the driver's stream-ordered pool.
  * Frees are lazy: a freed buffer is pending, not reusable, until a flush (tg_devpool_flush, the
  * pending bytes passing lazy_bytes, or an allocation that cannot otherwise be served); a flush
- * synchronizes the streams of the pending frees. Reserved bytes (blocks + level 2) never pass the
+ * synchronizes the streams of the pending frees (where that wait fails, the flush returns
+ * TG_ECUDA and keeps level-1 frees pending: their memory may still be in use). Reserved bytes (blocks + level 2) never pass the
  * cap. Every call takes the pool's mutex, so any thread may call, with the GIL released.
  * backend: TG_DEVPOOL_DRIVER reaches libcuda through dlopen (TG_ENODRIVER without it);
  * TG_DEVPOOL_HOST runs the same logic on aligned host memory (tests, sanitizers).

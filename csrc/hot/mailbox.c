@@ -179,8 +179,8 @@ int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_gree
         }
         if (spins % TG_MB_CLOCK_EVERY == 0) {
             int64_t t = now_ns();
-            if (deadline < 0)
-                deadline = t + timeout_ns;
+            if (deadline < 0)   /* saturated: a timeout of "for ever" (INT64_MAX) must not overflow */
+                deadline = timeout_ns > INT64_MAX - t ? INT64_MAX : t + timeout_ns;
             else if (t > deadline)
                 return TG_MB_TIMEOUT;   /* the request stays pending: the mailbox is not reusable */
         }

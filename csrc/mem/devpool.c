@@ -571,10 +571,17 @@ static int flush_locked(tg_devpool *p, int *cu_result)
         for (int k = 0; k < n && !overflow && st == TG_OK; k++)
             st = report(cu.stream_sync((CUstream)streams[k]), cu_result);
     }
+    int64_t kept = 0;
     for (int64_t i = 0; i < p->npending; i++) {
         entry *e = table_find(p, p->pending[i]);
         if (e == NULL)
             continue;
+        if (e->level == 1 && st != TG_OK) {
+            /* The wait failed, so queued work may still use the chunk: it stays pending (never
+               handed out again) until a later flush manages to wait for its stream. */
+            p->pending[kept++] = p->pending[i];
+            continue;
+        }
         if (e->level == 1)
             l1_release(p, e);
         else
@@ -582,7 +589,7 @@ static int flush_locked(tg_devpool *p, int *cu_result)
         p->st.pending_bytes -= e->size;
         table_remove(p, e);
     }
-    p->npending = 0;
+    p->npending = kept;
     p->st.flushes++;
     refresh_l2_reserved(p);
     return st;

@@ -360,6 +360,11 @@ def test_resident_call_checks_capacity_and_broadcasts(mock_ctx, rng):
         mailbox.resident("greeks", capacity=0)
     with pytest.raises(TypeError, match="float64 or float32"):
         mailbox.resident("greeks", dtype=np.int32)
+    # Timings the C side's int64 / int32 nanoseconds cannot hold: ValueError naming the argument.
+    for name, v in (("timeout", float("inf")), ("idle_timeout", 1e12), ("sleep_max", 3.0), ("spin", float("nan"))):
+        with pytest.raises(ValueError, match=name):
+            mailbox.resident("greeks", capacity=8, **{name: v})
+    assert not ops.RESIDENT
 
 
 def test_idle_exit_is_relaunched_transparently(mock_ctx, rng):

@@ -183,6 +183,26 @@ def test_in_flight_buffer_not_reused_until_event_completes(pool, mock):
     assert mock.recorded[-1][0] == ev
 
 
+def test_release_whose_event_fails_keeps_the_buffer_held(pool, mock):
+    from tickgpu.runtime.driver import CudaError
+
+    a = pool.acquire(10_000)
+    held = pool.stats()["in_use"]
+
+    def refuse(e, s):
+        raise CudaError("cuEventRecord", "CUDA_ERROR_INVALID_HANDLE", 400)
+
+    mock.event_record = refuse
+    with pytest.raises(CudaError, match="INVALID_HANDLE"):
+        pool.release(a, stream=0x77)
+    assert not a.released and pool.stats()["in_use"] == held   # still the holder's, not lost
+    del mock.event_record                    # the driver records again
+    a.release(stream=0x77)                   # so it can still be given back, exactly once
+    assert a.released and pool.stats()["in_flight"] == 1 and pool.stats()["in_use"] == held - a.capacity
+    _complete_all(mock)
+    assert pool.acquire(10_000).ptr == a.ptr
+
+
 def test_array_is_a_view(pool):
     buf = pool.acquire(4 * 100 + 3)
     a = buf.array(np.float32)
@@ -269,6 +289,24 @@ def test_fallback_to_cuMemHostAlloc_when_registration_refused(ctx, mock):
     p.release(b)
     p.close()
     assert mock.sizes.keys().isdisjoint({a.ptr, b.ptr})   # arenas given back with cuMemFreeHost
+
+
+def test_fallback_arena_without_device_mapping_is_freed(ctx, mock):
+    from tickgpu.runtime.driver import CudaError
+
+    mock.fail["cuMemHostRegister"] = "CUDA_ERROR_NOT_PERMITTED"
+    p = PinnedPool(ctx, arena_bytes=2 * MB)
+    live = set(mock.sizes)
+
+    def no_mapping(ptr):
+        raise CudaError("cuMemHostGetDevicePointer", "CUDA_ERROR_NOT_SUPPORTED", 801)
+
+    mock.host_device_pointer = no_mapping
+    with pytest.warns(RuntimeWarning), pytest.raises(PoolError, match="NOT_SUPPORTED"):
+        p.acquire(MB)
+    assert set(mock.sizes) == live, "the cuMemHostAlloc arena leaked"
+    assert p.stats()["arenas"] == 0
+    p.close()
 
 
 def test_default_pool_and_mapped(ctx):

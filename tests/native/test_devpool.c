@@ -154,6 +154,96 @@ static void test_bad_config(void)
     CHECK(tg_devpool_alloc(NULL, 8, 0, (uintptr_t *)&c, NULL, NULL) == TG_EINVAL);
 }
 
+/* ---- A stand-in driver table: the driver backend's logic without a GPU --------------------------
+ * Device memory is host memory; cuStreamSynchronize returns `fake_sync_result`, so a failing wait
+ * (a faulted kernel, a bad stream) can be staged. */
+static CUresult fake_sync_result = 0;
+
+static CUresult fake_mem_alloc(CUdeviceptr *d, size_t n)
+{
+    *d = (CUdeviceptr)(uintptr_t)aligned_alloc((size_t)PAGE, n);
+    return *d ? 0 : CU_OUT_OF_MEMORY;
+}
+static CUresult fake_mem_free(CUdeviceptr d) { free((void *)(uintptr_t)d); return 0; }
+static CUresult fake_get_info(size_t *f, size_t *t) { *f = *t = (size_t)1 << 30; return 0; }
+static CUresult fake_pool_create(CUmemoryPool *p, const cu_pool_props *props) { (void)props; *p = (CUmemoryPool)0x1; return 0; }
+static CUresult fake_pool_set(CUmemoryPool p, int a, void *v) { (void)p, (void)a, (void)v; return 0; }
+static CUresult fake_pool_get(CUmemoryPool p, int a, void *v) { (void)p, (void)a; *(unsigned long long *)v = 0; return 0; }
+static CUresult fake_pool_trim(CUmemoryPool p, size_t k) { (void)p, (void)k; return 0; }
+static CUresult fake_pool_destroy(CUmemoryPool p) { (void)p; return 0; }
+static CUresult fake_alloc_async(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstream s)
+{
+    (void)p, (void)s;
+    *d = (CUdeviceptr)(uintptr_t)aligned_alloc((size_t)MIN_CLASS, (n + MIN_CLASS - 1) / MIN_CLASS * MIN_CLASS);
+    return *d ? 0 : CU_OUT_OF_MEMORY;
+}
+static CUresult fake_free_async(CUdeviceptr d, CUstream s) { (void)s; free((void *)(uintptr_t)d); return 0; }
+static CUresult fake_stream_sync(CUstream s) { (void)s; return fake_sync_result; }
+static CUresult fake_ctx_sync(void) { return 0; }
+static CUresult fake_ctx_set(CUcontext c) { (void)c; return 0; }
+static CUresult fake_error_name(CUresult r, const char **s) { (void)r; *s = "FAKE"; return 0; }
+
+static void fake_load(void)
+{
+    cu.mem_alloc = fake_mem_alloc;
+    cu.mem_free = fake_mem_free;
+    cu.mem_get_info = fake_get_info;
+    cu.pool_create = fake_pool_create;
+    cu.pool_set_attribute = fake_pool_set;
+    cu.pool_get_attribute = fake_pool_get;
+    cu.pool_trim_to = fake_pool_trim;
+    cu.pool_destroy = fake_pool_destroy;
+    cu.alloc_from_pool_async = fake_alloc_async;
+    cu.free_async = fake_free_async;
+    cu.stream_sync = fake_stream_sync;
+    cu.ctx_sync = fake_ctx_sync;
+    cu.ctx_set_current = fake_ctx_set;
+    cu.error_name = fake_error_name;
+    cu_status = TG_OK;
+}
+
+/* A flush whose stream wait fails must not hand level-1 memory out again: the queued work that
+ * last used it may still be running (or faulted mid-write). The free stays pending. */
+static void test_failed_wait_keeps_chunks_pending(void)
+{
+    pthread_once(&cu_once, fake_load);   /* before any driver-backend pool: cu_ready sees the fake */
+    tg_devpool_config c;
+    memset(&c, 0, sizeof c);
+    c.backend = TG_DEVPOOL_DRIVER;
+    c.slab_block_bytes = MB;
+    c.slab_blocks = 1;
+    c.small_max = 64 << 10;
+    c.lazy_bytes = 64 * MB;
+    c.cap_bytes = 64 * MB;
+    c.release_threshold = -1;
+    tg_devpool *pool = NULL;
+    int cu_result = 0;
+    CHECK(tg_devpool_create(&c, &pool, &cu_result) == TG_OK && pool != NULL);
+    if (pool == NULL)
+        return;
+    uintptr_t a = 0, b = 0;
+    int level = 0, state = 0;
+    CHECK(tg_devpool_alloc(pool, 1000, 0x10, &a, &level, NULL) == TG_OK && level == 1);
+    CHECK(tg_devpool_alloc(pool, 3 * MB, 0x10, &b, &level, NULL) == TG_OK && level == 2);
+    CHECK(tg_devpool_free(pool, a, 0x10, NULL) == TG_OK);
+    CHECK(tg_devpool_free(pool, b, 0x10, NULL) == TG_OK);
+    fake_sync_result = 700;                          /* CUDA_ERROR_ILLEGAL_ADDRESS */
+    CHECK(tg_devpool_flush(pool, &cu_result) == TG_ECUDA && cu_result == 700);
+    CHECK(tg_devpool_lookup(pool, a, NULL, NULL, &state) == TG_OK && state == 2);   /* still pending */
+    CHECK(tg_devpool_lookup(pool, b, NULL, NULL, NULL) == TG_EINVAL);   /* level 2: stream-ordered free */
+    tg_devpool_stats s;
+    tg_devpool_get_stats(pool, &s);
+    CHECK(s.pending_bytes == 1024 && s.in_use == 0);
+    CHECK(tg_devpool_free(pool, a, 0x10, NULL) == TG_EDATA);   /* and still a double free */
+    fake_sync_result = 0;                            /* the wait succeeds: now it is returned */
+    CHECK(tg_devpool_flush(pool, &cu_result) == TG_OK);
+    CHECK(tg_devpool_lookup(pool, a, NULL, NULL, NULL) == TG_EINVAL);
+    tg_devpool_get_stats(pool, &s);
+    CHECK(s.pending_bytes == 0);
+    int64_t n = -1;
+    CHECK(tg_devpool_destroy(pool, &n, NULL, NULL) == TG_OK && n == 0);
+}
+
 typedef struct {
     tg_devpool *pool;
     uint64_t seed;
@@ -198,6 +288,7 @@ int main(void)
     test_bad_config();
     test_single_thread();
     test_outstanding_reported();
+    test_failed_wait_keeps_chunks_pending();
     test_threads();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);

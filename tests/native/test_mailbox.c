@@ -8,6 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,15 @@ static void test_f64_answers_and_quit(void)
     CHECK(server != NULL);
     round_f64(box, 12345u);
     round_f64(box, 777u);
+    {   /* the longest timeout there is: its deadline must saturate, not overflow */
+        double x = 100.0;
+        uint8_t c = 1;
+        double out[10];
+        tg_bsm_inputs one = {&x, 0, &x, 0, &x, 0, &x, 0, &x, 0, &x, 0, &c, 0};
+        tg_greeks_outputs o = {&out[0], &out[1], &out[2], &out[3], &out[4], &out[5], &out[6], &out[7], &out[8],
+                               &out[9]};
+        CHECK(tg_mailbox_call(box, 1, &one, &o, INT64_MAX, NULL) == TG_OK);
+    }
     /* capacity + 1 is refused before anything is posted */
     double x = 1.0;
     uint8_t c = 1;

@@ -258,9 +258,13 @@ class PinnedPool:
                               stacklevel=5)
             try:
                 base = self.driver.mem_host_alloc(size, self.flags)
-                dev = self.driver.host_device_pointer(base) if self.mapped else None
             except Exception as e:
                 raise PoolError(f"pinned arena of {size} bytes refused by cuMemHostAlloc: {e}") from e
+            try:
+                dev = self.driver.host_device_pointer(base) if self.mapped else None
+            except Exception as e:
+                self.driver.mem_free_host(base)    # not an arena yet: nothing else would free it
+                raise PoolError(f"pinned arena of {size} bytes: no device mapping: {e}") from e
             arena = _Arena(base, size, dev, "cuMemHostAlloc", 0)
         self._backing = arena.backing
         self._arenas.append(arena)
@@ -337,6 +341,8 @@ class PinnedPool:
         PoolError
             `buf` was already released, comes from another pool (or is not a buffer), or the pool
             is closed.
+        CudaError
+            The driver refused to record the event; `buf` is then still held (not released).
         """
         with self._lock:
             self._check_open("release")
@@ -345,15 +351,19 @@ class PinnedPool:
             slot = buf._slot
             if slot.owner is not buf:
                 raise PoolError(f"PinnedPool.release: pinned buffer at {buf.ptr:#x} released twice")
+            if stream is not None:
+                # The event first: should the driver refuse it, the buffer stays its holder's
+                # (still releasable) rather than lost to both the holder and the free lists.
+                self.context.enter()
+                if slot.event is None:
+                    slot.event = self.driver.event_create()
+                self.driver.event_record(slot.event, stream)
             slot.owner = None
             self._in_use -= slot.cls
             if stream is None:
                 self._free.setdefault(slot.cls, []).append(slot)
-                return
-            if slot.event is None:
-                slot.event = self.driver.event_create()
-            self.driver.event_record(slot.event, stream)
-            self._pending.setdefault(slot.cls, []).append(slot)
+            else:
+                self._pending.setdefault(slot.cls, []).append(slot)
 
     def stats(self) -> dict:
         """The pool's state.

@@ -138,9 +138,12 @@ class ResidentGreeks:
             raise ValueError(f"resident greeks: capacity must be 1 to 2**24 options, got {capacity}")
         if not 1 <= blocks <= MAX_BLOCKS:
             raise ValueError(f"resident greeks: blocks must be 1 to {MAX_BLOCKS}, got {blocks}")
-        for name, v in (("idle_timeout", idle_timeout), ("spin", spin), ("sleep_max", sleep_max)):
-            if not v >= 0:
-                raise ValueError(f"resident greeks: {name} must be >= 0 seconds, got {v}")
+        # The C side takes nanoseconds as int64 (sleep_max as int32): refuse what does not fit
+        # (inf, NaN, centuries) here, with the argument's name, not as an OverflowError later.
+        for name, v, most in (("idle_timeout", idle_timeout, 9e9), ("spin", spin, 9e9), ("sleep_max", sleep_max, 2.0),
+                              ("timeout", timeout, 9e9)):
+            if not 0 <= v <= most:
+                raise ValueError(f"resident greeks: {name} must be 0 to {most:g} seconds, got {v}")
         if not timeout > 0:
             raise ValueError(f"resident greeks: timeout must be > 0 seconds, got {timeout}")
         self.op, self.dtype, self.capacity, self.blocks = "greeks", dt, capacity, blocks
