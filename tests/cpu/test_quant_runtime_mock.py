@@ -300,3 +300,20 @@ def test_small_batches_run_as_one_graph_on_mapped_memory(kr, ctx, mock, rng):
     x = rng.standard_normal((1, 20)).astype(np.float32)
     assert np.array_equal(plan.run(x), mlp.forward_cpu(x))
     assert mock.counts["graph_instantiate"] == before + 1 and g is plan.programs[1].graph
+
+
+def test_a_launch_refused_during_capture_ends_the_capture(kr, mock, rng):
+    """The step's graph is captured on the runtime's stream: a launch the driver refuses there must
+    raise its own error and leave the stream out of capture mode (later work runs normally)."""
+    from tickgpu.runtime.driver import CudaError
+
+    mlp = QuantMLP([(rng.standard_normal((8, 20)), None)], scheme="w8a8")
+    x = rng.standard_normal((4, 20)).astype(np.float32)
+    graphs = set(mock.graphs)
+    mock.fail["cuLaunchKernel"] = "CUDA_ERROR_LAUNCH_FAILED"
+    with pytest.raises(CudaError, match="cuLaunchKernel"):
+        _gpu.plan_for(mlp, kr).run(x)
+    assert not mock.captures and set(mock.graphs) == graphs   # capture ended, its graph destroyed
+    del mock.fail["cuLaunchKernel"]
+    mlp._gpu_plan = None
+    assert np.array_equal(_gpu.plan_for(mlp, kr).run(x), mlp.forward_cpu(x))

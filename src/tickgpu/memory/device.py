@@ -206,7 +206,10 @@ class DevicePool:
             raise ValueError(f"cap_bytes: must be > 0, got {cap_bytes}")
         self.backend = backend
         self._context = None
-        self._lock = threading.Lock()
+        # NOTE: held around every call into the C pool as well as close(), so a free arriving from
+        # another thread (a garbage-collected CuPy array's release) never runs on a pool being
+        # destroyed. Re-entrant: a collection inside alloc may free into the same pool.
+        self._lock = threading.RLock()
         self._cu = ffi.new("int *")
         cfg = ffi.new("tg_devpool_config *")
         cfg.backend = lib.TG_DEVPOOL_HOST if backend == "host" else lib.TG_DEVPOOL_DRIVER
@@ -268,9 +271,10 @@ class DevicePool:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
-        pool, s = self._live(), _stream_handle(stream)
+        s = _stream_handle(stream)
         ptr, level = ffi.new("uintptr_t *"), ffi.new("int *")
-        st = lib.tg_devpool_alloc(pool, nbytes, s, ptr, level, self._cu)
+        with self._lock:
+            st = lib.tg_devpool_alloc(self._live(), nbytes, s, ptr, level, self._cu)
         if st != lib.TG_OK:
             raw = self.stats_raw()
             state = (f"reserved {raw.reserved}, in use {raw.in_use}, pending {raw.pending_bytes}, "
@@ -304,7 +308,8 @@ class DevicePool:
             ptr, s = buf_or_ptr.ptr, buf_or_ptr.stream if stream is None else _stream_handle(stream)
         else:
             ptr, s = int(buf_or_ptr), _stream_handle(stream)
-        st = lib.tg_devpool_free(self._live(), ptr, s, self._cu)
+        with self._lock:
+            st = lib.tg_devpool_free(self._live(), ptr, s, self._cu)
         if st == lib.TG_EDATA:
             raise PoolError(f"free(0x{ptr:x}): double free: the buffer is already freed, pending reclamation")
         if st == lib.TG_EINVAL:
@@ -321,7 +326,8 @@ class DevicePool:
         PoolError
             If a stream synchronization failed (the driver's error name is in the message).
         """
-        st = lib.tg_devpool_flush(self._live(), self._cu)
+        with self._lock:
+            st = lib.tg_devpool_flush(self._live(), self._cu)
         if st != lib.TG_OK:
             raise PoolError(f"flush: {self._reason(st)}")
 
@@ -329,7 +335,8 @@ class DevicePool:
     def stats_raw(self):
         """The C statistics struct (with ``live``, ``cap`` and ``blocks`` besides `PoolStats`)."""
         out = ffi.new("tg_devpool_stats *")
-        lib.tg_devpool_get_stats(self._live(), out)
+        with self._lock:
+            lib.tg_devpool_get_stats(self._live(), out)
         return out
 
     def stats(self) -> PoolStats:

@@ -210,8 +210,15 @@ class StepGraph:
             try:
                 for p in self.prepared:
                     p.launch()
-            finally:
-                graph = d.stream_end_capture(rt.stream)
+            except BaseException:
+                # End the capture (the stream must leave capture mode) and drop what it made; the
+                # launch's own error is the one that propagates.
+                try:
+                    d.graph_destroy(d.stream_end_capture(rt.stream))
+                except Exception:
+                    pass
+                raise
+            graph = d.stream_end_capture(rt.stream)
             self._graph = graph
             self.exec = d.graph_instantiate(graph)
             self._epoch = ctx.bundle.scratch_epoch
