@@ -524,3 +524,18 @@ def test_benchmark_runs_on_the_mock(tmp_path, monkeypatch):
     assert {t["name"] for t in res["targets"]} == {"pipeline / serial (same chunk)", "pipeline vs PCIe bound"}
     # The mock's kernel is not Black-Scholes: the CPU comparison only has to have run.
     assert np.isfinite(res["max_rel_err_vs_cpu"])
+
+
+def test_close_refuses_while_a_stream_is_open(ctx, drv, rng):
+    """An open stream() still owns the slots: close() refuses, naming why, until it is closed."""
+    p = Pipeline("greeks", chunk=CHUNK, depth=2, context=ctx)
+    batches = [_inputs(rng, m) for m in (CHUNK, 5, CHUNK + 3)]
+    gen = p.stream(iter(batches))
+    next(gen)
+    with pytest.raises(RuntimeError, match="stream.*still open"):
+        p.close()
+    gen.close()
+    assert drv.all_synchronized()
+    p.close()
+    with pytest.raises(RuntimeError, match="after close"):
+        p.run(**batches[0])

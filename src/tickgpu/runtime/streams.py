@@ -478,9 +478,19 @@ class Pipeline:
 
     # ---- lifetime -----------------------------------------------------------------------------------
     def close(self) -> None:
-        """Wait for the streams and return device buffers, pinned constants, events and streams."""
+        """Wait for the streams and return device buffers, pinned constants, events and streams.
+
+        Raises
+        ------
+        RuntimeError
+            While a `stream` generator of this Pipeline is still open (its batches use the
+            buffers): finish it or ``close()`` it first.
+        """
         if self._closed:
             return
+        if self._busy:
+            raise RuntimeError("Pipeline.close: a stream() of this Pipeline is still open; exhaust it or "
+                               "call its close() first")
         d = self.driver
         with self.ctx.lock:
             self.ctx.enter()
