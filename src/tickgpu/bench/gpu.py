@@ -536,14 +536,19 @@ def print_summary(res: dict) -> None:
     Console().print(table)
 
 
-def main(argv=None) -> int:
+def suite_main(module: str, doc: str, run_suite, argv=None) -> int:
+    """``python -m <module>`` for a GPU suite: --out, --floor and --quick, then `run_suite(args)`."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m tickgpu.bench.gpu", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.splitlines()[0])
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--floor", default=None, help="output of the floor programs (native_floor, mailbox)")
     p.add_argument("--quick", action="store_true")
-    return run(p.parse_args(argv))
+    return run_suite(p.parse_args(argv))
+
+
+def main(argv=None) -> int:
+    return suite_main("tickgpu.bench.gpu", __doc__, run, argv)
 
 
 if __name__ == "__main__":

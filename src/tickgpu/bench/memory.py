@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 
 from tickgpu.bench.common import jsonable, run_sections, write_results
-from tickgpu.bench.gpu import start_suite
+from tickgpu.bench.gpu import start_suite, suite_main
 
 
 def _pinned_alloc():
@@ -66,13 +66,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m tickgpu.bench.memory", description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/results")
-    p.add_argument("--floor", default=None, help="output of the floor programs (native_floor, mailbox)")
-    p.add_argument("--quick", action="store_true")
-    return run(p.parse_args(argv))
+    return suite_main("tickgpu.bench.memory", __doc__, run, argv)
 
 
 if __name__ == "__main__":
