@@ -152,34 +152,32 @@ class DeviceBuffer:
 class MappedBuffer:
     """A dense array in pinned host memory that kernels read and write through its device mapping.
 
-    ``ptr`` is the device address (what a kernel argument takes), ``host`` a NumPy view of the
-    same bytes (bfloat16 as uint16). Freed when collected. Host writes are seen by kernels launched
-    after them; kernel writes are seen by the host once the launch's stream has been waited for.
+    A typed view of a buffer from the context's `tickgpu.memory.PinnedPool` (mapped arenas):
+    ``ptr`` is the device address (what a kernel argument takes), ``host`` a NumPy view of the same
+    bytes (bfloat16 as uint16). The buffer returns to the pool when this is collected. Host writes
+    are seen by kernels launched after them; kernel writes are seen by the host once the launch's
+    stream has been waited for.
     """
 
-    __slots__ = ("ptr", "shape", "dtype", "nbytes", "host", "_host_ptr", "_driver", "__weakref__")
+    __slots__ = ("ptr", "shape", "dtype", "nbytes", "host", "_buf", "__weakref__")
 
-    def __init__(self, driver, shape, dtype: str):
-        import ctypes
-
+    def __init__(self, pool, shape, dtype: str):
         if dtype not in DTYPES:
             raise TypeError(f"dtype: must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.shape = tuple(int(s) for s in shape)
         self.dtype = dtype
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * DTYPES[dtype].itemsize
-        self._driver = driver
-        self._host_ptr = driver.mem_host_alloc(max(1, self.nbytes))
-        self.ptr = driver.host_device_pointer(self._host_ptr)
-        raw = (ctypes.c_uint8 * max(1, self.nbytes)).from_address(self._host_ptr)
-        self.host = np.frombuffer(raw, dtype=DTYPES[dtype], count=self.nbytes // DTYPES[dtype].itemsize
-                                  ).reshape(self.shape)
+        self._buf = pool.acquire(max(1, self.nbytes))
+        self.ptr = self._buf.device_ptr
+        self.host = self._buf.array(DTYPES[dtype], self.shape)
 
     def __del__(self):
-        driver, self._driver = getattr(self, "_driver", None), None
-        if driver is not None:
+        buf, self._buf = getattr(self, "_buf", None), None
+        if buf is not None and not buf.released:
             try:
-                driver.mem_free_host(self._host_ptr)
-            except Exception:   # interpreter shutdown: the driver frees a process's memory anyway
+                # Released without a stream: every step waits for its stream before returning.
+                buf.release()
+            except Exception:   # interpreter shutdown, or the pool closed first
                 pass
 
 
@@ -272,9 +270,7 @@ class KernelRuntime:
 
     def mapped(self, shape, dtype: str) -> MappedBuffer:
         """Pinned host memory of `shape` and `dtype` that kernels address directly (see `MappedBuffer`)."""
-        with self.ctx.lock:
-            self.ctx.enter()
-            return MappedBuffer(self.driver, shape, dtype)
+        return MappedBuffer(self.ctx.memory.pinned, shape, dtype)
 
     def capture(self, prepared: list) -> StepGraph:
         """`prepared` launches (from `prepare`) as one graph; ``replay()`` runs it and waits."""

@@ -83,14 +83,11 @@ class ResidentTimeout(ResidentError):
     """A resident kernel gave no answer in time: it is hung or was preempted; its mailbox is closed."""
 
 
-def default_blocks(capacity: int) -> int:
-    """Blocks for a mailbox of `capacity` options: one.
-
-    Measured on an H200 (1,024 float32 options from NumPy, p50 of `tickgpu.greeks`): 1 block
-    50.5 us, 2 blocks 53.8, 4 blocks 61.2, 8 blocks 92.3 -- every extra block polls the link and
-    checks in over system-scope fences, which costs more than its share of the work saves.
-    """
-    return 1
+# Blocks the resident kernel runs by default. Measured on an H200 (1,024 float32 options from
+# NumPy, p50 of `tickgpu.greeks`): 1 block 50.5 us, 2 blocks 53.8, 4 blocks 61.2, 8 blocks 92.3 --
+# every extra block polls the link and checks in over system-scope fences, which costs more than
+# its share of the work saves.
+DEFAULT_BLOCKS = 1
 
 
 class ResidentGreeks:
@@ -107,7 +104,7 @@ class ResidentGreeks:
         Most options per call (1 to 2**24); the mailbox holds 6 * capacity values and capacity
         call flags in, 10 * capacity values out, in mapped pinned memory.
     blocks : int, optional
-        Blocks of 256 threads the kernel runs (1 to 64; default `default_blocks(capacity)`).
+        Blocks of 256 threads the kernel runs (1 to 64; default `DEFAULT_BLOCKS`).
     idle_timeout : float
         Seconds without a request after which the kernel returns (0: never); the next call
         relaunches it.
@@ -133,7 +130,7 @@ class ResidentGreeks:
         dt = np.dtype(dtype)
         if dt not in _DTYPES:
             raise TypeError(f"resident greeks: dtype must be float64 or float32, got {dt}")
-        capacity, blocks = int(capacity), default_blocks(int(capacity)) if blocks is None else int(blocks)
+        capacity, blocks = int(capacity), DEFAULT_BLOCKS if blocks is None else int(blocks)
         if not 1 <= capacity <= 1 << 24:
             raise ValueError(f"resident greeks: capacity must be 1 to 2**24 options, got {capacity}")
         if not 1 <= blocks <= MAX_BLOCKS:
