@@ -17,6 +17,9 @@ Four kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    multiples of 16 (callers pad K with zero weights; A's padding may hold anything).
 3. ``w8a16_gemm_kernel``: weight-only int8: float16 A, int8 B tiles widened to float16 in registers
    (exact), float32 accumulation on the tensor cores, per-channel scale and bias in the epilogue.
+   With FAST_CVT (every bundle variant) the widening is three integer operations and two float16x2
+   subtractions per four weights (:func:`_int8x4_to_float16`) instead of four int-to-float
+   conversions; the interpreter, which runs no PTX, takes the plain conversion (same values).
 4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
 
 Bit-exactness: compile with ``enable_fp_fusion=False`` (every entry of :data:`QUANT_VARIANTS` says
@@ -50,6 +53,29 @@ def _round_half_even(v):
 @triton.jit
 def _gelu(y):
     return 0.5 * y * (1.0 + tl.math.erf(y * INV_SQRT2))
+
+
+@triton.jit
+def _int8x4_to_float16(b):
+    """int8 -> float16, exactly, four values per 32-bit register (PTX; not for the interpreter).
+
+    ``x ^ 0x80`` is x + 128 as an unsigned byte; written under the float16 exponent byte 0x64 it
+    is the float16 1024 + (x + 128) (the 1024..1279 binade has unit spacing), and one float16x2
+    subtraction of 1152 leaves x. Two byte permutes place four bytes into two float16 pairs, so a
+    weight costs about one instruction instead of an integer-to-float conversion, the bottleneck
+    of small-batch W8A16 (measured on an H200, M <= 16, N = K = 4096: 12.8 -> 8.2 us).
+    """
+    return tl.inline_asm_elementwise(
+        asm="""{
+        .reg .b32 u, lo, hi, bias;
+        xor.b32 u, $2, 0x80808080;
+        prmt.b32 lo, u, 0x64646464, 0x4140;
+        prmt.b32 hi, u, 0x64646464, 0x4342;
+        mov.b32 bias, 0x64806480;
+        sub.f16x2 $0, lo, bias;
+        sub.f16x2 $1, hi, bias;
+        }""",
+        constraints="=r,=r,r", args=[b], dtype=tl.float16, is_pure=True, pack=4)
 
 
 @triton.jit
@@ -220,6 +246,7 @@ def w8a16_gemm_kernel(
     GELU: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    FAST_CVT: tl.constexpr,
 ):
     """Weight-only int8 GEMM: B tiles are widened to float16 in registers (exact for |q| <= 127)."""
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
@@ -236,7 +263,11 @@ def w8a16_gemm_kernel(
         mask_k = offs_k < K - k0
         a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
-        acc = tl.dot(a, b.to(tl.float16), acc, out_dtype=tl.float32)
+        if FAST_CVT:
+            bf = _int8x4_to_float16(b)
+        else:
+            bf = b.to(tl.float16)
+        acc = tl.dot(a, bf, acc, out_dtype=tl.float32)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
 
@@ -291,13 +322,16 @@ _OUT_TYPES = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
 #   "s": narrow 32-channel tiles with a deep K step spread M <= 16 over 4x more programs, so the
 #   int8 weight bytes stream at full bandwidth (1.45-1.6x fp16 at N = K = 4096).
 # - w16a8 "l": two int32 accumulators per tile, so 128 x 128 (a 128 x 256 tile would spill them).
-# - w8a16 "s": K steps of 128. Steps of 512 are faster at K = 4096 (10.7 against 12.8 us at M = 1)
-#   but mask most of a step on signal-model rows (K = 64-256); neither beats fp16 on device time.
+# - w8a16 "s": with the fast widening (FAST_CVT), 16 x 32 x 256 tiles, 4 stages: at M = 1 / 16,
+#   N = K = 4096, 8.2 / 8.6 us against cuBLAS fp16's 9.5 / 10.1 with both weight sets in L2
+#   (1.16-1.18x), 9.4 us against 13.5 / 13.7 with weights rotated past L2 (1.44-1.45x); 1.03-1.08x
+#   at N = K = 256-1024 (benchmarks/results/h200-2026-11-30-e/w8a16-probe.json; split-K, more
+#   stages, and weights as the MMA's register operand were no faster).
 #   "l": 128 x 256 x 64 (0.41x fp16 at M >= 1024: weight-only int8 is for small batches).
 GEMM_TILES = {
     "w8a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 256, 128, 8, 3)),
     "w16a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 128, 128, 8, 3)),
-    "w8a16": (("s", 16, 32, 128, 4, 4), ("l", 128, 256, 64, 8, 3)),
+    "w8a16": (("s", 16, 32, 256, 4, 4), ("l", 128, 256, 64, 8, 3)),
 }
 ROW_BLOCKS = (64, 512)  # BLOCK_K of the row kernels: rows up to 64 in one chunk, longer in chunks of 512
 
@@ -389,11 +423,12 @@ def _w8a16_variants():
                         "c_ptr": ptr, "M": "i32", "N": "i32", "K": "i32",
                         "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
                         "GELU": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
-                        "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                        "BLOCK_K": "constexpr", "GROUP_M": "constexpr", "FAST_CVT": "constexpr",
                     }
                     name = f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}{'_a16' if aligned else ''}"
                     yield _variant(name, w8a16_gemm_kernel, sig,
-                                   {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8},
+                                   {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                                    "FAST_CVT": 1},
                                    warps, stages, out, "tiles",
                                    "tile 's' for M <= 64, 'l' above; '_a16' where K and the row strides "
                                    "of A and B are multiples of 16", aligned16=aligned)
