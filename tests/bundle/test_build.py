@@ -27,7 +27,8 @@ LBR_CORE = ROOT / "csrc" / "cpu" / "lbr_core.h"
 TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface.py", "quant": KERNELS / "quant.py"}
 CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE],
                 "resident_greeks": [ROOT / "csrc" / "cuda" / "mailbox.cu", ROOT / "csrc" / "cpu" / "greeks_kernel.h",
-                                    ROOT / "csrc" / "hot" / "mailbox_protocol.h"]}
+                                    ROOT / "csrc" / "hot" / "mailbox_protocol.h"],
+                "noop": [ROOT / "csrc" / "cuda" / "noop.cu"]}
 ARCHS = ("sm_80", "sm_90")
 EM_CUDA = 190
 
@@ -42,7 +43,7 @@ def buildable_families():
     if LBR_CORE.is_file() and _nvcc():
         fams.append("implied_vol")
     if _nvcc():
-        fams.append("resident_greeks")
+        fams += ["resident_greeks", "noop"]
     return fams
 
 
@@ -124,6 +125,8 @@ def test_fresh_bundle_has_every_variant(fresh):
         if "resident_greeks" in families:
             for dt in ("f32", "f64"):
                 assert (arch, "resident_greeks", dt, 256, False) in got
+        if "noop" in families:
+            assert (arch, "noop", "f32", 32, False) in got
     assert len(elementwise) == len(got)
     # The quant family: every variant of the table, for every arch.
     from tickgpu.kernels.quant import QUANT_VARIANTS
@@ -256,7 +259,7 @@ def test_rebuild_is_deterministic(fresh, tmp_path):
 def test_committed_bundle_loads_and_matches_the_sources():
     m = mf.load_manifest(COMMITTED)
     families = {k.family for k in m.kernels}
-    assert {"greeks", "surface", "quant", "resident_greeks"} <= families
+    assert {"greeks", "surface", "quant", "resident_greeks", "noop"} <= families
     if LBR_CORE.is_file():
         assert "implied_vol" in families, ("csrc/cpu/lbr_core.h exists but the committed bundle has no "
                                            "implied_vol kernels: run `tickgpu build-kernels`")

@@ -366,7 +366,7 @@ class MockDriver:
             raise AssertionError(f"{fn['variant']}: an aligned16 variant launched with n={n}, not a multiple of 16")
         vdt = np.float64 if fn["dtype"] == "f64" else np.float32
         self.launches.append({"variant": fn["variant"], "grid": tuple(grid), "n": n, "args": args})
-        if n == 0:
+        if n == 0 or fam == "noop":
             return
         if fam in ("greeks", "implied_vol"):
             names = [a.removesuffix("_ptr") for a, _ in FAMILY_PARAMS[fam]]
@@ -592,6 +592,7 @@ def default_entries(arch="sm_90"):
             e.append(kernel_entry("implied_vol", dt, 128, 128, a16, source="cuda", arch=arch))
     e.append(kernel_entry("surface", "f64", 1024, 128, True, arch=arch))
     e.append(kernel_entry("surface", "f64", 1024, 128, False, arch=arch))
+    e.append(kernel_entry("noop", "f32", 32, 32, False, source="cuda", arch=arch))
     return e
 
 

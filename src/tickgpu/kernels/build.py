@@ -66,7 +66,7 @@ KERNELS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = KERNELS_DIR.parents[2]
 DEFAULT_OUT = KERNELS_DIR / "bundle"
 DEFAULT_ARCHS = ("sm_80", "sm_90")
-FAMILIES = ("greeks", "implied_vol", "surface", "quant", "resident_greeks")
+FAMILIES = ("greeks", "implied_vol", "surface", "quant", "resident_greeks", "noop")
 
 # Pointer element types that are not the variant's float type.
 _POINTER_ELEMENT = {"call_ptr": "u8", "status_ptr": "i8"}
@@ -114,6 +114,9 @@ CUDA_FAMILIES = (
     CudaFamily("resident_greeks", "csrc/cuda/mailbox.cu", ("csrc/cpu/greeks_kernel.h", "csrc/hot/mailbox_protocol.h"),
                {"f64": "tg_resident_greeks_f64_kernel", "f32": "tg_resident_greeks_f32_kernel"},
                {"f64": "TG_MB_ONLY_F64", "f32": "TG_MB_ONLY_F32"}, 256, block_define="TG_MB_BLOCK", header_root="."),
+    # An empty kernel: what a launch costs with nothing to run (the launch benchmark).
+    CudaFamily("noop", "csrc/cuda/noop.cu", (), {"f32": "tg_noop_kernel"}, {"f32": "TG_NOOP_ONLY_F32"}, 32,
+               block_define="TG_NOOP_BLOCK", header_root="."),
 )
 
 

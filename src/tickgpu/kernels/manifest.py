@@ -82,6 +82,8 @@ FAMILY_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
     # The resident greeks kernel (csrc/cuda/mailbox.cu): the mailbox's device address and two
     # uint32 of device memory for its blocks' hand-over; the requests come through the mailbox.
     "resident_greeks": (("box_ptr", "ptr"), ("arrive_ptr", "ptr")),
+    # An empty kernel (csrc/cuda/noop.cu): the launch benchmark's like-for-like with the floor.
+    "noop": (("n", "i32"),),
     "surface": (("strikes_ptr", "ptr"), ("expiries_ptr", "ptr"), ("vols_ptr", "ptr"),
                 ("nk", "i32"), ("nt", "i32"), ("mode", "i32"))
     + _strided("strike", "t")

@@ -198,8 +198,13 @@ def warmup(ctx) -> dict:
         fams = {f.name: f for f in FAMILIES}
         for lk in ctx.bundle.kernels.values():
             fam = fams.get(lk.spec.family)
+            if lk.spec.family == "noop":
+                lau = ctx.launcher("noop", lk.spec.dtype, 1, False)
+                lau.args.pack(1)
+                lau.launch(1, ctx.stream, sync=True)
+                continue
             if fam is None:
-                continue   # quant kernels: warmed below on shapes of their own
+                continue   # quant and resident kernels: warmed on shapes (or launches) of their own
             lau = ctx.launchers.get(lk.variant)
             if lau is None:
                 lau = ctx.launchers[lk.variant] = Launcher(d, lk)
