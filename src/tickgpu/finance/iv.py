@@ -13,7 +13,9 @@ import numpy as np
 from tickgpu import dispatch
 from tickgpu.finance import _checks
 from tickgpu._native import check, ffi, lib
+from tickgpu.finance import greeks as _greeks
 from tickgpu.finance.greeks import _any_on_device, _runtime_ops, bind_flags, bind_inputs
+from tickgpu.finance.greeks import _FLAG, _I64_P, _SCRATCH_F32, _SCRATCH_F64, _VOID_PP
 
 __all__ = ["IVStatus", "implied_vol"]
 
@@ -107,8 +109,14 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     if backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (price, spot, strike, t, rate, div, call)
-    on_device = _any_on_device(values)
-    shape = _checks.broadcast_values(_ARG_NAMES, values)
+    # NumPy arrays of one shape and scalars (the per-tick case): no broadcasting, no GPU-array
+    # probe; anything else takes the general path, which gives the same shape.
+    shape = _host_shape(values)
+    if shape is None:
+        on_device = _any_on_device(values)
+        shape = _checks.broadcast_values(_ARG_NAMES, values)
+    else:
+        on_device = False
     n = 1
     for d in shape:
         n *= d
@@ -117,8 +125,8 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
         _check_values(args)
 
     if dispatch.choose("implied_vol", n, backend, on_device) == "gpu":
-        vols, status = _runtime_ops().implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
-                                                  shape=shape)
+        vols, status = (_greeks._ops or _runtime_ops()).implied_vol(price, spot, strike, t, rate, div, call,
+                                                                   dtype=dt, shape=shape)
     else:
         vols, status = _implied_vol_cpu(values, shape, n, dt)
     if strict:
@@ -127,9 +135,13 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
 
 
 _ARG_NAMES = ("price", "spot", "strike", "t", "rate", "div", "call")
+_host_shape = _checks.host_shape
 _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)
+# C types resolved once (a type given as a string is looked up on every call).
+_IV_INPUTS = ffi.typeof("tg_iv_inputs *")
+_DOUBLE_P, _FLOAT_P, _I8_P = ffi.typeof("double *"), ffi.typeof("float *"), ffi.typeof("int8_t *")
 
 
 def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
@@ -137,19 +149,19 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     status = np.empty(shape, dtype=_I8)
     if n == 0:
         return vols, status
-    inputs = ffi.new("tg_iv_inputs *")
-    pointers, strides = ffi.cast("void **", inputs), ffi.cast("int64_t *", inputs)
+    inputs = ffi.new(_IV_INPUTS)
+    pointers, strides = ffi.cast(_VOID_PP, inputs), ffi.cast(_I64_P, inputs)
     f64 = dt is _F64
     # The scratch and converted arrays the C call reads stay referenced until it returns.
-    scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
+    scratch, flag_scratch = ffi.new(_SCRATCH_F64 if f64 else _SCRATCH_F32), ffi.new(_FLAG)
     keep = bind_inputs(pointers, strides, values[:6], dt, shape, scratch)
     call = values[6]
     if not (call is True or call is False or (type(call) is np.ndarray and call.dtype == np.bool_)):
         call = np.asarray(call) != 0          # any nonzero value is a call
     flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
     solve = lib.tg_implied_vol_f64 if f64 else lib.tg_implied_vol_f32
-    st = solve(n, inputs, ffi.cast("double *" if f64 else "float *", ffi.from_buffer(vols)),
-               ffi.cast("int8_t *", ffi.from_buffer(status)), 0)
+    st = solve(n, inputs, ffi.cast(_DOUBLE_P if f64 else _FLOAT_P, ffi.from_buffer(vols)),
+               ffi.cast(_I8_P, ffi.from_buffer(status)), 0)
     if st:
         check(st, "implied_vol")
     del keep, flags, scratch, flag_scratch
