@@ -8,6 +8,7 @@ strided views, broadcast shapes) and requires identical outputs, or identical ex
 message). The GPU cases run on the mock driver (cuda_mock.py), which computes on the host.
 """
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -258,13 +259,19 @@ def test_quant_input_check_finds_the_first_bad_element(rng):
         y = x.copy()
         y[1, 2] = bad
         y[2, 0] = np.nan
-        with pytest.raises(ValueError) as e:
+        y[1, 4] = -bad
+        # No floating-point warning on the way (one would turn into the error under -W error).
+        with warnings.catch_warnings(), pytest.raises(ValueError) as e:
+            warnings.simplefilter("error")
             lin(y)
         msg = str(e.value)
         assert msg.startswith("x[1, 2]: must be finite, got ") and f"{want})" in msg, msg
     # Finite values whose float32 sum overflows pass the check, as each one is finite.
     big = np.full((2, 6), 3e38, np.float32)
-    np.testing.assert_array_equal(lin(big), lin(big, check=False))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        checked = lin(big)
+    np.testing.assert_array_equal(checked, lin(big, check=False))
     np.testing.assert_array_equal(lin(x), lin(x.astype(np.float64)))
     np.testing.assert_array_equal(lin(x), lin(x.tolist()))
     np.testing.assert_array_equal(lin(np.arange(6)), lin(np.arange(6.0)))
