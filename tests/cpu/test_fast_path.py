@@ -284,3 +284,46 @@ def test_quant_input_check_finds_the_first_bad_element(rng):
     with pytest.raises(ValueError, match=r"x\[2, 3\]: exceeds float16's range"):
         half(y)
     assert half(np.full((2, 6), 65504.0, np.float32)).shape == (2, 4)
+
+
+# ---- the CPU calls' per-thread argument frames ---------------------------------------------------------------
+def test_cpu_calls_from_many_threads_match_one_thread(rng):
+    """Each thread binds into frames of its own (the C call releases the GIL): concurrent calls
+    with different inputs each get their own results."""
+    import threading
+
+    jobs = [(_inputs(rng, int(rng.integers(1, 300)), dt), dt) for dt in (np.float64, np.float32) for _ in range(4)]
+    want = [tickgpu.greeks(**x, dtype=dt, backend="cpu") for x, dt in jobs]
+    want_iv = [tickgpu.implied_vol(g.price, x["spot"], x["strike"], x["t"], x["rate"], dtype=dt, backend="cpu")
+               for g, (x, dt) in zip(want, jobs)]
+    errors = []
+
+    def work(i):
+        x, dt = jobs[i]
+        try:
+            for _ in range(200):
+                _same_greeks(tickgpu.greeks(**x, dtype=dt, backend="cpu"), want[i])
+                np.testing.assert_array_equal(
+                    tickgpu.implied_vol(want[i].price, x["spot"], x["strike"], x["t"], x["rate"], dtype=dt,
+                                        backend="cpu"), want_iv[i])
+        except Exception as e:   # reported below, with the job
+            errors.append((i, e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_frames_are_not_shared_by_nested_calls():
+    from tickgpu.finance import greeks as g
+
+    a = g.take_frame()
+    b = g.take_frame()          # a call starting while `a` is bound (a signal handler's) gets another
+    assert a is not b
+    g.give_frame(b)
+    g.give_frame(a)
+    assert g.take_frame() is a  # and frames are reused after
+    g.give_frame(a)

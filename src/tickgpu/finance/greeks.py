@@ -1,6 +1,7 @@
 """Black-Scholes-Merton prices and greeks of European options, on the CPU core or the GPU."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -199,21 +200,59 @@ def bind_flags(pointers, strides, slot: int, call, shape, scratch) -> object:
     return flags
 
 
+class ArgFrame:
+    """One thread's native arguments for a CPU call: made once, every slot rewritten by each call.
+
+    The greeks and implied-vol input structs have one layout (seven (pointer, stride) pairs, the
+    flags last), so one block serves both. Each call writes all seven input slots (and, for
+    greeks, all ten output pointers) before the C call, so nothing of an earlier call is read.
+    A frame belongs to one call at a time: `take_frame` pops it from its thread's free list and
+    `give_frame` returns it after the C call has returned. Another thread (which may run while the
+    C call has released the GIL) has frames of its own; a call started on the same thread while
+    one is binding (from a signal handler) finds the list empty and makes another; a call that
+    raises just drops its frame.
+    """
+
+    __slots__ = ("bsm", "iv", "pointers", "strides", "scratch64", "scratch32", "flag", "outputs", "out")
+
+    def __init__(self):
+        self.bsm = ffi.new("tg_bsm_inputs *")
+        self.iv = ffi.cast("tg_iv_inputs *", self.bsm)
+        self.pointers, self.strides = ffi.cast("void **", self.bsm), ffi.cast("int64_t *", self.bsm)
+        self.scratch64, self.scratch32, self.flag = ffi.new("double[6]"), ffi.new("float[6]"), ffi.new("uint8_t[1]")
+        self.outputs = ffi.new("tg_greeks_outputs *")
+        self.out = ffi.cast("uintptr_t *", self.outputs)
+
+
+_frames = threading.local()
+
+
+def take_frame() -> ArgFrame:
+    """A frame of this thread's that no call is using (see `ArgFrame`)."""
+    try:
+        free = _frames.free
+    except AttributeError:
+        free = _frames.free = []
+    return free.pop() if free else ArgFrame()
+
+
+def give_frame(frame: ArgFrame) -> None:
+    """Return `frame` to this thread's free list once its C call has returned."""
+    _frames.free.append(frame)
+
+
 def _greeks_cpu(values: tuple, dt: np.dtype, shape, n: int) -> Greeks:
-    inputs = _ffi_new(_BSM_INPUTS)
-    pointers, strides = _cast(_VOID_PP, inputs), _cast(_I64_P, inputs)
+    fr = take_frame()
+    pointers, strides = fr.pointers, fr.strides
     f64 = dt is _F64
-    # Keep the scratch and every converted array referenced until the call returns: the C core
-    # reads them in place.
-    scratch, flag_scratch = _ffi_new(_SCRATCH_F64 if f64 else _SCRATCH_F32), _ffi_new(_FLAG)
-    keep = bind_inputs(pointers, strides, values[:6], dt, shape, scratch)
-    flags = bind_flags(pointers, strides, 6, values[6], shape, flag_scratch)
-    outputs = _ffi_new(_GREEKS_OUT)
+    # Every converted array stays referenced until the call returns: the C core reads in place.
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, fr.scratch64 if f64 else fr.scratch32)
+    flags = bind_flags(pointers, strides, 6, values[6], shape, fr.flag)
     if n <= _SMALL:
         # Small results share one block: one allocation instead of ten (rows are independent
         # C-contiguous arrays of `shape`; the block lives as long as any of them).
         block = _empty((10,) + shape, dt)
-        out = _cast(_UINTPTR_P, outputs)
+        out = fr.out
         base, step = int(_cast(_UINTPTR, _from_buffer(block))), n * dt.itemsize
         # Unrolled: ten stores, no range() iteration per call.
         out[0] = base
@@ -226,25 +265,25 @@ def _greeks_cpu(values: tuple, dt: np.dtype, shape, n: int) -> Greeks:
         out[7] = base + 7 * step
         out[8] = base + 8 * step
         out[9] = base + 9 * step
-        results = [block[i, ...] for i in range(10)] if not shape else block
+        # Rows by index: iterating an ndarray costs twice as much as ten subscripts.
+        results = (block[0, ...], block[1, ...], block[2, ...], block[3, ...], block[4, ...], block[5, ...],
+                   block[6, ...], block[7, ...], block[8, ...], block[9, ...])
     else:
-        out = _cast(_VOID_PP, outputs)
+        out = _cast(_VOID_PP, fr.outputs)
         results = [_empty(shape, dt) for _ in GREEK_NAMES]
         for i, a in enumerate(results):
             out[i] = _from_buffer(a)
-    st = (lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, inputs, outputs, 0)
+    st = (lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, fr.bsm, fr.outputs, 0)
+    del keep, flags
+    give_frame(fr)
     if st:
         check(st, "tg_greeks")
-    del keep, flags, scratch, flag_scratch
     return _greeks_of(results)
 
 
 _from_buffer, _cast, _ffi_new = ffi.from_buffer, ffi.cast, ffi.new
 # C types resolved once (a type given as a string is looked up on every call).
-_BSM_INPUTS, _GREEKS_OUT = ffi.typeof("tg_bsm_inputs *"), ffi.typeof("tg_greeks_outputs *")
-_VOID_PP, _I64_P = ffi.typeof("void **"), ffi.typeof("int64_t *")
-_UINTPTR, _UINTPTR_P = ffi.typeof("uintptr_t"), ffi.typeof("uintptr_t *")
-_SCRATCH_F64, _SCRATCH_F32, _FLAG = ffi.typeof("double[6]"), ffi.typeof("float[6]"), ffi.typeof("uint8_t[1]")
+_VOID_PP, _UINTPTR = ffi.typeof("void **"), ffi.typeof("uintptr_t")
 
 
 # Up to this many options the ten results are rows of one block (see _greeks_cpu).

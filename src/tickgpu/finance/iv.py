@@ -15,7 +15,7 @@ from tickgpu.finance import _checks
 from tickgpu._native import check, ffi, lib
 from tickgpu.finance import greeks as _greeks
 from tickgpu.finance.greeks import _any_on_device, _runtime_ops, bind_flags, bind_inputs
-from tickgpu.finance.greeks import _FLAG, _I64_P, _SCRATCH_F32, _SCRATCH_F64, _VOID_PP
+from tickgpu.finance.greeks import give_frame, take_frame
 
 __all__ = ["IVStatus", "implied_vol"]
 
@@ -140,7 +140,6 @@ _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)
 # C types resolved once (a type given as a string is looked up on every call).
-_IV_INPUTS = ffi.typeof("tg_iv_inputs *")
 _DOUBLE_P, _FLOAT_P, _I8_P = ffi.typeof("double *"), ffi.typeof("float *"), ffi.typeof("int8_t *")
 
 
@@ -149,22 +148,22 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     status = np.empty(shape, dtype=_I8)
     if n == 0:
         return vols, status
-    inputs = ffi.new(_IV_INPUTS)
-    pointers, strides = ffi.cast(_VOID_PP, inputs), ffi.cast(_I64_P, inputs)
+    fr = take_frame()
+    pointers, strides = fr.pointers, fr.strides
     f64 = dt is _F64
-    # The scratch and converted arrays the C call reads stay referenced until it returns.
-    scratch, flag_scratch = ffi.new(_SCRATCH_F64 if f64 else _SCRATCH_F32), ffi.new(_FLAG)
-    keep = bind_inputs(pointers, strides, values[:6], dt, shape, scratch)
+    # The converted arrays the C call reads stay referenced until it returns.
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, fr.scratch64 if f64 else fr.scratch32)
     call = values[6]
     if not (call is True or call is False or (type(call) is np.ndarray and call.dtype == np.bool_)):
         call = np.asarray(call) != 0          # any nonzero value is a call
-    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
+    flags = bind_flags(pointers, strides, 6, call, shape, fr.flag)
     solve = lib.tg_implied_vol_f64 if f64 else lib.tg_implied_vol_f32
-    st = solve(n, inputs, ffi.cast(_DOUBLE_P if f64 else _FLOAT_P, ffi.from_buffer(vols)),
+    st = solve(n, fr.iv, ffi.cast(_DOUBLE_P if f64 else _FLOAT_P, ffi.from_buffer(vols)),
                ffi.cast(_I8_P, ffi.from_buffer(status)), 0)
+    del keep, flags
+    give_frame(fr)
     if st:
         check(st, "implied_vol")
-    del keep, flags, scratch, flag_scratch
     return vols, status
 
 
