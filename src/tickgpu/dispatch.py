@@ -83,20 +83,44 @@ def range_from_sweep(sweep) -> tuple[int, int | None] | None:
     return None if best is None else best[1]
 
 
+# TICKGPU_DISABLE_GPU is read on every call (setting it between calls takes effect at once), from
+# os.environ's own mapping: one dict lookup instead of os.environ.get's key encoding and
+# value decoding. Only os.environ's internals are read, so any change made through os.environ is
+# seen; a change made behind its back (os.putenv) was never seen by os.environ.get either.
+_ENV_DATA = getattr(os.environ, "_data", None)
+try:
+    _DISABLE_KEY = os.environ.encodekey("TICKGPU_DISABLE_GPU")
+except AttributeError:   # pragma: no cover - not CPython's os._Environ
+    _ENV_DATA = None
+if type(_ENV_DATA) is not dict:   # pragma: no cover
+    _ENV_DATA = None
+
+
+_runtime = None
+
+
 def gpu_available() -> bool:
     """True where the GPU backend can run: a driver, a device and a bundle for its architecture.
 
-    Not cached here: `tickgpu.runtime.available` caches its probe and knows when a context is made
-    or dropped (a cached answer here outlived both).
+    False while TICKGPU_DISABLE_GPU is set (read on every call). Not cached here:
+    `tickgpu.runtime.available` caches its probe and knows when a context is made or dropped (a
+    cached answer here outlived both); only the module is kept, so the import is paid once.
     """
-    if os.environ.get("TICKGPU_DISABLE_GPU"):
+    global _runtime
+    if _ENV_DATA is not None:
+        if _ENV_DATA.get(_DISABLE_KEY):
+            return False
+    elif os.environ.get("TICKGPU_DISABLE_GPU"):   # pragma: no cover
         return False
+    runtime = _runtime
+    if runtime is None:
+        try:
+            import tickgpu.runtime as runtime
+        except ImportError:
+            return False
+        _runtime = runtime
     try:
-        from tickgpu.runtime import available
-    except ImportError:
-        return False
-    try:
-        return bool(available())
+        return bool(runtime.available())
     except Exception:
         return False
 

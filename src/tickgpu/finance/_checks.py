@@ -18,6 +18,7 @@ _DTYPE_OF = {np.float64: _F64, np.float32: _F32, _F64: _F64, _F32: _F32, float: 
              "float64": _F64, "float32": _F32, "f8": _F64, "f4": _F32, "d": _F64, "f": _F32}
 # Types whose shape is () without asking NumPy (np.shape(1.0) converts to an array first).
 SCALAR_TYPES = frozenset({float, int, bool, np.float64, np.float32, np.bool_, np.int64, np.int32, np.uint8})
+_ndarray = np.ndarray
 
 
 def check_dtype(dtype) -> np.dtype:
@@ -51,6 +52,29 @@ def shape_of(a) -> tuple[int, ...]:
         except TypeError:
             pass
     return np.shape(a)
+
+
+def host_shape(values) -> tuple[int, ...] | None:
+    """The common shape of `values` where the answer needs no broadcasting, else None.
+
+    The per-call fast path: every value is a NumPy array or a scalar (`SCALAR_TYPES`), and the
+    arrays of more than zero dimensions all have one shape. Such values are all on the host
+    and broadcast to that shape; for anything else (lists, GPU arrays, shapes to broadcast or
+    that mismatch) None says to take the general path (`broadcast_values`), which gives the
+    same shape where this one gives one.
+    """
+    shape = ()
+    for v in values:
+        tv = type(v)
+        if tv is _ndarray:
+            s = v.shape
+            if s and s != shape:
+                if shape:   # a second shape: broadcasting (or its error) is the general path's
+                    return None
+                shape = s
+        elif tv not in SCALAR_TYPES:
+            return None
+    return shape
 
 
 def _broadcast2(a: tuple, b: tuple) -> tuple | None:

@@ -1,6 +1,7 @@
 """Black-Scholes-Merton prices and greeks of European options, on the CPU core or the GPU."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,18 +92,25 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     if backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (spot, strike, t, rate, vol, div, call)
-    shape = _checks.broadcast_values(_ARG_NAMES, values)
-    on_device = _any_on_device(values)
-    call = _call_flags(call)
+    # NumPy arrays of one shape and scalars (the per-tick case) need neither broadcasting nor the
+    # GPU-array probe; anything else takes the general path, which gives the same shape.
+    shape = _host_shape(values)
+    if shape is None:
+        shape = _checks.broadcast_values(_ARG_NAMES, values)
+        on_device = _any_on_device(values)
+    else:
+        on_device = False
+    if call is not True:
+        call = _call_flags(call)
+        values = (spot, strike, t, rate, vol, div, call)
     if strict:
         _check_elements(spot, strike, t, rate, vol, div)
     n = 1
     for d in shape:
         n *= d
-    where = dispatch.choose("greeks", n, backend, on_device=on_device)
-    if where == "gpu":
-        return _greeks_of(_runtime_ops().greeks_arrays((spot, strike, t, rate, vol, div, call), dt, shape))
-    return _greeks_cpu(spot, strike, t, rate, vol, div, call, dt, shape, n)
+    if dispatch.choose("greeks", n, backend, on_device=on_device) == "gpu":
+        return _greeks_of((_ops or _runtime_ops()).greeks_arrays(values, dt, shape))
+    return _greeks_cpu(values, dt, shape, n)
 
 
 _ops = None
@@ -119,6 +127,7 @@ def _runtime_ops():
 
 
 _ARG_NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
+_host_shape = _checks.host_shape
 _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _BOOL, _U8 = np.dtype(np.bool_), np.dtype(np.uint8)
@@ -131,10 +140,16 @@ _HOST_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, n
 
 def _greeks_of(arrays) -> Greeks:
     # Greeks is frozen: its __init__ goes through object.__setattr__ field by field; filling the
-    # instance dict directly is the same object, several times cheaper per call.
-    g = object.__new__(Greeks)
-    g.__dict__.update(zip(GREEK_NAMES, arrays))
+    # instance dict directly is the same object, several times cheaper per call (keywords, not
+    # zip(GREEK_NAMES, ...): no iterator per call).
+    g = _new(Greeks)
+    price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = arrays
+    g.__dict__.update(price=price, delta=delta, gamma=gamma, vega=vega, theta=theta, rho=rho, phi=phi,
+                      vanna=vanna, volga=volga, charm=charm)
     return g
+
+
+_new = object.__new__
 
 
 def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch) -> list:
@@ -145,71 +160,130 @@ def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch) -> list
     Returns the converted arrays, which must stay alive until the native call returns.
     """
     keep = []
-    for i, v in enumerate(values):
+    i = 0
+    for v in values:
         tv = type(v)
-        if tv is float or tv is int or tv is bool:
-            scratch[i] = v
-            pointers[2 * i] = scratch + i
-            strides[2 * i + 1] = 0
-            continue
+        # Arrays first: the per-tick case. Slot k of the struct is (pointer, stride) at 2k, 2k + 1.
         if tv is _ndarray and v.dtype is dt and v.shape == shape and v.flags.c_contiguous:
-            pointers[2 * i] = ffi.from_buffer(v)
-            strides[2 * i + 1] = 1 if v.size != 1 else 0
-            continue
-        arr, stride = as_input(v, shape, dt)
-        keep.append(arr)
-        pointers[2 * i] = ffi.from_buffer(arr)
-        strides[2 * i + 1] = stride
+            pointers[i] = _from_buffer(v)
+            strides[i + 1] = 1 if v.size != 1 else 0
+        elif tv is float or tv is int or tv is bool:
+            k = i >> 1
+            scratch[k] = v
+            pointers[i] = scratch + k
+            strides[i + 1] = 0
+        else:
+            arr, stride = as_input(v, shape, dt)
+            keep.append(arr)
+            pointers[i] = _from_buffer(arr)
+            strides[i + 1] = stride
+        i += 2
     return keep
 
 
 def bind_flags(pointers, strides, slot: int, call, shape, scratch) -> object:
     """The `call` flags into slot `slot` of the input struct (bool or uint8 arrays in place)."""
-    if type(call) is bool or type(call) is int:
+    tc = type(call)
+    if tc is bool or tc is int:
         scratch[0] = 1 if call else 0
         pointers[2 * slot] = scratch
         strides[2 * slot + 1] = 0
         return None
-    if type(call) is _ndarray and (call.dtype is _BOOL or call.dtype is _U8) and call.shape == shape \
+    if tc is _ndarray and (call.dtype is _BOOL or call.dtype is _U8) and call.shape == shape \
             and call.flags.c_contiguous:
-        pointers[2 * slot] = ffi.from_buffer(call)
+        pointers[2 * slot] = _from_buffer(call)
         strides[2 * slot + 1] = 1 if call.size != 1 else 0
         return None
     flags, stride = as_input(call, shape, np.uint8)
-    pointers[2 * slot] = ffi.from_buffer(flags)
+    pointers[2 * slot] = _from_buffer(flags)
     strides[2 * slot + 1] = stride
     return flags
 
 
-def _greeks_cpu(spot, strike, t, rate, vol, div, call, dt: np.dtype, shape, n: int) -> Greeks:
-    inputs = ffi.new("tg_bsm_inputs *")
-    pointers, strides = ffi.cast("void **", inputs), ffi.cast("int64_t *", inputs)
+class ArgFrame:
+    """One thread's native arguments for a CPU call: made once, every slot rewritten by each call.
+
+    The greeks and implied-vol input structs have one layout (seven (pointer, stride) pairs, the
+    flags last), so one block serves both. Each call writes all seven input slots (and, for
+    greeks, all ten output pointers) before the C call, so nothing of an earlier call is read.
+    A frame belongs to one call at a time: `take_frame` pops it from its thread's free list and
+    `give_frame` returns it after the C call has returned. Another thread (which may run while the
+    C call has released the GIL) has frames of its own; a call started on the same thread while
+    one is binding (from a signal handler) finds the list empty and makes another; a call that
+    raises just drops its frame.
+    """
+
+    __slots__ = ("bsm", "iv", "pointers", "strides", "scratch64", "scratch32", "flag", "outputs", "out")
+
+    def __init__(self):
+        self.bsm = ffi.new("tg_bsm_inputs *")
+        self.iv = ffi.cast("tg_iv_inputs *", self.bsm)
+        self.pointers, self.strides = ffi.cast("void **", self.bsm), ffi.cast("int64_t *", self.bsm)
+        self.scratch64, self.scratch32, self.flag = ffi.new("double[6]"), ffi.new("float[6]"), ffi.new("uint8_t[1]")
+        self.outputs = ffi.new("tg_greeks_outputs *")
+        self.out = ffi.cast("uintptr_t *", self.outputs)
+
+
+_frames = threading.local()
+
+
+def take_frame() -> ArgFrame:
+    """A frame of this thread's that no call is using (see `ArgFrame`)."""
+    try:
+        free = _frames.free
+    except AttributeError:
+        free = _frames.free = []
+    return free.pop() if free else ArgFrame()
+
+
+def give_frame(frame: ArgFrame) -> None:
+    """Return `frame` to this thread's free list once its C call has returned."""
+    _frames.free.append(frame)
+
+
+def _greeks_cpu(values: tuple, dt: np.dtype, shape, n: int) -> Greeks:
+    fr = take_frame()
+    pointers, strides = fr.pointers, fr.strides
     f64 = dt is _F64
-    # Keep the scratch and every converted array referenced until the call returns: the C core
-    # reads them in place.
-    scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
-    keep = bind_inputs(pointers, strides, (spot, strike, t, rate, vol, div), dt, shape, scratch)
-    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
-    outputs = ffi.new("tg_greeks_outputs *")
+    # Every converted array stays referenced until the call returns: the C core reads in place.
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, fr.scratch64 if f64 else fr.scratch32)
+    flags = bind_flags(pointers, strides, 6, values[6], shape, fr.flag)
     if n <= _SMALL:
         # Small results share one block: one allocation instead of ten (rows are independent
         # C-contiguous arrays of `shape`; the block lives as long as any of them).
         block = _empty((10,) + shape, dt)
-        out = ffi.cast("uintptr_t *", outputs)
-        base, step = int(ffi.cast("uintptr_t", ffi.from_buffer(block))), n * dt.itemsize
-        for i in range(10):
-            out[i] = base + i * step
-        results = [block[i, ...] for i in range(10)] if not shape else list(block)
+        out = fr.out
+        base, step = int(_cast(_UINTPTR, _from_buffer(block))), n * dt.itemsize
+        # Unrolled: ten stores, no range() iteration per call.
+        out[0] = base
+        out[1] = base + step
+        out[2] = base + 2 * step
+        out[3] = base + 3 * step
+        out[4] = base + 4 * step
+        out[5] = base + 5 * step
+        out[6] = base + 6 * step
+        out[7] = base + 7 * step
+        out[8] = base + 8 * step
+        out[9] = base + 9 * step
+        # Rows by index: iterating an ndarray costs twice as much as ten subscripts.
+        results = (block[0, ...], block[1, ...], block[2, ...], block[3, ...], block[4, ...], block[5, ...],
+                   block[6, ...], block[7, ...], block[8, ...], block[9, ...])
     else:
-        out = ffi.cast("void **", outputs)
+        out = _cast(_VOID_PP, fr.outputs)
         results = [_empty(shape, dt) for _ in GREEK_NAMES]
         for i, a in enumerate(results):
-            out[i] = ffi.from_buffer(a)
-    st = (lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, inputs, outputs, 0)
+            out[i] = _from_buffer(a)
+    st = (lib.tg_greeks_f64 if f64 else lib.tg_greeks_f32)(n, fr.bsm, fr.outputs, 0)
+    del keep, flags
+    give_frame(fr)
     if st:
         check(st, "tg_greeks")
-    del keep, flags, scratch, flag_scratch
     return _greeks_of(results)
+
+
+_from_buffer, _cast, _ffi_new = ffi.from_buffer, ffi.cast, ffi.new
+# C types resolved once (a type given as a string is looked up on every call).
+_VOID_PP, _UINTPTR = ffi.typeof("void **"), ffi.typeof("uintptr_t")
 
 
 # Up to this many options the ten results are rows of one block (see _greeks_cpu).

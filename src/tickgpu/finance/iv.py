@@ -13,7 +13,9 @@ import numpy as np
 from tickgpu import dispatch
 from tickgpu.finance import _checks
 from tickgpu._native import check, ffi, lib
+from tickgpu.finance import greeks as _greeks
 from tickgpu.finance.greeks import _any_on_device, _runtime_ops, bind_flags, bind_inputs
+from tickgpu.finance.greeks import give_frame, take_frame
 
 __all__ = ["IVStatus", "implied_vol"]
 
@@ -107,8 +109,14 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     if backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (price, spot, strike, t, rate, div, call)
-    on_device = _any_on_device(values)
-    shape = _checks.broadcast_values(_ARG_NAMES, values)
+    # NumPy arrays of one shape and scalars (the per-tick case): no broadcasting, no GPU-array
+    # probe; anything else takes the general path, which gives the same shape.
+    shape = _host_shape(values)
+    if shape is None:
+        on_device = _any_on_device(values)
+        shape = _checks.broadcast_values(_ARG_NAMES, values)
+    else:
+        on_device = False
     n = 1
     for d in shape:
         n *= d
@@ -117,8 +125,8 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
         _check_values(args)
 
     if dispatch.choose("implied_vol", n, backend, on_device) == "gpu":
-        vols, status = _runtime_ops().implied_vol(price, spot, strike, t, rate, div, call, dtype=dt,
-                                                  shape=shape)
+        vols, status = (_greeks._ops or _runtime_ops()).implied_vol(price, spot, strike, t, rate, div, call,
+                                                                   dtype=dt, shape=shape)
     else:
         vols, status = _implied_vol_cpu(values, shape, n, dt)
     if strict:
@@ -127,9 +135,12 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
 
 
 _ARG_NAMES = ("price", "spot", "strike", "t", "rate", "div", "call")
+_host_shape = _checks.host_shape
 _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)
+# C types resolved once (a type given as a string is looked up on every call).
+_DOUBLE_P, _FLOAT_P, _I8_P = ffi.typeof("double *"), ffi.typeof("float *"), ffi.typeof("int8_t *")
 
 
 def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
@@ -137,22 +148,22 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     status = np.empty(shape, dtype=_I8)
     if n == 0:
         return vols, status
-    inputs = ffi.new("tg_iv_inputs *")
-    pointers, strides = ffi.cast("void **", inputs), ffi.cast("int64_t *", inputs)
+    fr = take_frame()
+    pointers, strides = fr.pointers, fr.strides
     f64 = dt is _F64
-    # The scratch and converted arrays the C call reads stay referenced until it returns.
-    scratch, flag_scratch = ffi.new("double[6]" if f64 else "float[6]"), ffi.new("uint8_t[1]")
-    keep = bind_inputs(pointers, strides, values[:6], dt, shape, scratch)
+    # The converted arrays the C call reads stay referenced until it returns.
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, fr.scratch64 if f64 else fr.scratch32)
     call = values[6]
     if not (call is True or call is False or (type(call) is np.ndarray and call.dtype == np.bool_)):
         call = np.asarray(call) != 0          # any nonzero value is a call
-    flags = bind_flags(pointers, strides, 6, call, shape, flag_scratch)
+    flags = bind_flags(pointers, strides, 6, call, shape, fr.flag)
     solve = lib.tg_implied_vol_f64 if f64 else lib.tg_implied_vol_f32
-    st = solve(n, inputs, ffi.cast("double *" if f64 else "float *", ffi.from_buffer(vols)),
-               ffi.cast("int8_t *", ffi.from_buffer(status)), 0)
+    st = solve(n, fr.iv, ffi.cast(_DOUBLE_P if f64 else _FLOAT_P, ffi.from_buffer(vols)),
+               ffi.cast(_I8_P, ffi.from_buffer(status)), 0)
+    del keep, flags
+    give_frame(fr)
     if st:
         check(st, "implied_vol")
-    del keep, flags, scratch, flag_scratch
     return vols, status
 
 

@@ -7,6 +7,7 @@ from tickgpu import dispatch
 from tickgpu._native import as_input, check, ffi, lib
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import _any_on_device as _on_device
+from tickgpu.finance import greeks as _greeks
 from tickgpu.finance.greeks import _host, _runtime_ops
 
 __all__ = ["VolSurface"]
@@ -15,6 +16,8 @@ _MODES = {"variance": 0, "vol": 1}
 _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _VOL, _VARIANCE = 0, 1
+_ARG_NAMES = ("strike", "t")
+_host_shape = _checks.host_shape
 
 
 class VolSurface:
@@ -110,8 +113,14 @@ class VolSurface:
     def _eval(self, strike, t, what: int, strict: bool, backend: str) -> np.ndarray:
         if backend not in _BACKENDS:
             _checks.check_backend(backend)
-        shape = _checks.broadcast_values(("strike", "t"), (strike, t))
-        on_device = _any_on_device(strike, t)
+        values = (strike, t)
+        # NumPy arrays of one shape and scalars: no broadcasting, no GPU-array probe.
+        shape = _host_shape(values)
+        if shape is None:
+            shape = _checks.broadcast_values(_ARG_NAMES, values)
+            on_device = _on_device(values)
+        else:
+            on_device = False
         if strict:
             _checks.require_finite("strike", _host(strike))
             _checks.require_nonnegative("t", _host(t))
@@ -119,7 +128,7 @@ class VolSurface:
         for d in shape:
             n *= d
         if dispatch.choose("surface", n, backend, on_device=on_device) == "gpu":
-            return _runtime_ops().surface_eval(self._strikes, self._expiries, self._vols,
+            return (_greeks._ops or _runtime_ops()).surface_eval(self._strikes, self._expiries, self._vols,
                                     _MODES[self._interpolation], strike, t, what=what, shape=shape)
         return self._eval_cpu(strike, t, what, shape, n)
 
