@@ -281,6 +281,13 @@ class ResidentMockDriver(MockDriver):
     def event_record(self, e, s):
         self.event_streams[e] = s
 
+    def ctx_synchronize(self):
+        # On a GPU, a wait for the whole context with a resident kernel still running lasts until
+        # the kernel returns on idle: the runtime must have parked it.
+        running = [s for s, server in self.servers.items() if not self.so.tgms_finished(server)]
+        assert not running, f"cuCtxSynchronize while a resident kernel runs on streams {running}"
+        super().ctx_synchronize()
+
     def event_query(self, e):
         server = self.servers.get(self.event_streams.get(e))
         return True if server is None else bool(self.so.tgms_finished(server))
@@ -422,3 +429,25 @@ def test_no_resident_kernel_costs_one_truth_test():
     src = inspect.getsource(ops._call)
     assert "if RESIDENT:" in src and src.index("if RESIDENT:") < src.index("staged.host_call")
     assert ops.RESIDENT == {}
+
+
+def test_context_wide_waits_park_resident_kernels(mock_ctx, rng):
+    """Warm-up and a constant-ring wrap wait for the whole context: an open resident kernel is
+    asked to return first (the mock fails a wait while one runs), and the next call relaunches it."""
+    from tickgpu.runtime import mailbox
+
+    with mailbox.resident("greeks", dtype=np.float64, capacity=64, idle_timeout=60.0) as r:
+        assert r.launches == 1 and r.state()["exited"] == 0
+        so = mock_ctx.driver.so
+        ops.warmup(mock_ctx)
+        assert so.tgms_finished(mock_ctx.driver.servers[r._stream]), "warm-up waited without parking"
+        values = chain(rng, 64, np.float64)
+        assert_same(r(*values), cpu(values, np.float64))
+        assert r.launches == 2 and not so.tgms_finished(mock_ctx.driver.servers[r._stream])
+        ring = mock_ctx.constants
+        ring.cursor = ring.slots          # the next put wraps
+        ring.put([np.ones(1)], mock_ctx.stream)
+        assert ring.wraps >= 1 and so.tgms_finished(mock_ctx.driver.servers[r._stream])
+        g = tickgpu.greeks(*values, dtype=np.float64, backend="gpu")
+        assert_same(g.as_dict(), cpu(values, np.float64))
+        assert r.launches == 3

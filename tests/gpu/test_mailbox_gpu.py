@@ -129,3 +129,17 @@ def test_idle_exit_and_relaunch(ctx, rng):
         values = chain(rng, 256, np.float32)
         agree(r(*values), cpu(values, np.float32), np.float32, "after relaunch")
         assert r.launches == 2 and r.state()["exited"] == 0
+
+
+def test_context_wide_waits_do_not_stall_on_an_open_resident_kernel(ctx, rng):
+    """warmup() waits for the whole context; with a resident kernel open (idle timeout 60 s) it
+    must park the kernel, not wait for it to time out, and the next call must relaunch it."""
+    with mailbox.resident("greeks", dtype=np.float64, capacity=256, idle_timeout=60.0) as r:
+        values = chain(rng, 256, np.float64)
+        agree(r(*values), cpu(values, np.float64), np.float64, "before")
+        launches = r.launches
+        t0 = time.monotonic()
+        tickgpu.warmup()
+        assert time.monotonic() - t0 < 20.0, "warmup() waited for the resident kernel's idle timeout"
+        agree(r(*values), cpu(values, np.float64), np.float64, "after")
+        assert r.launches == launches + 1

@@ -156,6 +156,9 @@ class Bundle:
 
     def __init__(self, driver, manifest: Manifest, arch: str):
         self.driver = driver
+        # The wait for the whole context before a scratch block is replaced; the owning context
+        # sets its own (which parks resident kernels first).
+        self.synchronize = driver.ctx_synchronize
         self.manifest = manifest
         self.arch = arch
         specs = manifest.for_arch(arch)
@@ -227,7 +230,7 @@ class Bundle:
         name = spec.scratch_params[0].name
         old = kernel.scratch.get(name, 0)
         if old:
-            self.driver.ctx_synchronize()   # a launch in flight may still use the old block
+            self.synchronize()   # a launch in flight may still use the old block
             self.driver.mem_free(old)
         kernel.scratch[name] = self.driver.mem_alloc(per_block * blocks)
         kernel.scratch_grid = blocks

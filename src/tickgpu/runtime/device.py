@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from tickgpu.errors import BackendUnavailable
+from tickgpu.errors import BackendUnavailable, TickGpuError
 from tickgpu.runtime.bundle import Bundle, Manifest, arch_for, default_bundle_dir
 from tickgpu.runtime.graph import GraphRunner, plan_layout
 from tickgpu.runtime.launch import Launcher
@@ -109,10 +109,12 @@ class ConstantRing:
 
     SLOT = 16
 
-    def __init__(self, driver, slots: int = 4096, memory=None):
+    def __init__(self, driver, slots: int = 4096, memory=None, synchronize=None):
         from tickgpu.runtime.graph import DriverMemory
 
         self.driver = driver
+        # The wait for the whole context a wrap makes (the owning context's, which parks resident kernels).
+        self.synchronize = synchronize if synchronize is not None else driver.ctx_synchronize
         self.slots = slots
         memory = memory if memory is not None else DriverMemory(driver)
         self.host, self._host_token = memory.host(slots * self.SLOT)
@@ -127,7 +129,7 @@ class ConstantRing:
         if k == 0:
             return []
         if self.cursor + k > self.slots:
-            self.driver.ctx_synchronize()
+            self.synchronize()
             self.cursor = 0
             self.wraps += 1
         first = self.cursor
@@ -188,6 +190,7 @@ class Context:
         d.ctx_set_current(self.ctx)
         self.manifest = Manifest.read(bundle_dir if bundle_dir is not None else default_bundle_dir())
         self.bundle = Bundle(d, self.manifest, arch)
+        self.bundle.synchronize = self.synchronize
         self.staging_elements = int(staging_elements or os.environ.get("TICKGPU_STAGING_ELEMENTS",
                                                                         DEFAULT_STAGING_ELEMENTS))
         if self.staging_elements < 16 or self.staging_elements % 16:
@@ -202,7 +205,7 @@ class Context:
         self.launchers: dict[str, Launcher] = {}
         self.runners: dict[tuple[str, str, int], GraphRunner] = {}
         self.memory = BufferSource(self)
-        self.constants = ConstantRing(d, memory=self.memory)
+        self.constants = ConstantRing(d, memory=self.memory, synchronize=self.synchronize)
         self.uploads: dict[int, tuple] = {}                      # slot -> (device pointer, bytes, token)
         self.grids: dict[tuple, tuple] = {}                      # surface grids resident on the device
         self.plans: dict[tuple, object] = {}                     # staged tick plans (staged._TickPlan)
@@ -220,6 +223,20 @@ class Context:
         made a different device current since.
         """
         self.driver.ctx_set_current(self.ctx)
+
+    def synchronize(self) -> None:
+        """Wait for all work queued in the context (cuCtxSynchronize), resident kernels parked first.
+
+        A resident (mailbox) kernel in use never finishes by itself, so a context-wide wait with one
+        open would last until its idle timeout: each is asked to return first (`park`), and the
+        next call through it relaunches it.
+        """
+        from tickgpu.runtime import mailbox   # imports ops; not at module level
+
+        for r in mailbox.open_residents():
+            if r._ctx is self and not r.park():
+                raise TickGpuError(f"{r!r} did not return when asked (before a wait for the whole context)")
+        self.driver.ctx_synchronize()
 
     def launcher(self, family: str, dtype: str, n: int, aligned16: bool) -> Launcher:
         k = self.bundle.select(family, dtype, n, aligned16, self.sm_count)
@@ -298,7 +315,7 @@ class Context:
         if hit is not None and all(np.array_equal(h, a) for h, a in zip(hit[0], arrays)):
             return hit[1]
         if len(self.grids) >= 8:
-            self.driver.ctx_synchronize()
+            self.synchronize()
             for _, (_, _, token) in self.grids.items():
                 self.memory.free_device(token)
             self.grids.clear()

@@ -23,10 +23,12 @@ While one is open for (op, dtype), `tickgpu.greeks` with NumPy inputs of at most
 options on the GPU backend goes through it (tickgpu.runtime.ops); anything else (GPU arrays, more
 options) takes the usual paths.
 
-NOTE: a resident kernel never finishes by itself while it is in use, so anything that waits for
-the whole context (``cuCtxSynchronize``) waits until the kernel returns on idle
-(``idle_timeout``, 2 s by default). Code that may run while a resident kernel is open waits for
-its own streams or events instead.
+NOTE: a resident kernel never finishes by itself while it is in use, so a plain wait for the whole
+context (``cuCtxSynchronize``) would wait until the kernel returns on idle (``idle_timeout``, 2 s
+by default). The runtime's own context-wide waits (`RuntimeContext.synchronize`: warm-up, the
+constant ring wrapping, grid and scratch blocks replaced) park open resident kernels first
+(`ResidentGreeks.park`: asked to return, relaunched by the next call); code of one's own that
+waits for the whole context should do the same, or wait for its own streams or events.
 
 The kernel returns by itself after `idle_timeout` seconds without a request (so a forgotten
 mailbox never holds SMs for ever); the next call relaunches it, transparently (a launch, ~10 us,
@@ -146,6 +148,7 @@ class ResidentGreeks:
         self.op, self.dtype, self.capacity, self.blocks = "greeks", dt, capacity, blocks
         self.timeout, self.idle_timeout = float(timeout), float(idle_timeout)
         self.launches = 0      # kernel launches: 1 + relaunches after idle exits
+        self._parked = False   # asked to return by park(): the next call relaunches
         self.calls = 0
         self.closed = False
         self._ctx = context
@@ -217,16 +220,18 @@ class ResidentGreeks:
     # ---- kernel lifetime ---------------------------------------------------------------------
     def _launch(self) -> None:
         """(Re)start the kernel: mailbox rearmed, arrive[] zeroed on its stream, launch."""
+        # Everything here is the mailbox's own (stream, launcher, event), guarded by its lock; the
+        # context's lock is not taken, so that `park` may run under it (RuntimeContext.synchronize).
         ctx, d = self._ctx, self._ctx.driver
-        with ctx.lock:
-            ctx.enter()
-            lib.tg_mailbox_rearm(self._box)
-            # Stream order puts this after any earlier kernel on the stream (one returning on idle
-            # may still be finishing), so the new kernel's blocks start from zero.
-            d.memcpy_htod_async(self._arrive, self._zeros.ctypes.data, self._zeros.nbytes, self._stream)
-            self._launcher.args.pack(self._dev, self._arrive)
-            self._launcher.launch_grid((self.blocks, 1, 1), self._stream)
-            d.event_record(self._event, self._stream)
+        ctx.enter()
+        lib.tg_mailbox_rearm(self._box)
+        # Stream order puts this after any earlier kernel on the stream (one returning on idle
+        # may still be finishing), so the new kernel's blocks start from zero.
+        d.memcpy_htod_async(self._arrive, self._zeros.ctypes.data, self._zeros.nbytes, self._stream)
+        self._launcher.args.pack(self._dev, self._arrive)
+        self._launcher.launch_grid((self.blocks, 1, 1), self._stream)
+        d.event_record(self._event, self._stream)
+        self._parked = False
         self.launches += 1
 
     def state(self) -> dict:
@@ -270,6 +275,29 @@ class ResidentGreeks:
                 ctx.enter()
                 self._free()
         return returned
+
+    def park(self, wait: float = QUIT_WAIT_S) -> bool:
+        """Ask the running kernel to return, and wait for it (at most `wait` seconds); the mailbox
+        stays open and the next call relaunches the kernel (as after an idle exit).
+
+        What a wait for the whole context needs first (`RuntimeContext.synchronize`): a resident
+        kernel in use never finishes by itself. Takes neither this mailbox's lock nor the context's
+        Takes this mailbox's lock (a call in flight finishes first) and never the context's, which
+        the caller may hold: a call through the mailbox never waits for the context's lock.
+        Returns True when the kernel is not running (returned, or never launched).
+        """
+        with self._lock:   # no call in flight; a call never waits for the context's lock
+            if self.closed or not self.launches or not self._host or self._parked:
+                return True
+            lib.tg_mailbox_quit(self._box)
+            d = self._ctx.driver
+            deadline = time.monotonic() + wait
+            while not d.event_query(self._event):
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(1e-5)
+            self._parked = True   # a quit is not an idle exit: the next call relaunches first
+        return True
 
     def _free(self) -> None:
         d = self._ctx.driver
@@ -337,6 +365,8 @@ class ResidentGreeks:
         with self._lock:
             if self.closed:
                 raise ResidentError(f"{self._what}: the mailbox is closed")
+            if self._parked:
+                self._launch()
             ptrs = self._in_ptr
             if pattern != self._pattern:
                 strides = self._in_stride

@@ -234,7 +234,7 @@ def warmup(ctx) -> dict:
         # The quant kernels take matrices, not elements: launched on a tiny valid problem each.
         if any(lk.spec.family == QUANT_FAMILY for lk in ctx.bundle.kernels.values()):
             kernel_runtime_of(ctx).warm()
-        d.ctx_synchronize()
+        ctx.synchronize()
         ctx.warm = True
     # The first "auto" call reads the measured GPU ranges; read them now.
     from tickgpu import dispatch
