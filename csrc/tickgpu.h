@@ -504,7 +504,7 @@ typedef struct {
     int64_t vmm_ranges_cached;  /* freed ranges kept mapped for reuse */
     int64_t vmm_driver_calls;   /* level-3 driver calls: create, release, reserve, free, map, unmap, access */
     int vmm_enabled;            /* 1: level 3 serves requests of at least vmm_min_bytes */
-    char vmm_reason[96];        /* why level 3 is off ("" when on) */
+    char vmm_reason[128];       /* why level 3 is off ("" when on) */
 } tg_devpool_stats;
 
 int tg_devpool_create(const tg_devpool_config *config, tg_devpool **pool, int *cu_result);

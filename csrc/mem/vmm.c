@@ -125,8 +125,8 @@ static int vmm_report(tg_vmm *v, CUresult r, int *cu_result)
 static void vmm_off(tg_vmm *v, const char *why, CUresult r)
 {
     if (r != 0)
-        snprintf(v->reason, sizeof v->reason, "%s (CUresult %d%s)", why, r,
-                 r == VCU_NOT_SUPPORTED ? ": CUDA_ERROR_NOT_SUPPORTED" : "");
+        snprintf(v->reason, sizeof v->reason, "%.80s (%s%d)", why,
+                 r == VCU_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED = " : "CUresult ", r);
     else
         snprintf(v->reason, sizeof v->reason, "%s", why);
     __atomic_store_n(&v->enabled, 0, __ATOMIC_RELAXED);

@@ -35,7 +35,7 @@ typedef struct {
 
 typedef struct {
     int enabled;                        /* read with __atomic (tg_devpool_rounded takes no lock) */
-    char reason[96];                    /* why the path is off; "" when on */
+    char reason[128];                   /* why the path is off; "" when on */
     int device;
     int64_t min_bytes;                  /* requests of at least this many bytes take the path */
     int64_t granule;
