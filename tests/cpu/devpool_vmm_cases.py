@@ -149,7 +149,7 @@ def _close_warned(pool):
 
 
 TestLevel3Model = Level3Model.TestCase
-TestLevel3Model.settings = settings(max_examples=40, stateful_step_count=50, deadline=None)
+TestLevel3Model.settings = settings(max_examples=25, stateful_step_count=40, deadline=None)
 
 
 def test_classic_case_served_from_freed_granules():

@@ -108,7 +108,7 @@ int cuGetErrorName(int code, const char **name)
 
 /* ---- Memory and the stream-ordered pool, on host memory --------------------------------------- */
 static size_t fake_total = (size_t)8 << 30;
-static long long pool_reserved = 0;      /* what cuMemPoolGetAttribute(RESERVED_MEM_CURRENT) reports */
+static long long pool_reserved = 0;      /* bytes live in the stream-ordered pool */
 
 void fake_set_total(size_t total) { fake_total = total; }
 
@@ -125,7 +125,8 @@ int cuMemPoolCreate(void **pool, const void *props) { *pool = (void *)0x9001; re
 int cuMemPoolSetAttribute(void *pool, int attr, void *value) { return 0; }
 int cuMemPoolGetAttribute(void *pool, int attr, void *value)
 {
-    *(unsigned long long *)value = attr == 5 ? (unsigned long long)pool_reserved : 0;
+    /* Packed, growing in 2 MB steps: what the device pool's cap check assumes of the driver. */
+    *(unsigned long long *)value = attr == 5 ? round_up((size_t)pool_reserved, (size_t)2 << 20) : 0;
     return 0;
 }
 int cuMemPoolTrimTo(void *pool, size_t keep) { return 0; }
@@ -134,7 +135,7 @@ int cuMemPoolDestroy(void *pool) { return 0; }
 /* The pool's allocations carry their size in front, so a free knows what to take off "reserved". */
 int cuMemAllocFromPoolAsync(unsigned long long *d, size_t n, void *pool, void *stream)
 {
-    size_t grown = round_up(n ? n : 1, (size_t)2 << 20);
+    size_t grown = round_up(n ? n : 1, 512);
     char *m = aligned_alloc(512, round_up(n + 512, 512));
     if (m == NULL)
         return 2;
