@@ -439,10 +439,17 @@ int tg_host_unmap(void *p, uint64_t bytes);
  * two, 512 B minimum, every class a multiple of 512 B so pointers are 512-byte aligned) served
  * from slabs carved out of a few large blocks (64 KB pages, free ranges coalesced). Level 2:
  * requests above small_max, or when level 1 is full, from the driver's stream-ordered pool.
+ * Level 3 (driver backend, where the driver and device support virtual memory management):
+ * requests of at least vmm_min_bytes, rounded up to the physical granule (2 MB), each in its own
+ * virtual range with granules from the pool's free list mapped into it; a freed range stays mapped
+ * in a cache by size (reused with no driver call), and cached ranges of other sizes are unmapped
+ * to serve a request the cache and the free list cannot, so large blocks never fragment. Where
+ * VMM is unsupported, those requests take levels 1 and 2 and the stats say why (vmm_reason).
  * Frees are lazy: a freed buffer is pending, not reusable, until a flush (tg_devpool_flush, the
  * pending bytes passing lazy_bytes, or an allocation that cannot otherwise be served); a flush
  * synchronizes the streams of the pending frees (where that wait fails, the flush returns
- * TG_ECUDA and keeps level-1 frees pending: their memory may still be in use). Reserved bytes (blocks + level 2) never pass the
+ * TG_ECUDA and keeps level-1 and level-3 frees pending: their memory may still be in use).
+ * Reserved bytes (blocks + level 2 + level-3 granules) never pass the
  * cap. Every call takes the pool's mutex, so any thread may call, with the GIL released.
  * backend: TG_DEVPOOL_DRIVER reaches libcuda through dlopen (TG_ENODRIVER without it);
  * TG_DEVPOOL_HOST runs the same logic on aligned host memory (tests, sanitizers).
@@ -469,11 +476,12 @@ typedef struct {
     double fraction;            /* cap = fraction x device total memory (driver backend) */
     int64_t cap_bytes;          /* > 0: the cap in bytes, overriding fraction (host backend: required) */
     int preallocate;            /* nonzero: all slab_blocks allocated at create */
+    int64_t vmm_min_bytes;      /* requests of at least this many bytes take level 3 (0: 2 MB; < 0: off) */
 } tg_devpool_config;
 
 typedef struct {
     int64_t in_use;             /* bytes of live buffers (rounded sizes) */
-    int64_t reserved;           /* level-1 blocks + level-2 reserved (driver pool attribute) */
+    int64_t reserved;           /* level-1 blocks + level-2 reserved (driver pool attribute) + level-3 granules */
     int64_t peak_in_use;
     int64_t peak_reserved;
     int64_t largest_free;       /* largest contiguous free range in level-1 blocks */
@@ -487,20 +495,31 @@ typedef struct {
     int64_t live;               /* live buffers */
     int64_t cap;                /* the cap in bytes */
     int64_t blocks;             /* level-1 blocks held */
+    int64_t served_vmm;         /* allocations served by level 3 (cache hits included) */
+    int64_t vmm_cache_hits;     /* of those, served by a cached mapped range with no driver call */
+    int64_t vmm_granule;        /* bytes per physical granule (0: level 3 off) */
+    int64_t vmm_granules;       /* granules held: mapped (live, pending or cached ranges) or free */
+    int64_t vmm_granules_free;  /* of those, unmapped on the free list */
+    int64_t vmm_granules_created; /* cuMemCreate calls since the pool was made */
+    int64_t vmm_ranges_cached;  /* freed ranges kept mapped for reuse */
+    int64_t vmm_driver_calls;   /* level-3 driver calls: create, release, reserve, free, map, unmap, access */
+    int vmm_enabled;            /* 1: level 3 serves requests of at least vmm_min_bytes */
+    char vmm_reason[128];       /* why level 3 is off ("" when on) */
 } tg_devpool_stats;
 
 int tg_devpool_create(const tg_devpool_config *config, tg_devpool **pool, int *cu_result);
 /* Returns everything (live buffers too) and frees the pool; *outstanding / *outstanding_bytes
  * (may be NULL) receive the live buffers that were never freed. */
 int tg_devpool_destroy(tg_devpool *pool, int64_t *outstanding, int64_t *outstanding_bytes, int *cu_result);
-/* nbytes >= 0 (0 gets the smallest class); *level receives 1 or 2 (may be NULL). */
+/* nbytes >= 0 (0 gets the smallest class); *level receives 1, 2 or 3 (may be NULL). */
 int tg_devpool_alloc(tg_devpool *pool, int64_t nbytes, uintptr_t stream, uintptr_t *ptr, int *level,
                      int *cu_result);
 /* stream: the last stream that used the buffer (the flush waits for it). */
 int tg_devpool_free(tg_devpool *pool, uintptr_t ptr, uintptr_t stream, int *cu_result);
 int tg_devpool_flush(tg_devpool *pool, int *cu_result);
 int tg_devpool_get_stats(tg_devpool *pool, tg_devpool_stats *stats);
-/* The bytes an nbytes request is accounted as (its class, or 512-byte multiple at level 2). */
+/* The bytes an nbytes request is accounted as (its class, a 512-byte multiple at level 2, or a
+ * multiple of the granule at level 3). */
 int64_t tg_devpool_rounded(const tg_devpool *pool, int64_t nbytes);
 /* Size (rounded), level and state (1 live, 2 pending) of a pointer; TG_EINVAL if not held. */
 int tg_devpool_lookup(tg_devpool *pool, uintptr_t ptr, int64_t *nbytes, int *level, int *state);

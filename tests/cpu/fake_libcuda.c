@@ -6,10 +6,20 @@
  * launch performs at once (standing in for H2D copy -> kernel -> D2H copy), and an optional
  * failure. Streams are opaque numbers. Every launch and synchronisation is logged, so a test can
  * check the order of events (a runner's staging reused only after its stream was waited for).
+ *
+ * It also stands in for the calls the device pool (csrc/mem/devpool.c, vmm.c) makes: memory and
+ * the stream-ordered pool on host memory, and the virtual memory management API. A reserved
+ * virtual range is a PROT_NONE mapping; cuMemSetAccess makes its mapped granules readable and
+ * writable, cuMemUnmap takes that away again, so touching a range the pool unmapped faults. Every
+ * misuse a driver would refuse (a release of a mapped granule, a free of a range still mapped, a
+ * double map) is counted, and the counters let a test assert every reserve/create/map is matched.
  */
+#define _GNU_SOURCE
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef struct {
     void *dst;
@@ -93,5 +103,225 @@ int cuCtxSetCurrent(void *ctx) { return 0; }
 int cuGetErrorName(int code, const char **name)
 {
     *name = code == 719 ? "CUDA_ERROR_LAUNCH_FAILED" : "CUDA_ERROR_UNKNOWN";
+    return 0;
+}
+
+/* ---- Memory and the stream-ordered pool, on host memory --------------------------------------- */
+static size_t fake_total = (size_t)8 << 30;
+static long long pool_reserved = 0;      /* bytes live in the stream-ordered pool */
+
+void fake_set_total(size_t total) { fake_total = total; }
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+int cuMemAlloc_v2(unsigned long long *d, size_t n)
+{
+    *d = (unsigned long long)(uintptr_t)aligned_alloc(65536, round_up(n, 65536));
+    return *d ? 0 : 2;
+}
+int cuMemFree_v2(unsigned long long d) { free((void *)(uintptr_t)d); return 0; }
+int cuMemGetInfo_v2(size_t *f, size_t *t) { *f = *t = fake_total; return 0; }
+int cuMemPoolCreate(void **pool, const void *props) { *pool = (void *)0x9001; return 0; }
+int cuMemPoolSetAttribute(void *pool, int attr, void *value) { return 0; }
+int cuMemPoolGetAttribute(void *pool, int attr, void *value)
+{
+    /* Packed, growing in 2 MB steps: what the device pool's cap check assumes of the driver. */
+    *(unsigned long long *)value = attr == 5 ? round_up((size_t)pool_reserved, (size_t)2 << 20) : 0;
+    return 0;
+}
+int cuMemPoolTrimTo(void *pool, size_t keep) { return 0; }
+int cuMemPoolDestroy(void *pool) { return 0; }
+
+/* The pool's allocations carry their size in front, so a free knows what to take off "reserved". */
+int cuMemAllocFromPoolAsync(unsigned long long *d, size_t n, void *pool, void *stream)
+{
+    size_t grown = round_up(n ? n : 1, 512);
+    char *m = aligned_alloc(512, round_up(n + 512, 512));
+    if (m == NULL)
+        return 2;
+    *(size_t *)m = grown;
+    pool_reserved += (long long)grown;
+    *d = (unsigned long long)(uintptr_t)(m + 512);
+    return 0;
+}
+int cuMemFreeAsync(unsigned long long d, void *stream)
+{
+    char *m = (char *)(uintptr_t)d - 512;
+    pool_reserved -= (long long)*(size_t *)m;
+    free(m);
+    return 0;
+}
+int cuCtxSynchronize(void) { return 0; }
+
+/* ---- Virtual memory management ------------------------------------------------------------------ */
+#define FV_HANDLES 8192
+#define FV_RANGES 4096
+static size_t fv_granule = (size_t)2 << 20;
+static int fv_supported = 1, fv_create_not_supported = 0;
+static struct { uintptr_t mapped_at; int live, accessible; } fv_h[FV_HANDLES + 1];   /* handle = index */
+static struct { uintptr_t va; size_t size; void *base; size_t base_size; } fv_r[FV_RANGES];
+static int fv_nr = 0;
+static long long fv_count[8];   /* creates, releases, reserves, frees, maps, unmaps, set_access, errors */
+enum { C_CREATE, C_RELEASE, C_RESERVE, C_FREE, C_MAP, C_UNMAP, C_ACCESS, C_ERROR };
+
+void fake_vmm_configure(long long granule, int supported, int create_not_supported)
+{
+    fv_granule = (size_t)granule;
+    fv_supported = supported;
+    fv_create_not_supported = create_not_supported;
+}
+
+/* out[0..7]: the counters above; out[8] granules alive; out[9] ranges reserved; out[10] granules mapped. */
+void fake_vmm_counts(long long *out)
+{
+    memcpy(out, fv_count, sizeof fv_count);
+    out[8] = out[10] = 0;
+    for (int i = 1; i <= FV_HANDLES; i++) {
+        out[8] += fv_h[i].live;
+        out[10] += fv_h[i].live && fv_h[i].mapped_at != 0;
+    }
+    out[9] = fv_nr;
+}
+
+static int fv_at(uintptr_t va)
+{
+    for (int i = 1; i <= FV_HANDLES; i++)
+        if (fv_h[i].live && fv_h[i].mapped_at == va)
+            return i;
+    return 0;
+}
+
+static int fv_range(uintptr_t va, size_t n)
+{
+    for (int i = 0; i < fv_nr; i++)
+        if (fv_r[i].va <= va && va + n <= fv_r[i].va + fv_r[i].size)
+            return i;
+    return -1;
+}
+
+/* 1 when [va, va + n) lies in granules that are mapped and accessible (the mock's check_range). */
+int fake_vmm_accessible(uintptr_t va, long long n)
+{
+    uintptr_t start = va / fv_granule * fv_granule;
+    for (uintptr_t g = start; g < va + (uintptr_t)n; g += fv_granule) {
+        int h = fv_at(g);
+        if (h == 0 || !fv_h[h].accessible)
+            return 0;
+    }
+    return 1;
+}
+
+int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+int cuDeviceGetAttribute(int *value, int attr, int dev) { *value = attr == 102 ? fv_supported : 0; return 0; }
+int cuMemGetAllocationGranularity(size_t *g, const void *prop, int option)
+{
+    if (!fv_supported)
+        return 801;
+    *g = fv_granule;
+    return 0;
+}
+int cuMemCreate(unsigned long long *handle, size_t n, const void *prop, unsigned long long flags)
+{
+    if (fv_create_not_supported)
+        return 801;
+    if (n % fv_granule != 0) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    for (int i = 1; i <= FV_HANDLES; i++)
+        if (!fv_h[i].live) {
+            fv_h[i].live = 1;
+            fv_h[i].mapped_at = 0;
+            fv_h[i].accessible = 0;
+            *handle = (unsigned long long)i;
+            fv_count[C_CREATE]++;
+            return 0;
+        }
+    return 2;
+}
+int cuMemRelease(unsigned long long h)
+{
+    if (h == 0 || h > FV_HANDLES || !fv_h[h].live || fv_h[h].mapped_at != 0) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    fv_h[h].live = 0;
+    fv_count[C_RELEASE]++;
+    return 0;
+}
+int cuMemAddressReserve(unsigned long long *va, size_t n, size_t align, unsigned long long addr,
+                        unsigned long long flags)
+{
+    if (fv_nr == FV_RANGES || n == 0 || n % fv_granule != 0 || addr != 0 || flags != 0) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    size_t a = align ? align : fv_granule, total = n + a;
+    void *base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED)
+        return 2;
+    uintptr_t v = round_up((uintptr_t)base, a);
+    fv_r[fv_nr].va = v, fv_r[fv_nr].size = n, fv_r[fv_nr].base = base, fv_r[fv_nr].base_size = total;
+    fv_nr++;
+    *va = v;
+    fv_count[C_RESERVE]++;
+    return 0;
+}
+int cuMemAddressFree(unsigned long long va, size_t n)
+{
+    int i = fv_range((uintptr_t)va, n);
+    if (i < 0 || fv_r[i].va != va || fv_r[i].size != n) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    for (size_t off = 0; off < n; off += fv_granule)
+        if (fv_at((uintptr_t)va + off))
+            fv_count[C_ERROR]++;             /* freed while a granule is still mapped */
+    munmap(fv_r[i].base, fv_r[i].base_size);
+    fv_r[i] = fv_r[--fv_nr];
+    fv_count[C_FREE]++;
+    return 0;
+}
+int cuMemMap(unsigned long long va, size_t n, size_t offset, unsigned long long h, unsigned long long flags)
+{
+    if (h == 0 || h > FV_HANDLES || !fv_h[h].live || fv_h[h].mapped_at != 0 || n != fv_granule || offset != 0 ||
+        flags != 0 || fv_range((uintptr_t)va, n) < 0 || fv_at((uintptr_t)va)) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    fv_h[h].mapped_at = (uintptr_t)va;
+    fv_count[C_MAP]++;
+    return 0;
+}
+int cuMemUnmap(unsigned long long va, size_t n)
+{
+    int h = fv_at((uintptr_t)va);
+    if (h == 0 || n != fv_granule) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    fv_h[h].mapped_at = 0;
+    fv_h[h].accessible = 0;
+    mprotect((void *)(uintptr_t)va, n, PROT_NONE);
+    madvise((void *)(uintptr_t)va, n, MADV_DONTNEED);
+    fv_count[C_UNMAP]++;
+    return 0;
+}
+int cuMemSetAccess(unsigned long long va, size_t n, const void *desc, size_t count)
+{
+    const int *d = desc;        /* CUmemAccessDesc: location {type, id}, flags */
+    if (count != 1 || d[0] != 1 || d[2] != 3) {
+        fv_count[C_ERROR]++;
+        return 1;
+    }
+    for (size_t off = 0; off < n; off += fv_granule)
+        if (!fv_at((uintptr_t)va + off)) {
+            fv_count[C_ERROR]++;
+            return 1;
+        }
+    for (size_t off = 0; off < n; off += fv_granule)
+        fv_h[fv_at((uintptr_t)va + off)].accessible = 1;
+    mprotect((void *)(uintptr_t)va, n, PROT_READ | PROT_WRITE);
+    fv_count[C_ACCESS]++;
     return 0;
 }
