@@ -43,28 +43,75 @@ def _roundtrip(ctx, buf, rng):
     return host
 
 
-def test_both_levels_hold_data(ctx, pool, rng):
+def test_all_levels_hold_data(ctx, pool, rng):
     small = [pool.alloc(n) for n in (1, 700, 4096, 65536, MB)]
-    large = [pool.alloc(n) for n in (MB + 1, 8 * MB, 100 * MB)]
-    assert [b.level for b in small] == [1] * 5 and [b.level for b in large] == [2] * 3
+    mid = pool.alloc(MB + 1)                                     # above level 1, below level 3's 2 MB
+    large = [pool.alloc(n) for n in (8 * MB, 100 * MB)]
+    assert [b.level for b in small] == [1] * 5 and mid.level == 2 and [b.level for b in large] == [3, 3]
     assert all(b.ptr % 512 == 0 for b in small)
-    datas = [_roundtrip(ctx, b, rng) for b in small + large]
-    # A device-to-device copy from level 1 to level 2 and back through the driver.
-    ctx.driver.memcpy_dtod_async(large[0].ptr, small[4].ptr, MB, ctx.stream)
+    s = pool.stats()
+    assert s.vmm_enabled and not s.vmm_reason and s.vmm_granule > 0
+    assert s.vmm_granules == sum(-(-b.nbytes // s.vmm_granule) for b in large)
+    datas = [_roundtrip(ctx, b, rng) for b in small + [mid] + large]
+    # Device-to-device copies between the levels, through the driver.
+    ctx.driver.memcpy_dtod_async(mid.ptr, small[4].ptr, MB, ctx.stream)
+    ctx.driver.memcpy_dtod_async(large[1].ptr + 50 * MB, mid.ptr, MB, ctx.stream)
     ctx.driver.stream_synchronize(ctx.stream)
     back = np.empty(MB, np.uint8)
-    ctx.driver.memcpy_dtoh(back.ctypes.data, large[0].ptr, MB)
+    ctx.driver.memcpy_dtoh(back.ctypes.data, large[1].ptr + 50 * MB, MB)
     np.testing.assert_array_equal(back, datas[4])
-    for b in small + large:
+    for b in small + [mid] + large:
         pool.free(b, ctx.stream)
     pool.flush()
     s = pool.stats()
-    assert s.in_use == 0 and s.pending_bytes == 0 and s.served_slab == 5 and s.served_driver == 3
-    assert s.driver_allocs == 1 + 3          # one block for every small buffer, one call per large one
+    assert s.in_use == 0 and s.pending_bytes == 0
+    assert (s.served_slab, s.served_driver, s.served_vmm) == (5, 1, 2)
+    assert s.vmm_ranges_cached == 2           # freed large ranges stay mapped for reuse
+    again = pool.alloc(100 * MB)              # same rounded size: the cached range, no driver call
+    calls = s.vmm_driver_calls
+    assert again.level == 3 and pool.stats().vmm_cache_hits == 1 and pool.stats().vmm_driver_calls == calls
+    _roundtrip(ctx, again, rng)
+    pool.free(again)
 
 
-def test_stats_agree_with_driver_pool(ctx, pool):
+def test_classic_fragmentation_case_on_device(ctx, rng):
+    """Many 4 MB buffers, every other one freed, then one 1 GB request: level 3 serves it from the
+    freed granules (no new physical memory), data intact; closing returns the memory to the device."""
+    free0, _ = ctx.driver.mem_get_info()
+    with DevicePool(ctx, slab_block_bytes=64 * MB, slab_blocks=1) as p:
+        bufs = [p.alloc(4 * MB) for _ in range(512)]            # 2 GB
+        keep = bufs[1::2]
+        marks = {}
+        for b in keep[::37]:
+            marks[b.ptr] = _roundtrip(ctx, b, rng)
+        for b in bufs[::2]:
+            p.free(b)
+        p.flush()
+        created = p.stats().vmm_granules_created
+        big = p.alloc(1 << 30)
+        s = p.stats()
+        assert big.level == 3 and s.vmm_granules_created == created, "the 1 GB request made new granules"
+        assert s.peak_in_use / s.peak_reserved >= 0.85, (s.peak_in_use, s.peak_reserved)
+        _roundtrip(ctx, big, rng)
+        for b in keep[::37]:                                    # the live buffers kept their data
+            back = np.empty(4 * MB, np.uint8)
+            ctx.driver.memcpy_dtoh(back.ctypes.data, b.ptr, 4 * MB)
+            np.testing.assert_array_equal(back, marks[b.ptr])
+        for b in keep + [big]:
+            p.free(b)
+    free1, _ = ctx.driver.mem_get_info()
+    assert free1 >= free0 - 64 * MB, (free0, free1)          # everything given back (allocator noise aside)
+
+
+def test_stats_agree_with_driver_pool(ctx):
+    with DevicePool(ctx, slab_block_bytes=64 * MB, slab_blocks=2, small_max=MB, vmm_min_bytes=None) as pool:
+        assert not pool.stats().vmm_enabled and pool.stats().vmm_reason
+        _driver_pool_stats(ctx, pool)
+
+
+def _driver_pool_stats(ctx, pool):
     bufs = [pool.alloc(n) for n in (3 * MB, 17 * MB, 64 * MB)]
+    assert [b.level for b in bufs] == [2, 2, 2]
     s, raw = pool.stats(), pool.stats_raw()
     reserved = ctx.driver.mem_pool_attribute(pool.driver_pool, "RESERVED_MEM_CURRENT")
     used = ctx.driver.mem_pool_attribute(pool.driver_pool, "USED_MEM_CURRENT")
@@ -103,7 +150,7 @@ def test_many_small_buffers_one_driver_call(ctx, pool, rng):
 
 def test_cupy_allocator(ctx, pool, rng):
     cupy = pytest.importorskip("cupy", reason="cupy not installed")
-    before = pool.stats().served_slab + pool.stats().served_driver
+    before = pool.stats().served_slab + pool.stats().served_driver + pool.stats().served_vmm
     x_host = rng.standard_normal(300_000)
     with cupy.cuda.using_allocator(pool.cupy_allocator()):
         x = cupy.asarray(x_host)
@@ -113,7 +160,7 @@ def test_cupy_allocator(ctx, pool, rng):
         del x, y
     cupy.cuda.Stream.null.synchronize()
     s = pool.stats()
-    assert s.served_slab + s.served_driver - before >= 2
+    assert s.served_slab + s.served_driver + s.served_vmm - before >= 2
     assert s.in_use == 0                      # CuPy's references dropped: freed into the pool
 
 
@@ -131,7 +178,8 @@ c = (a.cuda() @ b.cuda()).cpu()
 err = float((c - a @ b).abs().max())
 small = torch.ones(10, device="cuda").sum().item()
 s = pool.stats()
-print(json.dumps({"err": err, "small": small, "served": s.served_slab + s.served_driver, "in_use": s.in_use}))
+print(json.dumps({"err": err, "small": small, "served": s.served_slab + s.served_driver + s.served_vmm,
+                  "in_use": s.in_use}))
 """
 
 

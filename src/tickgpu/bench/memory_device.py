@@ -75,7 +75,11 @@ def _churn_pool(ctx, ops) -> dict:
         s = pool.stats()
     return {"failures": failures, "peak_reserved": s.peak_reserved, "peak_in_use": s.peak_in_use,
             "utilization": s.peak_in_use / s.peak_reserved if s.peak_reserved else None,
-            "driver_allocs": s.driver_allocs, "flushes": s.flushes}
+            "driver_allocs": s.driver_allocs, "flushes": s.flushes, "served": [s.served_slab, s.served_driver,
+                                                                              s.served_vmm],
+            "vmm_enabled": s.vmm_enabled, "vmm_reason": s.vmm_reason, "vmm_granule": s.vmm_granule,
+            "vmm_granules_created": s.vmm_granules_created, "vmm_cache_hits": s.vmm_cache_hits,
+            "vmm_driver_calls": s.vmm_driver_calls}
 
 
 def _churn_torch(torch, ops) -> dict:
@@ -110,7 +114,8 @@ def _alloc_costs(ctx, quick: bool, torch) -> dict:
 
     d, stream = ctx.driver, ctx.stream
     repeats = 300 if quick else 3000
-    sizes = {"level1": 4096, "level2": 4 * MB}
+    # level 2 (the driver's pool) between small_max and level 3's 2 MB; level 3 (VMM ranges) above
+    sizes = {"level1": 4096, "level2": 3 * MB // 2, "level3": 4 * MB}
     out = {}
     with DevicePool(ctx, small_max=MB) as pool:
         for label, nbytes in sizes.items():
