@@ -132,14 +132,21 @@ def test_idle_exit_and_relaunch(ctx, rng):
 
 
 def test_context_wide_waits_do_not_stall_on_an_open_resident_kernel(ctx, rng):
-    """warmup() waits for the whole context; with a resident kernel open (idle timeout 60 s) it
-    must park the kernel, not wait for it to time out, and the next call must relaunch it."""
+    """The runtime's waits for the whole context (here warmup() run a second time, and
+    RuntimeContext.synchronize itself) park an open resident kernel (idle timeout 60 s) instead of
+    waiting for it to time out; the next call relaunches it. (warmup() comes first: the first
+    launch of each kernel loads its code, which waits for work in flight, a resident kernel too.)"""
+    tickgpu.warmup()
     with mailbox.resident("greeks", dtype=np.float64, capacity=256, idle_timeout=60.0) as r:
         values = chain(rng, 256, np.float64)
         agree(r(*values), cpu(values, np.float64), np.float64, "before")
         launches = r.launches
         t0 = time.monotonic()
+        ctx.synchronize()
+        assert time.monotonic() - t0 < 20.0, "synchronize() waited for the resident kernel's idle timeout"
+        agree(r(*values), cpu(values, np.float64), np.float64, "after synchronize")
+        assert r.launches == launches + 1
+        t0 = time.monotonic()
         tickgpu.warmup()
         assert time.monotonic() - t0 < 20.0, "warmup() waited for the resident kernel's idle timeout"
-        agree(r(*values), cpu(values, np.float64), np.float64, "after")
-        assert r.launches == launches + 1
+        agree(r(*values), cpu(values, np.float64), np.float64, "after warmup")

@@ -28,7 +28,10 @@ context (``cuCtxSynchronize``) would wait until the kernel returns on idle (``id
 by default). The runtime's own context-wide waits (`RuntimeContext.synchronize`: warm-up, the
 constant ring wrapping, grid and scratch blocks replaced) park open resident kernels first
 (`ResidentGreeks.park`: asked to return, relaunched by the next call); code of one's own that
-waits for the whole context should do the same, or wait for its own streams or events.
+waits for the whole context should do the same, or wait for its own streams or events. Open
+resident kernels after `tickgpu.warmup()`: the first launch of any kernel loads its code (the
+driver's lazy loading), and that waits for work in flight, a running resident kernel included
+(measured on an H200: a warm-up begun with one open waited out its idle timeout).
 
 The kernel returns by itself after `idle_timeout` seconds without a request (so a forgotten
 mailbox never holds SMs for ever); the next call relaunches it, transparently (a launch, ~10 us,
