@@ -366,58 +366,6 @@ def bench_launch(cp, repeats: int) -> dict:
     return res
 
 
-def bench_implied_vol(cp, n: int) -> dict:
-    sync = cp.cuda.runtime.deviceSynchronize
-    x = option_inputs(np, n, np.float64, seed=5)
-    price = tickgpu.greeks(**x, backend="cpu").price
-    args = {k: cp.asarray(v) for k, v in x.items() if k != "vol"}
-    cprice = cp.asarray(price)
-    t = time_device(lambda: tickgpu.implied_vol(cprice, **args, backend="gpu"), sync)
-    vol_gpu = cp.asnumpy(tickgpu.implied_vol(cprice, **args, backend="gpu"))
-    sl = slice(0, 200_000)
-    vol_cpu = tickgpu.implied_vol(price[sl], **{k: v[sl] for k, v in x.items() if k != "vol"}, backend="cpu")
-    # Compared where a vol exists (vol 0 at intrinsic is compared exactly, not relatively).
-    ok = np.isfinite(vol_cpu) & np.isfinite(vol_gpu[sl]) & (vol_cpu > 0)
-    rel = np.abs(vol_gpu[sl][ok] - vol_cpu[ok]) / vol_cpu[ok]
-    res = {"n": n, "seconds": t, "options_per_s": n / t, "max_rel_diff_vs_cpu": float(rel.max()),
-           "p999_rel_diff_vs_cpu": float(np.percentile(rel, 99.9)), "compared": int(ok.sum()),
-           "nan_mismatch": int(np.sum(np.isfinite(vol_gpu[sl]) != np.isfinite(vol_cpu))),
-           "zero_mismatch": int(np.sum((vol_gpu[sl] == 0) != (vol_cpu == 0)))}
-    x32 = {k: cp.asarray(v.astype(np.float32)) if v.dtype != bool else cp.asarray(v) for k, v in x.items() if k != "vol"}
-    p32 = cp.asarray(price.astype(np.float32))
-    t32 = time_device(lambda: tickgpu.implied_vol(p32, **x32, dtype=np.float32, backend="gpu"), sync)
-    res["f32_options_per_s"] = n / t32
-    return res
-
-
-def bench_launch(cp, repeats: int) -> dict:
-    """One prepacked kernel launch and wait from Python, through the C hot path.
-
-    The greeks kernel (float32, 128-element variant) on one option whose arguments were packed once;
-    each call is `Launcher.launch(..., sync=True)`: one native call (cuLaunchKernel + stream
-    synchronise, GIL released). Compared with the floor's C `<<<>>>` launch + sync of an empty kernel.
-    """
-    from tickgpu.runtime import context
-
-    ctx = context()
-    lau = ctx.launcher("greeks", "f32", 1, False)
-    ins = [cp.full(16, v, dtype=cp.float32) for v in (100.0, 100.0, 0.5, 0.01, 0.2, 0.0)]
-    call = cp.ones(16, dtype=cp.uint8)
-    outs = [cp.empty(16, dtype=cp.float32) for _ in GREEK_KEYS]
-    values = []
-    for a in ins:
-        values += [a.data.ptr, 0]
-    values += [call.data.ptr, 0, *(o.data.ptr for o in outs), 1]
-    lau.args.pack(*values)
-    stream = cp.cuda.Stream(non_blocking=True)
-    handle = stream.ptr
-    res = time_calls(lambda: lau.launch(1, handle, sync=True), repeats, warmup=200)
-    price = float(outs[0].get()[0])
-    ref = float(tickgpu.greeks(100.0, 100.0, 0.5, 0.01, 0.2, dtype=np.float32, backend="cpu").price)
-    res["price_check_rel"] = abs(price - ref) / ref
-    return res
-
-
 _WARM_START = r"""
 import time, json, numpy as np
 t0 = time.perf_counter(); import tickgpu; t1 = time.perf_counter()
