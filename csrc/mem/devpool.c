@@ -1,5 +1,5 @@
 /*
- * devpool.c -- tickgpu's two-level device memory pool (declarations: tickgpu.h, "Device pool").
+ * devpool.c -- tickgpu's device memory pool (three levels) (declarations: tickgpu.h, "Device pool").
  *
  * Why a pool: cuMemAlloc costs tens of microseconds and synchronizes the device, and the driver's
  * stream-ordered pool, though cheaper, still costs a driver call per buffer. Trading code makes many
