@@ -1,5 +1,6 @@
 """Memory that keeps the GPU fed: pinned and huge-page host memory, mapped zero-copy buffers,
-managed arrays prefetched in blocks, and a device pool (slabs, the driver's stream-ordered pool, mapped VMM ranges) with lazy reclamation.
+managed arrays prefetched in blocks, and a three-level device pool (slabs, the driver's stream-ordered
+pool, mapped VMM ranges) with lazy reclamation.
 
 - `PinnedPool` / `PinnedBuffer` (`tickgpu.memory.host`): page-locked, 64-byte-aligned host
   memory from huge pages where the OS allows, registered with the driver, reused by size class,
