@@ -446,9 +446,15 @@ int tg_host_unmap(void *p, uint64_t bytes);
  * to serve a request the cache and the free list cannot, so large blocks never fragment. Where
  * VMM is unsupported, those requests take levels 1 and 2 and the stats say why (vmm_reason).
  * Frees are lazy: a freed buffer is pending, not reusable, until a flush (tg_devpool_flush, the
- * pending bytes passing lazy_bytes, or an allocation that cannot otherwise be served); a flush
- * synchronizes the streams of the pending frees (where that wait fails, the flush returns
- * TG_ECUDA and keeps level-1 and level-3 frees pending: their memory may still be in use).
+ * pending bytes passing lazy_bytes, or an allocation that cannot otherwise be served). A free
+ * records an event on its stream (one event per distinct stream per batch, re-recorded, from a
+ * free list the pool owns), never keeping the stream: the flush waits on the events, so a stream
+ * destroyed after the free is harmless. A free on TG_DEVPOOL_ANY_STREAM (memory that may be in use
+ * on any stream), on a 17th distinct stream of one batch, or on a stream the driver refuses to
+ * record on, makes the flush wait for the whole context (cuCtxSynchronize), unless context waits
+ * are held (tg_devpool_hold_context_waits): those blocks then stay pending for a later flush.
+ * Level-2 buffers are freed at the flush, after their wait. Where a wait fails, the flush returns
+ * TG_ECUDA and keeps every pending free pending: its memory may still be in use.
  * Reserved bytes (blocks + level 2 + level-3 granules) never pass the
  * cap. Every call takes the pool's mutex, so any thread may call, with the GIL released.
  * backend: TG_DEVPOOL_DRIVER reaches libcuda through dlopen (TG_ENODRIVER without it);
@@ -461,6 +467,9 @@ enum {
     TG_DEVPOOL_DRIVER = 0,
     TG_DEVPOOL_HOST = 1
 };
+/* The stream argument of tg_devpool_free meaning "may be in use on any stream" ((uintptr_t)-1:
+ * never a CUstream). */
+enum { TG_DEVPOOL_ANY_STREAM = -1 };
 
 typedef struct tg_devpool tg_devpool;
 
@@ -505,6 +514,8 @@ typedef struct {
     int64_t vmm_driver_calls;   /* level-3 driver calls: create, release, reserve, free, map, unmap, access */
     int vmm_enabled;            /* 1: level 3 serves requests of at least vmm_min_bytes */
     char vmm_reason[128];       /* why level 3 is off ("" when on) */
+    int64_t events_created;     /* cuEventCreate calls (the free list reuses them: at most 16) */
+    int64_t pending_any;        /* pending buffers whose flush waits for the whole context */
 } tg_devpool_stats;
 
 int tg_devpool_create(const tg_devpool_config *config, tg_devpool **pool, int *cu_result);
@@ -514,7 +525,8 @@ int tg_devpool_destroy(tg_devpool *pool, int64_t *outstanding, int64_t *outstand
 /* nbytes >= 0 (0 gets the smallest class); *level receives 1, 2 or 3 (may be NULL). */
 int tg_devpool_alloc(tg_devpool *pool, int64_t nbytes, uintptr_t stream, uintptr_t *ptr, int *level,
                      int *cu_result);
-/* stream: the last stream that used the buffer (the flush waits for it). */
+/* stream: the last stream that used the buffer (an event recorded on it now is what the flush
+ * waits for), or TG_DEVPOOL_ANY_STREAM. */
 int tg_devpool_free(tg_devpool *pool, uintptr_t ptr, uintptr_t stream, int *cu_result);
 int tg_devpool_flush(tg_devpool *pool, int *cu_result);
 int tg_devpool_get_stats(tg_devpool *pool, tg_devpool_stats *stats);
@@ -523,6 +535,10 @@ int tg_devpool_get_stats(tg_devpool *pool, tg_devpool_stats *stats);
 int64_t tg_devpool_rounded(const tg_devpool *pool, int64_t nbytes);
 /* Size (rounded), level and state (1 live, 2 pending) of a pointer; TG_EINVAL if not held. */
 int tg_devpool_lookup(tg_devpool *pool, uintptr_t ptr, int64_t *nbytes, int *level, int *state);
+/* hold != 0: one more hold; 0: one fewer. While any is held no flush calls cuCtxSynchronize (a
+ * resident kernel never finishes, so that wait would stall): buffers freed on
+ * TG_DEVPOOL_ANY_STREAM stay pending. Returns the holds now (-1: pool NULL). */
+int64_t tg_devpool_hold_context_waits(tg_devpool *pool, int hold);
 /* The driver's CUmemoryPool handle of level 2 (0 on the host backend). */
 uintptr_t tg_devpool_driver_pool(tg_devpool *pool);
 /* The process-wide pool tg_torch_alloc / tg_torch_free use (NULL: none); returns the previous one. */

@@ -14,9 +14,24 @@
  * left the driver pool at 76 % utilization (4.93 GB reserved for 3.76 GB in use): it cannot give
  * back holes between live buffers. Granules can be mapped anywhere, so large blocks cannot fragment.
  *
- * Why lazy frees: a buffer freed by the host may still be in use by queued GPU work. Rather than
- * record an event per free, frees are batched: pending until a flush, which synchronizes the streams
- * involved once and then returns everything (coalescing free page ranges).
+ * Why lazy frees: a buffer freed by the host may still be in use by queued GPU work. Frees are
+ * batched: pending until a flush, which waits once for the work involved and then returns everything
+ * (coalescing free page ranges).
+ *
+ * Why events, not streams: a stream named at free() may be destroyed before the flush (CuPy frees on
+ * the stream current at allocation, and a garbage-collected cupy.cuda.Stream destroys its handle);
+ * cuStreamSynchronize or cuMemFreeAsync on a dead handle fails, or, where the handle value was reused
+ * by a new stream, waits on the wrong one. So free() records an event on the stream while it is
+ * known to be alive, and the flush waits on the event, which completes when the work queued before it
+ * does whatever became of the stream. Cheap: one event per distinct stream per pending batch, re-
+ * recorded by each later free on that stream (a record captures all work queued so far, so it covers
+ * the earlier frees too), taken from a small free list the pool owns and reused after each flush: no
+ * cuEventCreate once warm. TG_DEVPOOL_ANY_STREAM (memory usable on any stream), a 17th distinct
+ * stream in one batch, or a stream the driver refuses to record on, make the flush wait for the whole
+ * context instead (cuCtxSynchronize), unless context waits are held off (tg_devpool_hold_context_waits:
+ * a resident kernel never finishes, so such a wait would stall): those blocks then stay pending.
+ * Level 2 is freed at the flush, after its event, with cuMemFreeAsync on CU_STREAM_PER_THREAD (the
+ * flushing thread's default stream, alive as long as the thread): never on a remembered stream.
  *
  * Why C: PyTorch's CUDAPluggableAllocator calls plain C function pointers from any thread, without
  * the GIL; the same code serves tickgpu's Python API through CFFI. One mutex guards a pool.
@@ -39,6 +54,7 @@ typedef unsigned long long CUdeviceptr;
 typedef void *CUstream;
 typedef void *CUmemoryPool;
 typedef void *CUcontext;
+typedef void *CUevent;
 
 typedef struct {            /* CUmemPoolProps_v1 */
     int alloc_type;         /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
@@ -72,6 +88,10 @@ static struct {
     CUresult (*ctx_sync)(void);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*error_name)(CUresult, const char **);
+    CUresult (*event_create)(CUevent *, unsigned int);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_sync)(CUevent);
+    CUresult (*event_destroy)(CUevent);
 } cu;
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -100,6 +120,10 @@ static void cu_load(void)
     LOAD(ctx_sync, "cuCtxSynchronize");
     LOAD(ctx_set_current, "cuCtxSetCurrent");
     LOAD(error_name, "cuGetErrorName");
+    LOAD(event_create, "cuEventCreate");
+    LOAD(event_record, "cuEventRecord");
+    LOAD(event_sync, "cuEventSynchronize");
+    LOAD(event_destroy, "cuEventDestroy_v2");   /* what cuda.h maps cuEventDestroy to */
 #undef LOAD
     void **table = (void **)&cu;
     for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
@@ -121,6 +145,8 @@ static int cu_ready(void)
 #define MIN_CLASS ((int64_t)512)
 #define MAX_BLOCKS 64
 #define MAX_SYNC_STREAMS 16             /* more distinct streams than this: one context sync instead */
+#define CU_EVENT_DISABLE_TIMING 0x2u
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 #define DRIVER_GRANULE ((int64_t)2 << 20) /* the driver pool grows in 2 MB steps: the cap check counts so */
 #define MAX_REQUEST ((int64_t)1 << 56)
 
@@ -148,8 +174,8 @@ typedef struct {
     int64_t size;                       /* rounded */
     slab *sl;                           /* level 1: its slab */
     tg_vmm_range *vr;                   /* level 3: its mapped range */
-    uintptr_t stream;
     uint8_t level, state;
+    uint8_t any;                        /* pending: the flush waits for the whole context */
 } entry;
 
 struct tg_devpool {
@@ -167,6 +193,12 @@ struct tg_devpool {
     int64_t l2_bytes;                   /* level-2 buffers live or pending (rounded) */
     int64_t l2_reserved;                /* driver: pool's RESERVED_MEM_CURRENT as last read */
     tg_vmm vmm;                         /* level 3: large blocks on virtual memory management */
+    struct { uintptr_t stream; CUevent ev; } batch[MAX_SYNC_STREAMS];   /* this batch's events */
+    int nbatch;
+    CUevent idle[MAX_SYNC_STREAMS];     /* events not in use: batch + idle never pass MAX_SYNC_STREAMS */
+    int nidle;
+    int64_t npending_any;               /* pending blocks the flush waits for the whole context for */
+    int64_t context_holds;              /* > 0: no cuCtxSynchronize (a resident kernel is open) */
     tg_devpool_stats st;
 };
 
@@ -557,7 +589,7 @@ static void l2_release(tg_devpool *p, const entry *e, int *cu_result)
     if (p->cfg.backend == TG_DEVPOOL_HOST)
         free((void *)e->ptr);
     else
-        report(cu.free_async((CUdeviceptr)e->ptr, (CUstream)e->stream), cu_result);
+        report(cu.free_async((CUdeviceptr)e->ptr, CU_STREAM_PER_THREAD), cu_result);  /* idle by now */
     p->l2_bytes -= e->size;
 }
 
@@ -576,42 +608,33 @@ static int flush_locked(tg_devpool *p, int *cu_result)
 {
     if (p->npending == 0)
         return TG_OK;
-    int st = TG_OK;
+    int st = TG_OK, context_waited = 0;
     if (p->cfg.backend == TG_DEVPOOL_DRIVER) {
-        /* Level-1 chunks and level-3 ranges are reused by the host without ordering, so their last
-           streams must be done; level-2 frees are stream-ordered by cuMemFreeAsync and need no wait. */
-        uintptr_t streams[MAX_SYNC_STREAMS];
-        int n = 0, overflow = 0;
-        for (int64_t i = 0; i < p->npending && !overflow; i++) {
-            entry *e = table_find(p, p->pending[i]);
-            if (e == NULL || e->level == 2)
-                continue;
-            int seen = 0;
-            for (int k = 0; k < n; k++)
-                seen |= streams[k] == e->stream;
-            if (!seen) {
-                if (n == MAX_SYNC_STREAMS)
-                    overflow = 1;
-                else
-                    streams[n++] = e->stream;
-            }
-        }
-        if (overflow)
+        /* Every level is reused (or, level 2, freed) only once the work queued before its free is
+           done: each batch event was last recorded at the last free on its stream. */
+        for (int k = 0; k < p->nbatch && st == TG_OK; k++)
+            st = report(cu.event_sync(p->batch[k].ev), cu_result);
+        if (st == TG_OK && p->npending_any > 0 && p->context_holds == 0) {
             st = report(cu.ctx_sync(), cu_result);
-        for (int k = 0; k < n && !overflow && st == TG_OK; k++)
-            st = report(cu.stream_sync((CUstream)streams[k]), cu_result);
+            context_waited = st == TG_OK;
+        }
+    } else {
+        context_waited = 1;     /* host memory: nothing queued */
     }
-    int64_t kept = 0;
+    int64_t kept = 0, returned = 0;
     for (int64_t i = 0; i < p->npending; i++) {
         entry *e = table_find(p, p->pending[i]);
         if (e == NULL)
             continue;
-        if (e->level != 2 && st != TG_OK) {
-            /* The wait failed, so queued work may still use the chunk: it stays pending (never
-               handed out again) until a later flush manages to wait for its stream. */
+        if (st != TG_OK || (e->any && !context_waited)) {
+            /* The wait failed (queued work may still use the memory: it stays pending, never
+               handed out again, until a later flush manages), or the block may be in use on any
+               stream and context waits are held off: kept for a flush that may wait for them. */
             p->pending[kept++] = p->pending[i];
             continue;
         }
+        if (e->any)
+            p->npending_any--;
         if (e->level == 1)
             l1_release(p, e);
         else if (e->level == 3)
@@ -620,9 +643,16 @@ static int flush_locked(tg_devpool *p, int *cu_result)
             l2_release(p, e, cu_result);
         p->st.pending_bytes -= e->size;
         table_remove(p, e);
+        returned++;
     }
     p->npending = kept;
-    p->st.flushes++;
+    if (st == TG_OK) {          /* every event waited on: back to the free list for the next batch */
+        for (int k = 0; k < p->nbatch; k++)
+            p->idle[p->nidle++] = p->batch[k].ev;
+        p->nbatch = 0;
+    }
+    if (returned > 0)
+        p->st.flushes++;
     refresh_l2_reserved(p);
     return st;
 }
@@ -737,8 +767,8 @@ int tg_devpool_destroy(tg_devpool *p, int64_t *outstanding, int64_t *outstanding
         default_pool = NULL;
     pthread_mutex_unlock(&default_mu);
     int st = enter(p, cu_result);
-    if (st == TG_OK && p->cfg.backend == TG_DEVPOOL_DRIVER && (p->nblocks > 0 || p->vmm.held > 0))
-        st = report(cu.ctx_sync(), cu_result);     /* queued work may still touch level-1/3 memory */
+    if (st == TG_OK && p->cfg.backend == TG_DEVPOOL_DRIVER && (p->nblocks > 0 || p->vmm.held > 0 || p->table_used > 0))
+        st = report(cu.ctx_sync(), cu_result);     /* queued work may still touch the memory */
     int64_t n = 0, bytes = 0;
     for (int64_t i = 0; i < p->table_size; i++) {
         entry *e = &p->table[i];
@@ -767,6 +797,10 @@ int tg_devpool_destroy(tg_devpool *p, int64_t *outstanding, int64_t *outstanding
         cu.ctx_sync();                      /* the pool must be idle before it is destroyed */
         report(cu.pool_destroy(p->driver_pool), cu_result);
     }
+    for (int k = 0; k < p->nbatch; k++)     /* complete: the context was synchronized above */
+        report(cu.event_destroy(p->batch[k].ev), cu_result);
+    for (int k = 0; k < p->nidle; k++)
+        report(cu.event_destroy(p->idle[k]), cu_result);
     if (outstanding != NULL)
         *outstanding = n;
     if (outstanding_bytes != NULL)
@@ -850,7 +884,7 @@ static int alloc_locked(tg_devpool *p, int64_t nbytes, uintptr_t stream, uintptr
     }
     if (st != TG_OK)
         return st;
-    table_insert(p, (entry){got, size, sl, vr, stream, (uint8_t)*level, ST_LIVE});
+    table_insert(p, (entry){got, size, sl, vr, (uint8_t)*level, ST_LIVE, 0});
     *ptr = got;
     if (*level == 1)
         p->st.served_slab++;
@@ -884,6 +918,35 @@ int tg_devpool_alloc(tg_devpool *p, int64_t nbytes, uintptr_t stream, uintptr_t 
     return st;
 }
 
+/* Records this batch's event of `stream` (created on first need, else from the free list, else the
+ * one already recorded on that stream this batch, re-recorded). Returns 0 where the flush must wait
+ * for the whole context instead: TG_DEVPOOL_ANY_STREAM, more distinct streams than the batch holds,
+ * or the driver refusing (a stream already destroyed: then nothing says what used the memory). */
+static int record_free(tg_devpool *p, uintptr_t stream)
+{
+    if (stream == (uintptr_t)TG_DEVPOOL_ANY_STREAM)
+        return 0;
+    int k = 0;
+    while (k < p->nbatch && p->batch[k].stream != stream)
+        k++;
+    if (k == p->nbatch) {
+        if (k == MAX_SYNC_STREAMS)
+            return 0;
+        CUevent ev = NULL;
+        if (p->nidle > 0) {
+            ev = p->idle[--p->nidle];
+        } else if (cu.event_create(&ev, CU_EVENT_DISABLE_TIMING) == 0) {
+            p->st.events_created++;
+        } else {
+            return 0;
+        }
+        p->batch[k].stream = stream;
+        p->batch[k].ev = ev;
+        p->nbatch++;
+    }
+    return cu.event_record(p->batch[k].ev, (CUstream)stream) == 0;
+}
+
 int tg_devpool_free(tg_devpool *p, uintptr_t ptr, uintptr_t stream, int *cu_result)
 {
     if (cu_result != NULL)
@@ -906,7 +969,12 @@ int tg_devpool_free(tg_devpool *p, uintptr_t ptr, uintptr_t stream, int *cu_resu
     }
     if (st == TG_OK) {
         e->state = ST_PENDING;
-        e->stream = stream;
+        e->any = 0;
+        if (p->cfg.backend == TG_DEVPOOL_DRIVER) {
+            /* A free never fails once the pointer is known: what cannot be recorded waits for all. */
+            e->any = !(enter(p, NULL) == TG_OK && record_free(p, stream));
+            p->npending_any += e->any;
+        }
         p->pending[p->npending++] = ptr;
         p->st.in_use -= e->size;
         p->st.pending_bytes += e->size;
@@ -966,6 +1034,7 @@ int tg_devpool_get_stats(tg_devpool *p, tg_devpool_stats *out)
     out->vmm_ranges_cached = v->cached_ranges;
     out->vmm_driver_calls = v->driver_calls;
     out->vmm_enabled = __atomic_load_n(&v->enabled, __ATOMIC_RELAXED);
+    out->pending_any = p->npending_any;
     memcpy(out->vmm_reason, v->reason, sizeof out->vmm_reason);
     pthread_mutex_unlock(&p->mu);
     return TG_OK;
@@ -987,6 +1056,20 @@ int tg_devpool_lookup(tg_devpool *p, uintptr_t ptr, int64_t *nbytes, int *level,
     }
     pthread_mutex_unlock(&p->mu);
     return e != NULL ? TG_OK : TG_EINVAL;
+}
+
+int64_t tg_devpool_hold_context_waits(tg_devpool *p, int hold)
+{
+    if (p == NULL)
+        return -1;
+    pthread_mutex_lock(&p->mu);
+    if (hold)
+        p->context_holds++;
+    else if (p->context_holds > 0)
+        p->context_holds--;
+    int64_t n = p->context_holds;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 uintptr_t tg_devpool_driver_pool(tg_devpool *p)

@@ -6,8 +6,19 @@ of two, 512 B minimum, 512-byte-aligned pointers) carved from a few large blocks
 life: no driver call per buffer. Level 2 serves larger requests (and small ones when level 1 is full)
 from the driver's stream-ordered pool (``cuMemAllocFromPoolAsync``), whose release threshold is
 raised so freed memory stays cached. Frees are lazy: a freed buffer is pending, not reusable, until
-a flush, which waits once for the streams involved and returns everything (free page ranges
-coalesce). Reserved memory never passes ``fraction`` of the device's memory.
+a flush, which waits once for the work involved and returns everything (free page ranges coalesce).
+Reserved memory never passes ``fraction`` of the device's memory.
+
+A free records an event on the stream it names and the flush waits on that event, never on the
+stream: a stream may be destroyed between the free and the flush (a garbage-collected
+``cupy.cuda.Stream``), and a wait on a dead handle fails, or waits on whatever new stream reused the
+handle value; an event completes when the work queued before it does, whatever became of the
+stream. One event per distinct stream per batch, re-recorded by later frees on that stream and
+reused after each flush, so a warm pool creates none. Memory that may be in use on any stream (a
+`DeviceArray` whose readers are unknown) is freed with `DevicePool.ANY_STREAM`: its flush waits for
+the whole context, or, while a resident kernel holds such waits off (`hold_context_waits`), it
+stays pending until a flush that may (`RuntimeContext.synchronize` parks the resident kernels and
+flushes).
 
 Level 3 serves requests of at least ``vmm_min_bytes`` (2 MB) through the driver's virtual memory
 management: physical memory in granules (``cuMemCreate``, 2 MB) kept on a free list, each buffer its
@@ -68,6 +79,8 @@ class PoolStats:
     vmm_ranges_cached : freed level-3 ranges kept mapped for reuse.
     vmm_driver_calls : every level-3 driver call (create, release, reserve, free, map, unmap, access).
     vmm_enabled : whether level 3 serves large requests; vmm_reason : why not ("" when it does).
+    events_created : ``cuEventCreate`` calls (events are reused: at most 16).
+    pending_any : pending buffers freed on `DevicePool.ANY_STREAM` (their flush waits for the context).
     """
 
     in_use: int
@@ -92,6 +105,8 @@ class PoolStats:
     vmm_driver_calls: int = 0
     vmm_enabled: bool = False
     vmm_reason: str = ""
+    events_created: int = 0
+    pending_any: int = 0
 
 
 class _PoolArrayView(DeviceArray):
@@ -178,7 +193,7 @@ class _Lease:
         self.ptr, self.stream, self.release = ptr, stream, release
 
     def __del__(self):
-        self.release(self.ptr, self.stream)
+        self.release(self.ptr, _stream_handle(self.stream))
 
 
 class DevicePool:
@@ -218,6 +233,9 @@ class DevicePool:
     PoolError
         If the driver cannot be reached or refuses to make the pool.
     """
+
+    #: The `free` stream meaning "may be in use on any stream": the flush waits for the whole context.
+    ANY_STREAM = (1 << 64) - 1
 
     def __init__(self, context=None, *, slab_block_bytes: int = 64 << 20, slab_blocks: int = 2,
                  small_max: int = 1 << 20, release_threshold: int | None = None, lazy_bytes: int = 100 << 20,
@@ -330,8 +348,9 @@ class DevicePool:
         buf_or_ptr : DeviceBuffer or int
             What `alloc` returned, or its address.
         stream : optional
-            The last stream that used the buffer, which a flush waits for (default: the buffer's
-            allocation stream; 0 for a bare address).
+            The last stream that used the buffer (default: the buffer's allocation stream; 0 for a
+            bare address), or `ANY_STREAM`. An event is recorded on it now and the flush waits on
+            that event, so the stream may be destroyed before the flush.
 
         Raises
         ------
@@ -354,18 +373,45 @@ class DevicePool:
         if st != lib.TG_OK:
             raise PoolError(f"free(0x{ptr:x}): the flush it triggered failed: {self._reason(st)}")
 
-    def flush(self) -> None:
-        """Synchronization point: wait for the streams of pending frees, then make them reusable.
+    def flush(self, context_wait: bool = False) -> None:
+        """Synchronization point: wait for the events recorded by pending frees (and for the whole
+        context where one was freed on `ANY_STREAM`, unless `hold_context_waits` holds that off:
+        those stay pending), then make them reusable.
+
+        Parameters
+        ----------
+        context_wait : bool
+            Lift every hold for this flush: for a caller that has parked the resident kernels
+            (`RuntimeContext.synchronize`).
 
         Raises
         ------
         PoolError
-            If a stream synchronization failed (the driver's error name is in the message).
+            If a wait failed (the driver's error name is in the message); what was pending stays so.
         """
         with self._lock:
-            st = lib.tg_devpool_flush(self._live(), self._cu)
+            pool, held = self._live(), 0
+            if context_wait:   # the holds now (one added and dropped to read them), all dropped
+                held = int(lib.tg_devpool_hold_context_waits(pool, 1)) - 1
+                for _ in range(held + 1):
+                    lib.tg_devpool_hold_context_waits(pool, 0)
+            try:
+                st = lib.tg_devpool_flush(pool, self._cu)
+            finally:
+                for _ in range(held):
+                    lib.tg_devpool_hold_context_waits(pool, 1)
         if st != lib.TG_OK:
             raise PoolError(f"flush: {self._reason(st)}")
+
+    def hold_context_waits(self, hold: bool) -> int:
+        """Add (True) or drop (False) one hold on context-wide waits; returns the holds now.
+
+        While any is held, no flush calls ``cuCtxSynchronize`` (a resident kernel never finishes by
+        itself, so that wait would stall): buffers freed on `ANY_STREAM` stay pending until a flush
+        with no hold. Event waits go on as usual.
+        """
+        with self._lock:
+            return int(lib.tg_devpool_hold_context_waits(self._live(), 1 if hold else 0))
 
     # ---- statistics --------------------------------------------------------------------------
     def stats_raw(self):
@@ -453,10 +499,11 @@ class DevicePool:
                     pass       # the pool was closed and reclaimed it already
 
         def allocate(nbytes: int):
-            stream = cupy.cuda.get_current_stream().ptr
-            buf = self.alloc(nbytes, stream)
+            stream = cupy.cuda.get_current_stream()
+            buf = self.alloc(nbytes, stream.ptr)
             # CuPy's memory objects take no weak references: the owner it keeps alive frees the
-            # buffer when CuPy lets go of it.
+            # buffer when CuPy lets go of it. The lease holds the stream object, so its handle is
+            # still alive when the free records its event (CuPy frees on the allocation stream).
             lease = _Lease(buf.ptr, stream, _release)
             mem = cupy.cuda.UnownedMemory(buf.ptr, max(nbytes, 1), owner=lease, device_id=self.device)
             return cupy.cuda.MemoryPointer(mem, 0)

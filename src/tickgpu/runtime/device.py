@@ -92,7 +92,10 @@ class BufferSource:
         if isinstance(token, int):
             self.context.driver.mem_free(token)
         else:
-            token.free()   # lazily: reused after the pool's next synchronisation point
+            # Lazily, and on any stream: a block of the runtime's (a DeviceArray's above all) may
+            # have been read or written on any stream its users chose, so its flush waits for the
+            # whole context, not for the legacy stream 0, which does not order non-blocking ones.
+            token.free(token._pool.ANY_STREAM)
 
 
 class ConstantRing:
@@ -237,6 +240,11 @@ class Context:
             if r._ctx is self and not r.park():
                 raise TickGpuError(f"{r!r} did not return when asked (before a wait for the whole context)")
         self.driver.ctx_synchronize()
+        pool = self.memory._device_pool
+        if pool and pool.stats_raw().pending_any:
+            # Blocks freed on any stream wait for the whole context; with resident kernels open the
+            # pool holds such waits off, so they are returned here, where the kernels are parked.
+            pool.flush(context_wait=True)
 
     def launcher(self, family: str, dtype: str, n: int, aligned16: bool) -> Launcher:
         k = self.bundle.select(family, dtype, n, aligned16, self.sm_count)

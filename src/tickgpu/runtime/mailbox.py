@@ -211,6 +211,7 @@ class ResidentGreeks:
         self._scalar_ptr = [ffi.cast("void *", ffi.cast("char *", base) + k * dt.itemsize) for k in range(6)]
         self._scalar_ptr.append(ffi.cast("void *", _from_buffer(self._flag)))
         self._keep = (base,)
+        self._pool_hold = _hold_context_waits(context, True)
         try:
             self._launch()
             # The first request pays for loading the module and starting the blocks; pay it now.
@@ -259,6 +260,9 @@ class ResidentGreeks:
             self.closed = True
         _unregister(self)
         _OPEN.discard(self)
+        if getattr(self, "_pool_hold", None) is not None:
+            _hold_context_waits(self._ctx, False)
+            self._pool_hold = None
         if not self._host:
             return True
         lib.tg_mailbox_quit(self._box)
@@ -466,6 +470,20 @@ def resident(op: str = "greeks", dtype=np.float64, capacity: int = DEFAULT_CAPAC
     r = cls(context(), dtype, capacity, **options)
     _register(r)
     return r
+
+
+def _hold_context_waits(ctx, hold: bool):
+    """Add or drop a hold on the context's device pool's context-wide waits (a flush with a resident
+    kernel running must not wait for the whole context); returns the pool, or None without one."""
+    memory = getattr(ctx, "memory", None)
+    pool = getattr(memory, "_device_pool", None) if memory is not None else None
+    if not pool:
+        return None
+    try:
+        pool.hold_context_waits(hold)
+    except Exception:   # noqa: BLE001 - a closed pool has nothing to flush
+        return None
+    return pool
 
 
 def open_residents() -> list[ResidentGreeks]:
