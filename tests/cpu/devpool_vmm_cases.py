@@ -201,3 +201,118 @@ def test_vmm_off_by_argument():
         s = pool.stats()
         assert not s.vmm_enabled and "off" in s.vmm_reason
         assert pool.alloc(4 * MB).level == 2
+
+
+# ---- lazy frees wait on events, not on remembered streams -----------------------------------------
+FAKE.fake_stream_enqueue.argtypes = [ctypes.c_size_t]
+FAKE.fake_stream_outstanding.argtypes = [ctypes.c_size_t]
+FAKE.fake_stream_outstanding.restype = ctypes.c_longlong
+FAKE.fake_stream_misuse.restype = ctypes.c_longlong
+FAKE.fake_ctx_syncs.restype = ctypes.c_longlong
+
+
+def new_stream() -> int:
+    h = ctypes.c_void_p()
+    assert FAKE.cuStreamCreate(ctypes.byref(h), 1) == 0
+    return int(h.value)
+
+
+def event_counts() -> dict[str, int]:
+    out = (ctypes.c_longlong * 4)()
+    FAKE.fake_event_counts(out)
+    return dict(zip(("created", "destroyed", "records", "syncs"), out))
+
+
+def test_stream_destroyed_between_free_and_flush():
+    """CuPy's case: buffers freed on a stream, the stream destroyed, then the flush. The flush must
+    succeed, wait for the work queued before the frees (an event, not the dead stream), return every
+    level for reuse, and touch the dead handle never again."""
+    with DevicePool(CTX, cap_bytes=256 * MB, vmm_min_bytes=2 * MB) as pool:
+        s = new_stream()
+        sizes = (1000, MB + 4096, 4 * MB)                       # levels 1, 2 and 3
+        bufs = [pool.alloc(n, s) for n in sizes]
+        assert [b.level for b in bufs] == [1, 2, 3]
+        FAKE.fake_stream_enqueue(s)                              # kernels still reading them
+        for b in bufs:
+            b.free(s)
+        assert FAKE.cuStreamDestroy_v2(ctypes.c_void_p(s)) == 0
+        misuse, before = FAKE.fake_stream_misuse(), pool.stats()
+        pool.flush()                                             # no error
+        after = pool.stats()
+        assert FAKE.fake_stream_misuse() == misuse               # no call on the dead handle
+        assert FAKE.fake_stream_outstanding(s) == 0              # the work before the frees: done
+        assert after.pending_bytes == 0 and after.in_use == 0 and after.flushes == before.flushes + 1
+        assert all(pool.lookup(b.ptr) is None for b in bufs)
+        assert after.events_created == 1 and after.pending_any == 0
+        s2 = new_stream()                                        # may reuse the dead handle's value
+        again = [pool.alloc(n, s2) for n in sizes]
+        assert again[0].ptr == bufs[0].ptr                       # the same level-1 chunk
+        assert again[2].ptr == bufs[2].ptr and pool.stats().vmm_cache_hits == before.vmm_cache_hits + 1
+        for b in again:
+            b.free(s2)
+        pool.flush()
+        assert pool.stats().events_created == 1                  # the free list: no new event
+        FAKE.cuStreamDestroy_v2(ctypes.c_void_p(s2))
+    assert_driver_balanced()
+    c = event_counts()
+    assert c["created"] == c["destroyed"], c
+
+
+def test_one_event_per_stream_per_batch():
+    with DevicePool(CTX, cap_bytes=256 * MB) as pool:
+        streams = [new_stream() for _ in range(3)]
+        bufs = [(pool.alloc(700, s), s) for s in streams for _ in range(5)]
+        for b, s in bufs:
+            b.free(s)
+        assert pool.stats().events_created == 3                  # 15 frees, 3 streams
+        for _ in range(4):
+            for b, s in [(pool.alloc(700, s), s) for s in streams for _ in range(5)]:
+                b.free(s)
+            pool.flush()
+        s = pool.stats()
+        assert s.events_created == 3 and s.pending_bytes == 0
+        for h in streams:
+            FAKE.cuStreamDestroy_v2(ctypes.c_void_p(h))
+
+
+def test_any_stream_waits_for_the_whole_context():
+    with DevicePool(CTX, cap_bytes=256 * MB) as pool:
+        s1, s2 = new_stream(), new_stream()
+        a = pool.alloc(1000)
+        FAKE.fake_stream_enqueue(s1)
+        FAKE.fake_stream_enqueue(s2)
+        a.free(pool.ANY_STREAM)
+        assert pool.stats().pending_any == 1
+        syncs = FAKE.fake_ctx_syncs()
+        pool.flush()
+        assert FAKE.fake_ctx_syncs() == syncs + 1
+        assert FAKE.fake_stream_outstanding(s1) == FAKE.fake_stream_outstanding(s2) == 0
+        assert pool.lookup(a.ptr) is None and pool.stats().pending_any == 0
+        # Held off (a resident kernel open): the flush returns what events cover, keeps the rest.
+        assert pool.hold_context_waits(True) == 1
+        b, c = pool.alloc(1000), pool.alloc(1000, s1)
+        b.free(pool.ANY_STREAM)
+        c.free(s1)
+        pool.flush()
+        assert FAKE.fake_ctx_syncs() == syncs + 1
+        assert pool.lookup(b.ptr) == (1024, 1, "pending") and pool.lookup(c.ptr) is None
+        pool.flush(context_wait=True)                            # the caller parked the residents
+        assert FAKE.fake_ctx_syncs() == syncs + 2 and pool.lookup(b.ptr) is None
+        assert pool.hold_context_waits(False) == 0               # the hold is still there, once
+        for h in (s1, s2):
+            FAKE.cuStreamDestroy_v2(ctypes.c_void_p(h))
+
+
+def test_free_on_an_already_destroyed_stream_waits_for_the_context():
+    """A stream destroyed before the free: the record is refused, so the flush waits for all."""
+    with DevicePool(CTX, cap_bytes=256 * MB) as pool:
+        s = new_stream()
+        a = pool.alloc(1000, s)
+        FAKE.fake_stream_enqueue(s)
+        FAKE.cuStreamDestroy_v2(ctypes.c_void_p(s))
+        a.free(s)
+        assert pool.stats().pending_any == 1
+        syncs = FAKE.fake_ctx_syncs()
+        pool.flush()
+        assert FAKE.fake_ctx_syncs() == syncs + 1 and FAKE.fake_stream_outstanding(s) == 0
+        assert pool.lookup(a.ptr) is None

@@ -13,6 +13,13 @@
  * writable, cuMemUnmap takes that away again, so touching a range the pool unmapped faults. Every
  * misuse a driver would refuse (a release of a mapped granule, a free of a range still mapped, a
  * double map) is counted, and the counters let a test assert every reserve/create/map is matched.
+ *
+ * Streams and events, for the pool's lazy frees: a test queues "work" on a stream
+ * (fake_stream_enqueue); a stream sync completes it, an event recorded on a stream completes, when
+ * waited on, the work queued before the record, and a context sync completes all. A stream made by
+ * cuStreamCreate and then destroyed refuses cuStreamSynchronize, cuEventRecord and cuMemFreeAsync
+ * (CUDA_ERROR_INVALID_HANDLE), as the driver may; numbers never created (the hot path's tests) and
+ * the special streams 0, 1, 2 always work. Events never created here are accepted and do nothing.
  */
 #define _GNU_SOURCE
 #include <stddef.h>
@@ -72,9 +79,92 @@ int cuGraphLaunch(void *exec, void *stream)
     return 0;
 }
 
+#define FS_MAX 256
+static struct { uintptr_t h; long long queued, done; int dead; } fs[FS_MAX];
+static int fs_n = 0;
+static uintptr_t fs_next = 0x5000;
+static long long fs_misuse = 0;          /* calls on a destroyed stream */
+
+static int fs_find(uintptr_t h)
+{
+    for (int i = 0; i < fs_n; i++)
+        if (fs[i].h == h)
+            return i;
+    return -1;
+}
+
+static int fs_get(uintptr_t h)          /* streams never created are tracked on first use */
+{
+    int i = fs_find(h);
+    if (i < 0 && fs_n < FS_MAX) {
+        fs[fs_n].h = h, fs[fs_n].queued = fs[fs_n].done = 0, fs[fs_n].dead = 0;
+        i = fs_n++;
+    }
+    return i;
+}
+
+static int fs_dead(uintptr_t h)
+{
+    int i = fs_find(h);
+    if (i >= 0 && fs[i].dead) {
+        fs_misuse++;
+        return 1;
+    }
+    return 0;
+}
+
+/* A destroyed handle whose work is done may come back for a new stream, as a driver may reuse it. */
+int cuStreamCreate(void **out, unsigned flags)
+{
+    (void)flags;
+    for (int i = 0; i < fs_n; i++)
+        if (fs[i].dead && fs[i].queued == fs[i].done) {   /* a handle comes back once its work is done */
+            fs[i].dead = 0;
+            *out = (void *)fs[i].h;
+            return 0;
+        }
+    uintptr_t h = fs_next;
+    fs_next += 0x100;
+    int i = fs_get(h);
+    if (i < 0)
+        return 2;
+    *out = (void *)h;
+    return 0;
+}
+
+int cuStreamDestroy_v2(void *stream)
+{
+    int i = fs_find((uintptr_t)stream);
+    if (i < 0 || fs[i].dead)
+        return 400;
+    fs[i].dead = 1;                      /* queued work still completes, as on a real device */
+    return 0;
+}
+
+void fake_stream_enqueue(uintptr_t stream)
+{
+    int i = fs_get(stream);
+    if (i >= 0)
+        fs[i].queued++;
+}
+
+/* Work queued on `stream` and not yet known complete (waited for by some sync). */
+long long fake_stream_outstanding(uintptr_t stream)
+{
+    int i = fs_find(stream);
+    return i < 0 ? 0 : fs[i].queued - fs[i].done;
+}
+
+long long fake_stream_misuse(void) { return fs_misuse; }
+
 int cuStreamSynchronize(void *stream)
 {
     record(2, (uintptr_t)stream);
+    if (fs_dead((uintptr_t)stream))
+        return 400;                      /* CUDA_ERROR_INVALID_HANDLE */
+    int i = fs_get((uintptr_t)stream);
+    if (i >= 0)
+        fs[i].done = fs[i].queued;
     return 0;
 }
 
@@ -96,8 +186,76 @@ int cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t bytes, void *
     return 0;
 }
 
-int cuEventRecord(void *event, void *stream) { return 0; }
-int cuEventSynchronize(void *event) { return 0; }
+#define FE_MAX 256
+static struct { int live, recorded; uintptr_t stream; long long upto; } fe[FE_MAX];
+static long long fe_created = 0, fe_destroyed = 0, fe_records = 0, fe_syncs = 0;
+#define FE_BASE ((uintptr_t)0xE7000)
+
+static int fe_index(void *event)
+{
+    uintptr_t v = (uintptr_t)event;
+    if (v < FE_BASE || v >= FE_BASE + FE_MAX)
+        return -1;
+    int i = (int)(v - FE_BASE);
+    return fe[i].live ? i : -1;
+}
+
+int cuEventCreate(void **event, unsigned flags)
+{
+    (void)flags;
+    for (int i = 0; i < FE_MAX; i++)
+        if (!fe[i].live) {
+            fe[i].live = 1, fe[i].recorded = 0;
+            fe_created++;
+            *event = (void *)(FE_BASE + (uintptr_t)i);
+            return 0;
+        }
+    return 2;
+}
+
+int cuEventDestroy_v2(void *event)
+{
+    int i = fe_index(event);
+    if (i < 0)
+        return 400;
+    fe[i].live = 0;
+    fe_destroyed++;
+    return 0;
+}
+
+int cuEventRecord(void *event, void *stream)
+{
+    if (fs_dead((uintptr_t)stream))
+        return 400;
+    int i = fe_index(event);
+    if (i < 0)
+        return 0;                        /* a number the hot path's tests made up */
+    int s = fs_get((uintptr_t)stream);
+    fe[i].recorded = 1, fe[i].stream = (uintptr_t)stream, fe[i].upto = s >= 0 ? fs[s].queued : 0;
+    fe_records++;
+    return 0;
+}
+
+/* Completes the work queued on the event's stream before the record, destroyed or not. */
+int cuEventSynchronize(void *event)
+{
+    int i = fe_index(event);
+    if (i < 0)
+        return 0;
+    fe_syncs++;
+    if (fe[i].recorded) {
+        int s = fs_find(fe[i].stream);
+        if (s >= 0 && fs[s].done < fe[i].upto)
+            fs[s].done = fe[i].upto;
+    }
+    return 0;
+}
+
+/* out: events created, destroyed, records, syncs. */
+void fake_event_counts(long long *out)
+{
+    out[0] = fe_created, out[1] = fe_destroyed, out[2] = fe_records, out[3] = fe_syncs;
+}
 int cuCtxSetCurrent(void *ctx) { return 0; }
 
 int cuGetErrorName(int code, const char **name)
@@ -146,12 +304,22 @@ int cuMemAllocFromPoolAsync(unsigned long long *d, size_t n, void *pool, void *s
 }
 int cuMemFreeAsync(unsigned long long d, void *stream)
 {
+    if (fs_dead((uintptr_t)stream))
+        return 400;
     char *m = (char *)(uintptr_t)d - 512;
     pool_reserved -= (long long)*(size_t *)m;
     free(m);
     return 0;
 }
-int cuCtxSynchronize(void) { return 0; }
+static long long ctx_syncs = 0;
+int cuCtxSynchronize(void)
+{
+    ctx_syncs++;
+    for (int i = 0; i < fs_n; i++)
+        fs[i].done = fs[i].queued;
+    return 0;
+}
+long long fake_ctx_syncs(void) { return ctx_syncs; }
 
 /* ---- Virtual memory management ------------------------------------------------------------------ */
 #define FV_HANDLES 8192

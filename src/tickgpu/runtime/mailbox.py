@@ -476,10 +476,10 @@ def _hold_context_waits(ctx, hold: bool):
     """Add or drop a hold on the context's device pool's context-wide waits (a flush with a resident
     kernel running must not wait for the whole context); returns the pool, or None without one."""
     memory = getattr(ctx, "memory", None)
-    pool = getattr(memory, "_device_pool", None) if memory is not None else None
-    if not pool:
-        return None
     try:
+        pool = memory.device_pool if memory is not None else None   # made now if not yet
+        if pool is None:
+            return None
         pool.hold_context_waits(hold)
     except Exception:   # noqa: BLE001 - a closed pool has nothing to flush
         return None
