@@ -161,9 +161,38 @@ static void test_bad_config(void)
 }
 
 /* ---- A stand-in driver table: the driver backend's logic without a GPU --------------------------
- * Device memory is host memory; cuStreamSynchronize returns `fake_sync_result`, so a failing wait
- * (a faulted kernel, a bad stream) can be staged. */
+ * Device memory is host memory; event and stream waits return `fake_sync_result`, so a failing wait
+ * (a faulted kernel) can be staged. Streams carry queued "work" (fs_enqueue); an event recorded on a
+ * stream completes, when waited on, the work queued before the record, destroyed stream or not; a
+ * destroyed stream (fs_destroy) refuses cuStreamSynchronize, cuEventRecord and cuMemFreeAsync, and
+ * each such call is counted in fs_misuse. */
 static CUresult fake_sync_result = 0;
+#define FS_MAX 64
+static struct { uintptr_t h; long long queued, done; int dead; } fs[FS_MAX];
+static int fs_n;
+static long long fs_misuse, ctx_syncs, ev_created, ev_destroyed;
+static struct { int live; uintptr_t stream; long long upto; } fev[64];
+
+static int fs_get(uintptr_t h)
+{
+    for (int i = 0; i < fs_n; i++)
+        if (fs[i].h == h)
+            return i;
+    CHECK(fs_n < FS_MAX);
+    fs[fs_n].h = h, fs[fs_n].queued = fs[fs_n].done = 0, fs[fs_n].dead = 0;
+    return fs_n++;
+}
+static int fs_is_dead(uintptr_t h)
+{
+    int i = fs_get(h);
+    if (fs[i].dead)
+        fs_misuse++;
+    return fs[i].dead;
+}
+static void fs_enqueue(uintptr_t h) { fs[fs_get(h)].queued++; }
+static void fs_destroy(uintptr_t h) { fs[fs_get(h)].dead = 1; }
+static void fs_revive(uintptr_t h) { fs[fs_get(h)].dead = 0; }     /* the handle reused by a new stream */
+static long long fs_outstanding(uintptr_t h) { int i = fs_get(h); return fs[i].queued - fs[i].done; }
 
 static CUresult fake_mem_alloc(CUdeviceptr *d, size_t n)
 {
@@ -183,9 +212,70 @@ static CUresult fake_alloc_async(CUdeviceptr *d, size_t n, CUmemoryPool p, CUstr
     *d = (CUdeviceptr)(uintptr_t)aligned_alloc((size_t)MIN_CLASS, (n + MIN_CLASS - 1) / MIN_CLASS * MIN_CLASS);
     return *d ? 0 : CU_OUT_OF_MEMORY;
 }
-static CUresult fake_free_async(CUdeviceptr d, CUstream s) { (void)s; free((void *)(uintptr_t)d); return 0; }
-static CUresult fake_stream_sync(CUstream s) { (void)s; return fake_sync_result; }
-static CUresult fake_ctx_sync(void) { return 0; }
+static CUresult fake_free_async(CUdeviceptr d, CUstream s)
+{
+    if (fs_is_dead((uintptr_t)s))
+        return 400;                                 /* CUDA_ERROR_INVALID_HANDLE */
+    free((void *)(uintptr_t)d);
+    return 0;
+}
+static CUresult fake_stream_sync(CUstream s)
+{
+    if (fs_is_dead((uintptr_t)s))
+        return 400;
+    if (fake_sync_result == 0)
+        fs[fs_get((uintptr_t)s)].done = fs[fs_get((uintptr_t)s)].queued;
+    return fake_sync_result;
+}
+static CUresult fake_ctx_sync(void)
+{
+    ctx_syncs++;
+    for (int i = 0; i < fs_n; i++)
+        fs[i].done = fs[i].queued;
+    return 0;
+}
+static CUresult fake_event_create(CUevent *e, unsigned flags)
+{
+    CHECK(flags == CU_EVENT_DISABLE_TIMING);
+    for (int i = 0; i < 64; i++)
+        if (!fev[i].live) {
+            fev[i].live = 1, fev[i].stream = 0, fev[i].upto = -1;
+            ev_created++;
+            *e = (CUevent)&fev[i];
+            return 0;
+        }
+    return 2;
+}
+static CUresult fake_event_record(CUevent e, CUstream s)
+{
+    if (fs_is_dead((uintptr_t)s))
+        return 400;
+    int i = fs_get((uintptr_t)s);
+    ((__typeof__(&fev[0]))e)->stream = (uintptr_t)s;
+    ((__typeof__(&fev[0]))e)->upto = fs[i].queued;
+    return 0;
+}
+static CUresult fake_event_sync(CUevent e)
+{
+    __typeof__(&fev[0]) ev = e;
+    CHECK(ev->live);
+    if (fake_sync_result != 0)
+        return fake_sync_result;
+    if (ev->upto >= 0) {
+        int i = fs_get(ev->stream);
+        if (fs[i].done < ev->upto)
+            fs[i].done = ev->upto;
+    }
+    return 0;
+}
+static CUresult fake_event_destroy(CUevent e)
+{
+    __typeof__(&fev[0]) ev = e;
+    CHECK(ev->live);
+    ev->live = 0;
+    ev_destroyed++;
+    return 0;
+}
 static CUresult fake_ctx_set(CUcontext c) { (void)c; return 0; }
 static CUresult fake_error_name(CUresult r, const char **s) { (void)r; *s = "FAKE"; return 0; }
 
@@ -205,6 +295,10 @@ static void fake_load(void)
     cu.ctx_sync = fake_ctx_sync;
     cu.ctx_set_current = fake_ctx_set;
     cu.error_name = fake_error_name;
+    cu.event_create = fake_event_create;
+    cu.event_record = fake_event_record;
+    cu.event_sync = fake_event_sync;
+    cu.event_destroy = fake_event_destroy;
     cu_status = TG_OK;
 }
 
@@ -607,14 +701,15 @@ static void test_failed_wait_keeps_chunks_pending(void)
     fake_sync_result = 700;                          /* CUDA_ERROR_ILLEGAL_ADDRESS */
     CHECK(tg_devpool_flush(pool, &cu_result) == TG_ECUDA && cu_result == 700);
     CHECK(tg_devpool_lookup(pool, a, NULL, NULL, &state) == TG_OK && state == 2);   /* still pending */
-    CHECK(tg_devpool_lookup(pool, b, NULL, NULL, NULL) == TG_EINVAL);   /* level 2: stream-ordered free */
+    CHECK(tg_devpool_lookup(pool, b, NULL, NULL, &state) == TG_OK && state == 2);   /* level 2 too */
     tg_devpool_stats s;
     tg_devpool_get_stats(pool, &s);
-    CHECK(s.pending_bytes == 1024 && s.in_use == 0);
+    CHECK(s.pending_bytes == 1024 + 3 * MB && s.in_use == 0);
     CHECK(tg_devpool_free(pool, a, 0x10, NULL) == TG_EDATA);   /* and still a double free */
     fake_sync_result = 0;                            /* the wait succeeds: now it is returned */
     CHECK(tg_devpool_flush(pool, &cu_result) == TG_OK);
     CHECK(tg_devpool_lookup(pool, a, NULL, NULL, NULL) == TG_EINVAL);
+    CHECK(tg_devpool_lookup(pool, b, NULL, NULL, NULL) == TG_EINVAL);
     tg_devpool_get_stats(pool, &s);
     CHECK(s.pending_bytes == 0);
     int64_t n = -1;
@@ -640,6 +735,82 @@ static void test_vmm_failed_wait(void)
     CHECK(s.vmm_ranges_cached == 1 && s.pending_bytes == 0);
     CHECK(tg_devpool_destroy(pool, NULL, NULL, NULL) == TG_OK);
     check_fake_balanced();
+}
+
+/* Frees on a stream, the stream destroyed, then the flush: no error, no call on the dead handle, the
+ * work queued before the frees waited for (through the event), every level reused, nothing leaked;
+ * then the handle reused by a new stream, and a warm pool creating no event. */
+static void test_stream_destroyed_before_flush(void)
+{
+    tg_devpool *pool = make_driver_pool(64 * MB, 64 * MB, 0);
+    const uintptr_t s = 0x7000;
+    int64_t sizes[3] = {1000, 300 << 10, 3 * MB};    /* levels 1, 2, 3 */
+    uintptr_t bufs[3], again[3];
+    int level = 0, cu_result = -1;
+    for (int k = 0; k < 3; k++) {
+        CHECK(tg_devpool_alloc(pool, sizes[k], s, &bufs[k], &level, NULL) == TG_OK && level == k + 1);
+        memset((void *)bufs[k], 0x5A, (size_t)sizes[k]);
+    }
+    fs_enqueue(s);
+    for (int k = 0; k < 3; k++)
+        CHECK(tg_devpool_free(pool, bufs[k], s, NULL) == TG_OK);
+    fs_destroy(s);
+    long long misuse = fs_misuse;
+    CHECK(tg_devpool_flush(pool, &cu_result) == TG_OK && cu_result == 0);
+    CHECK(fs_misuse == misuse && fs_outstanding(s) == 0);
+    tg_devpool_stats st;
+    tg_devpool_get_stats(pool, &st);
+    CHECK(st.pending_bytes == 0 && st.in_use == 0 && st.events_created == 1 && st.pending_any == 0);
+    fs_revive(s);                                   /* a new stream with the old handle's value */
+    for (int k = 0; k < 3; k++)
+        CHECK(tg_devpool_alloc(pool, sizes[k], s, &again[k], &level, NULL) == TG_OK && level == k + 1);
+    CHECK(again[0] == bufs[0] && again[2] == bufs[2]);
+    for (int k = 0; k < 3; k++)
+        CHECK(tg_devpool_free(pool, again[k], s, NULL) == TG_OK);
+    CHECK(tg_devpool_flush(pool, NULL) == TG_OK);
+    tg_devpool_get_stats(pool, &st);
+    CHECK(st.events_created == 1);                 /* from the free list */
+    destroy_and_check(pool);
+    CHECK(ev_created == ev_destroyed);
+}
+
+/* TG_DEVPOOL_ANY_STREAM: the flush waits for the whole context; held off, it keeps those pending. */
+static void test_any_stream(void)
+{
+    tg_devpool *pool = make_driver_pool(64 * MB, 64 * MB, 0);
+    uintptr_t a = 0, b = 0, c = 0;
+    int state = 0;
+    CHECK(tg_devpool_alloc(pool, 1000, 0, &a, NULL, NULL) == TG_OK);
+    fs_enqueue(0x7100);
+    fs_enqueue(0x7200);
+    CHECK(tg_devpool_free(pool, a, (uintptr_t)TG_DEVPOOL_ANY_STREAM, NULL) == TG_OK);
+    long long syncs = ctx_syncs;
+    CHECK(tg_devpool_flush(pool, NULL) == TG_OK && ctx_syncs == syncs + 1);
+    CHECK(fs_outstanding(0x7100) == 0 && fs_outstanding(0x7200) == 0);
+    CHECK(tg_devpool_lookup(pool, a, NULL, NULL, NULL) == TG_EINVAL);
+    CHECK(tg_devpool_hold_context_waits(pool, 1) == 1);
+    CHECK(tg_devpool_alloc(pool, 1000, 0, &b, NULL, NULL) == TG_OK);
+    CHECK(tg_devpool_alloc(pool, 1000, 0x7100, &c, NULL, NULL) == TG_OK);
+    CHECK(tg_devpool_free(pool, b, (uintptr_t)TG_DEVPOOL_ANY_STREAM, NULL) == TG_OK);
+    CHECK(tg_devpool_free(pool, c, 0x7100, NULL) == TG_OK);
+    CHECK(tg_devpool_flush(pool, NULL) == TG_OK && ctx_syncs == syncs + 1);
+    CHECK(tg_devpool_lookup(pool, b, NULL, NULL, &state) == TG_OK && state == 2);
+    CHECK(tg_devpool_lookup(pool, c, NULL, NULL, NULL) == TG_EINVAL);
+    CHECK(tg_devpool_hold_context_waits(pool, 0) == 0);
+    CHECK(tg_devpool_flush(pool, NULL) == TG_OK && ctx_syncs == syncs + 2);
+    CHECK(tg_devpool_lookup(pool, b, NULL, NULL, NULL) == TG_EINVAL);
+    /* A 17th distinct stream in one batch: its free waits for the context too. */
+    uintptr_t many[17];
+    for (int k = 0; k < 17; k++)
+        CHECK(tg_devpool_alloc(pool, 600, 0x8000 + 0x100 * (uintptr_t)k, &many[k], NULL, NULL) == TG_OK);
+    for (int k = 0; k < 17; k++)
+        CHECK(tg_devpool_free(pool, many[k], 0x8000 + 0x100 * (uintptr_t)k, NULL) == TG_OK);
+    tg_devpool_stats st;
+    tg_devpool_get_stats(pool, &st);
+    CHECK(st.pending_any == 1 && st.events_created == 16);
+    CHECK(tg_devpool_flush(pool, NULL) == TG_OK && ctx_syncs == syncs + 3);
+    destroy_and_check(pool);
+    CHECK(ev_created == ev_destroyed);
 }
 
 typedef struct {
@@ -695,6 +866,8 @@ int main(void)
     test_vmm_classic_case();
     test_vmm_cap_and_trim();
     test_vmm_failed_wait();
+    test_stream_destroyed_before_flush();
+    test_any_stream();
     test_vmm_fallbacks();
     test_threads(make_driver_pool(256 * MB, 4 * MB, 0), 3 * MB);   /* level 3 through PyTorch's entry */
     check_fake_balanced();
