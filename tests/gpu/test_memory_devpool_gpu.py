@@ -190,3 +190,30 @@ def test_torch_allocator():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["err"] < 1e-10 and out["small"] == 10.0
     assert out["served"] >= 3                 # a, b, the product, at least: PyTorch used the pool
+
+
+def test_cupy_frees_on_a_stream_destroyed_before_the_flush(ctx, pool, rng):
+    """CuPy frees on the stream current at allocation; that stream may be garbage-collected (and
+    destroyed) before the pool's next flush. The flush waits on events recorded at free time, so it
+    neither fails nor touches the dead handle, and the memory is reused."""
+    cupy = pytest.importorskip("cupy", reason="cupy not installed")
+    import gc
+
+    x_host = rng.standard_normal(1 << 20)              # 8 MB: a level-3 range
+    with cupy.cuda.using_allocator(pool.cupy_allocator()):
+        s = cupy.cuda.Stream(non_blocking=True)
+        with s:
+            x = cupy.asarray(x_host)
+            y = float((x * 2.0).sum())
+            small = cupy.arange(1000)                  # a level-1 chunk on the same stream
+        s.synchronize()
+        del x, small, s
+        gc.collect()
+    np.testing.assert_allclose(y, 2.0 * x_host.sum(), rtol=1e-10)
+    pool.flush()                                        # must not raise
+    st = pool.stats()
+    assert st.in_use == 0 and st.pending_bytes == 0
+    again = pool.alloc(8 << 20)
+    assert again.level == 3 and pool.stats().vmm_cache_hits >= 1
+    _roundtrip(ctx, again, rng)
+    pool.free(again)
