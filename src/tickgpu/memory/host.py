@@ -434,9 +434,10 @@ _pools: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _pools_lock = threading.Lock()
 
 
-def default_pinned_pool(context=None) -> PinnedPool:
+def default_pinned_pool(context=None, *, arena_bytes: int | None = None) -> PinnedPool:
     """The process's pinned pool for a runtime context (default `tickgpu.runtime.context()`),
-    created on first use with the default settings."""
+    created on first use with the default settings (`arena_bytes`, if given, applies to that
+    creation only)."""
     if context is None:
         import tickgpu.runtime as rt
 
@@ -444,7 +445,8 @@ def default_pinned_pool(context=None) -> PinnedPool:
     with _pools_lock:
         pool = _pools.get(context)
         if pool is None or pool._closed:
-            pool = _pools[context] = PinnedPool(context)
+            pool = _pools[context] = (PinnedPool(context) if arena_bytes is None
+                                      else PinnedPool(context, arena_bytes=arena_bytes))
         return pool
 
 

@@ -69,7 +69,13 @@ class BufferSource:
         if self._pinned is None:
             from tickgpu.memory.host import default_pinned_pool
 
-            self._pinned = default_pinned_pool(self.context)
+            # Arenas sized to the context's staging (a runner's chunk of inputs and outputs is
+            # ~136 bytes an element): 64 MB at the default 2**17-element chunk, down to 2 MB for
+            # small chunks, whose pages would otherwise be faulted in for nothing (arenas are
+            # prefaulted).
+            chunk = getattr(self.context, "staging_elements", 1 << 17)
+            arena = min(64 << 20, max(2 << 20, chunk * 512))
+            self._pinned = default_pinned_pool(self.context, arena_bytes=arena)
         return self._pinned
 
     def host(self, nbytes: int):
