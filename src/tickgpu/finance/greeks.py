@@ -92,14 +92,7 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     if backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (spot, strike, t, rate, vol, div, call)
-    # NumPy arrays of one shape and scalars (the per-tick case) need neither broadcasting nor the
-    # GPU-array probe; anything else takes the general path, which gives the same shape.
-    shape = _host_shape(values)
-    if shape is None:
-        shape = _checks.broadcast_values(_ARG_NAMES, values)
-        on_device = _any_on_device(values)
-    else:
-        on_device = False
+    shape, on_device = shape_and_place(_ARG_NAMES, values)
     if call is not True:
         call = _call_flags(call)
         values = (spot, strike, t, rate, vol, div, call)
@@ -333,6 +326,19 @@ def _is_device_array(x) -> bool:
     except ImportError:
         return hasattr(x, "__cuda_array_interface__")
     return bool(is_device_array(x))
+
+
+def shape_and_place(names, values) -> tuple[tuple[int, ...], bool]:
+    """(the broadcast shape of `values`, whether any of them is a GPU array).
+
+    NumPy arrays of one shape and scalars (the per-tick case) need neither broadcasting nor the
+    GPU-array probe; anything else takes the general path, which gives the same shape (or raises
+    naming the arguments, `names`).
+    """
+    shape = _host_shape(values)
+    if shape is not None:
+        return shape, False
+    return _checks.broadcast_values(names, values), _any_on_device(values)
 
 
 def _any_on_device(values) -> bool:

@@ -14,7 +14,7 @@ from tickgpu import dispatch
 from tickgpu.finance import _checks
 from tickgpu._native import check, ffi, lib
 from tickgpu.finance import greeks as _greeks
-from tickgpu.finance.greeks import _any_on_device, _runtime_ops, bind_flags, bind_inputs
+from tickgpu.finance.greeks import _runtime_ops, bind_flags, bind_inputs, shape_and_place
 from tickgpu.finance.greeks import give_frame, take_frame
 
 __all__ = ["IVStatus", "implied_vol"]
@@ -109,14 +109,7 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     if backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (price, spot, strike, t, rate, div, call)
-    # NumPy arrays of one shape and scalars (the per-tick case): no broadcasting, no GPU-array
-    # probe; anything else takes the general path, which gives the same shape.
-    shape = _host_shape(values)
-    if shape is None:
-        on_device = _any_on_device(values)
-        shape = _checks.broadcast_values(_ARG_NAMES, values)
-    else:
-        on_device = False
+    shape, on_device = shape_and_place(_ARG_NAMES, values)
     n = 1
     for d in shape:
         n *= d
@@ -135,7 +128,6 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
 
 
 _ARG_NAMES = ("price", "spot", "strike", "t", "rate", "div", "call")
-_host_shape = _checks.host_shape
 _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)

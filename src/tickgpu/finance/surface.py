@@ -6,7 +6,7 @@ import numpy as np
 from tickgpu import dispatch
 from tickgpu._native import as_input, check, ffi, lib
 from tickgpu.finance import _checks
-from tickgpu.finance.greeks import _any_on_device as _on_device
+from tickgpu.finance.greeks import shape_and_place
 from tickgpu.finance import greeks as _greeks
 from tickgpu.finance.greeks import _host, _runtime_ops
 
@@ -17,7 +17,6 @@ _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _VOL, _VARIANCE = 0, 1
 _ARG_NAMES = ("strike", "t")
-_host_shape = _checks.host_shape
 
 
 class VolSurface:
@@ -114,13 +113,7 @@ class VolSurface:
         if backend not in _BACKENDS:
             _checks.check_backend(backend)
         values = (strike, t)
-        # NumPy arrays of one shape and scalars: no broadcasting, no GPU-array probe.
-        shape = _host_shape(values)
-        if shape is None:
-            shape = _checks.broadcast_values(_ARG_NAMES, values)
-            on_device = _on_device(values)
-        else:
-            on_device = False
+        shape, on_device = shape_and_place(_ARG_NAMES, values)
         if strict:
             _checks.require_finite("strike", _host(strike))
             _checks.require_nonnegative("t", _host(t))
@@ -160,10 +153,6 @@ class VolSurface:
                                   what, 0), "tg_surface_eval")
         del keep, scratch
         return out
-
-
-def _any_on_device(*values) -> bool:
-    return _on_device(values)
 
 
 def _axis(name: str, values, *, positive: bool) -> np.ndarray:
