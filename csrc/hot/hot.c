@@ -7,9 +7,7 @@
  * nothing else. CFFI releases the GIL around every call, so a thread waiting here on the GPU lets
  * the interpreter run.
  *
- * Why dlopen: the native core must build and import on machines without CUDA (CI, laptops).
- * libcuda.so.1 is the driver's own soname; the toolkit's stub library is never opened, because a
- * stub would "load" and then fail every call.
+ * Why dlopen: see libcuda.h (the core builds and imports without CUDA).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,6 +17,7 @@
 
 #include "tickgpu.h"
 #include "copy.h"
+#include "libcuda.h"
 
 /* The driver ABI, restated for the few calls used (cuda.h is not needed to build the core). */
 typedef int CUresult;
@@ -74,10 +73,7 @@ static int init_status = TG_ENODRIVER;
 
 static void hot_load(void)
 {
-    /* RTLD_NOLOAD first: if cuda.bindings already opened the driver, share that instance. */
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (lib == NULL)
-        lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib = tg_libcuda_open();
     if (lib == NULL)
         return;
     /* The _v2 names are the 64-bit-pointer entry points cuda.h maps the plain names to. */

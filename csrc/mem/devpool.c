@@ -36,16 +36,16 @@
  * Why C: PyTorch's CUDAPluggableAllocator calls plain C function pointers from any thread, without
  * the GIL; the same code serves tickgpu's Python API through CFFI. One mutex guards a pool.
  *
- * Why dlopen (as csrc/hot/hot.c): the core must build and load without CUDA; the driver is reached
+ * Why dlopen (csrc/hot/libcuda.h): the core must build and load without CUDA; the driver is reached
  * through a private table of function pointers, and the host backend never touches it.
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tickgpu.h"
+#include "hot/libcuda.h"
 #include "vmm.h"
 
 /* ---- The driver ABI, restated from cuda.h (CUDA 12/13) for the calls used ------------------ */
@@ -97,41 +97,20 @@ static struct {
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static int cu_status = TG_ENODRIVER;
 
+/* The driver's names of the entries of `cu`, in its field order (the _v2 names are what cuda.h
+ * maps the plain ones to). */
+static const char *const cu_names[] = {
+    "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemPoolCreate", "cuMemPoolSetAttribute",
+    "cuMemPoolGetAttribute", "cuMemPoolTrimTo", "cuMemPoolDestroy", "cuMemAllocFromPoolAsync",
+    "cuMemFreeAsync", "cuStreamSynchronize", "cuCtxSynchronize", "cuCtxSetCurrent", "cuGetErrorName",
+    "cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuEventDestroy_v2",
+};
+_Static_assert(sizeof cu == sizeof cu_names / sizeof cu_names[0] * sizeof(void *), "a name per entry of cu");
+
 static void cu_load(void)
 {
-    /* RTLD_NOLOAD first: share the instance cuda.bindings (or PyTorch) already opened. */
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (lib == NULL)
-        lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        return;
-#define LOAD(field, name) *(void **)(&cu.field) = dlsym(lib, name)
-    LOAD(mem_alloc, "cuMemAlloc_v2");          /* the _v2 names are what cuda.h maps the plain ones to */
-    LOAD(mem_free, "cuMemFree_v2");
-    LOAD(mem_get_info, "cuMemGetInfo_v2");
-    LOAD(pool_create, "cuMemPoolCreate");
-    LOAD(pool_set_attribute, "cuMemPoolSetAttribute");
-    LOAD(pool_get_attribute, "cuMemPoolGetAttribute");
-    LOAD(pool_trim_to, "cuMemPoolTrimTo");
-    LOAD(pool_destroy, "cuMemPoolDestroy");
-    LOAD(alloc_from_pool_async, "cuMemAllocFromPoolAsync");
-    LOAD(free_async, "cuMemFreeAsync");
-    LOAD(stream_sync, "cuStreamSynchronize");
-    LOAD(ctx_sync, "cuCtxSynchronize");
-    LOAD(ctx_set_current, "cuCtxSetCurrent");
-    LOAD(error_name, "cuGetErrorName");
-    LOAD(event_create, "cuEventCreate");
-    LOAD(event_record, "cuEventRecord");
-    LOAD(event_sync, "cuEventSynchronize");
-    LOAD(event_destroy, "cuEventDestroy_v2");   /* what cuda.h maps cuEventDestroy to */
-#undef LOAD
-    void **table = (void **)&cu;
-    for (size_t i = 0; i < sizeof cu / sizeof(void *); i++)
-        if (table[i] == NULL) {
-            memset(&cu, 0, sizeof cu);
-            return;    /* the library stays open: closing a driver other code may share is unsafe */
-        }
-    __atomic_store_n(&cu_status, TG_OK, __ATOMIC_RELEASE);
+    if (tg_libcuda_load(&cu, cu_names, sizeof cu_names / sizeof cu_names[0]) == 0)
+        __atomic_store_n(&cu_status, TG_OK, __ATOMIC_RELEASE);
 }
 
 static int cu_ready(void)

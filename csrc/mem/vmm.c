@@ -8,13 +8,12 @@
  * use of 3.76 GB, 76 % utilization; cuMemPoolTrimTo changed nothing. Here the holes are granules
  * that can be mapped anywhere, so the 1 GiB request is served from them.
  *
- * Driver calls go through a table of its own, dlopen'd as devpool.c's (the core builds without
- * CUDA); the VMM symbols are optional: without them the pool keeps its level-2 driver pool.
+ * Driver calls go through a table of its own, loaded as devpool.c's (csrc/hot/libcuda.h: the core
+ * builds without CUDA); the VMM symbols are optional: without them the pool keeps its level 2.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +21,7 @@
 #include <string.h>
 
 #include "tickgpu.h"
+#include "hot/libcuda.h"
 #include "vmm.h"
 
 /* ---- The driver ABI, restated from cuda.h (CUDA 12/13) for the calls used ------------------ */
@@ -82,32 +82,17 @@ static struct {
 static pthread_once_t vcu_once = PTHREAD_ONCE_INIT;
 static int vcu_status = TG_ENODRIVER;
 
+/* The driver's names of the entries of `vcu`, in its field order. */
+static const char *const vcu_names[] = {
+    "cuDeviceGet", "cuDeviceGetAttribute", "cuMemGetAllocationGranularity", "cuMemCreate", "cuMemRelease",
+    "cuMemAddressReserve", "cuMemAddressFree", "cuMemMap", "cuMemUnmap", "cuMemSetAccess",
+};
+_Static_assert(sizeof vcu == sizeof vcu_names / sizeof vcu_names[0] * sizeof(void *), "a name per entry of vcu");
+
 static void vcu_load(void)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-    if (lib == NULL)
-        lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL)
-        return;
-#define LOAD(field, name) *(void **)(&vcu.field) = dlsym(lib, name)
-    LOAD(device_get, "cuDeviceGet");
-    LOAD(device_get_attribute, "cuDeviceGetAttribute");
-    LOAD(get_granularity, "cuMemGetAllocationGranularity");
-    LOAD(create, "cuMemCreate");
-    LOAD(release, "cuMemRelease");
-    LOAD(address_reserve, "cuMemAddressReserve");
-    LOAD(address_free, "cuMemAddressFree");
-    LOAD(map, "cuMemMap");
-    LOAD(unmap, "cuMemUnmap");
-    LOAD(set_access, "cuMemSetAccess");
-#undef LOAD
-    void **table = (void **)&vcu;
-    for (size_t i = 0; i < sizeof vcu / sizeof(void *); i++)
-        if (table[i] == NULL) {
-            memset(&vcu, 0, sizeof vcu);
-            return;
-        }
-    __atomic_store_n(&vcu_status, TG_OK, __ATOMIC_RELEASE);
+    if (tg_libcuda_load(&vcu, vcu_names, sizeof vcu_names / sizeof vcu_names[0]) == 0)
+        __atomic_store_n(&vcu_status, TG_OK, __ATOMIC_RELEASE);
 }
 
 static int vmm_report(tg_vmm *v, CUresult r, int *cu_result)
