@@ -28,7 +28,8 @@ TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface
 CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE],
                 "resident_greeks": [ROOT / "csrc" / "cuda" / "mailbox.cu", ROOT / "csrc" / "cpu" / "greeks_kernel.h",
                                     ROOT / "csrc" / "hot" / "mailbox_protocol.h"],
-                "noop": [ROOT / "csrc" / "cuda" / "noop.cu"]}
+                "noop": [ROOT / "csrc" / "cuda" / "noop.cu"],
+                "quant": [ROOT / "csrc" / "cuda" / "w8a16.cu"]}
 ARCHS = ("sm_80", "sm_90")
 EM_CUDA = 190
 
@@ -129,9 +130,12 @@ def test_fresh_bundle_has_every_variant(fresh):
             assert (arch, "noop", "f32", 32, False) in got
     assert len(elementwise) == len(got)
     # The quant family: every variant of the table, for every arch.
-    from tickgpu.kernels.quant import QUANT_VARIANTS
+    from tickgpu.kernels.quant import QUANT_VARIANTS, w8a16_small_variants
     quant = {(k["arch"], k["variant"]) for k in raw["kernels"] if k["family"] == "quant"}
-    assert quant == {(a, v["variant"]) for a in ARCHS for v in QUANT_VARIANTS}
+    want = [v["variant"] for v in QUANT_VARIANTS]
+    if _nvcc():   # the CUDA C small-batch W8A16 kernel
+        want += [v["variant"] for v in w8a16_small_variants()]
+    assert quant == {(a, v) for a in ARCHS for v in want}
     # Nothing but the manifest and the listed cubins.
     files = sorted(p.relative_to(fresh).as_posix() for p in fresh.rglob("*") if p.is_file())
     assert files == sorted(["manifest.json"] + [k["file"] for k in raw["kernels"]])
@@ -194,6 +198,8 @@ QUANT_ARGS = {   # the quant kernels' argument lists, written out here from the 
                          "M:i32 N:i32 K:i32 stride_am:i32 stride_bn:i32 stride_cm:i32",
     "w8a16_gemm_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 stride_am:i32 stride_bn:i32 "
                          "stride_cm:i32",
+    "tg_w8a16_small_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 stride_am:i32 "
+                             "stride_bn:i32 stride_cm:i32",
     "layernorm_kernel": "x_ptr gamma_ptr beta_ptr y_ptr M:i32 K:i32 stride_xm:i32 stride_ym:i32 ln_eps:f32",
 }
 
@@ -203,14 +209,29 @@ def _check_quant_entry(k, fields):
     tiles = k.get("grid") == "tiles"
     extra = {"grid"} | ({"block_m", "block_n"} if tiles else set()) | ({"multiple_of_16"} if k["aligned16"] else set())
     assert set(k) == fields | extra, v
-    assert k["file"] == f"{k['arch']}/{k['variant']}.cubin" and k["source"] == "triton"
+    assert k["file"] == f"{k['arch']}/{k['variant']}.cubin"
     assert k["grid"] in ("rows", "tiles"), v
     assert k["dtype"] in ("f32", "f16", "bf16"), v
     assert k["block"] == [k["num_warps"] * 32, 1, 1]
+    assert k["scratch"] == {"global": 0, "global_align": 1, "profile": 0}, v
+    want = []
+    for a in QUANT_ARGS[k["entry"]].split():
+        name, _, kind = a.partition(":")
+        want.append((name, kind or "ptr"))
+    if k["source"] == "cuda":
+        # The small-batch W8A16 kernel: static shared memory only, 16 output channels a block,
+        # 8 or 16 rows; only its weight rows must be 16-byte multiples.
+        assert k["entry"] == "tg_w8a16_small_kernel" and k["shared"] == 0, v
+        assert tiles and k["block_n"] == 16 and k["block_m"] in (8, 16), v
+        assert k["elements_per_block"] == k["block_m"] * k["block_n"], v
+        assert v.endswith(f"_m{k['block_m']}") and v.startswith("quant_w8a16_"), v
+        assert k["aligned16"] and k["multiple_of_16"] == ["stride_bn"], v
+        assert [(p["name"], p["kind"]) for p in k["params"]] == want, v
+        return
+    assert k["source"] == "triton", v
     # Opting in above 48 KB works up to the device's limit: an sm_80 cubin also runs on 8.6/8.9
     # (99 KB); an sm_90 cubin only on 9.0 (227 KB).
     assert 0 <= k["shared"] <= (227 if k["arch"] == "sm_90" else 99) * 1024, v
-    assert k["scratch"] == {"global": 0, "global_align": 1, "profile": 0}, v
     if tiles:
         assert k["elements_per_block"] == k["block_m"] * k["block_n"] and k["block_m"] in (16, 128), v
         assert k["entry"] in ("quant_gemm_kernel", "w8a16_gemm_kernel"), v
@@ -222,10 +243,6 @@ def _check_quant_entry(k, fields):
         assert k["multiple_of_16"] == ["K", "stride_am", "stride_bn"], v
     # The int8 GEMMs are only built aligned (K is padded); W8A16 in both forms.
     assert k["aligned16"] == (k["entry"] == "quant_gemm_kernel" or v.endswith("_a16")), v
-    want = []
-    for a in QUANT_ARGS[k["entry"]].split():
-        name, _, kind = a.partition(":")
-        want.append((name, kind or "ptr"))
     want += [("global_scratch", "ptr"), ("profile_scratch", "ptr")]
     assert [(p["name"], p["kind"]) for p in k["params"]] == want, v
     end = 0

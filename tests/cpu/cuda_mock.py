@@ -468,7 +468,7 @@ class MockDriver:
         n, k = vals["N"], vals["K"]
         gelu = "_gelu" in v
         bias = vec("bias_ptr", n, np.float32)
-        if entry == "w8a16_gemm_kernel":
+        if entry in ("w8a16_gemm_kernel", "tg_w8a16_small_kernel"):
             a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float16, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
             y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)

@@ -71,6 +71,9 @@ def test_plan_grid_tiles_are_the_compiled_tiles():
         for tile, bm, bn, *_ in tiles:
             assert _gpu._TILE_M_N[(scheme, tile)] == (bm, bn), (scheme, tile)
     assert set(_gpu._TILE_M_N) == {(s, t[0]) for s, ts in kq.GEMM_TILES.items() for t in ts}
+    # The CUDA C small-batch W8A16 kernel: 8 * MT rows and 16 channels a block.
+    assert {rows: (tile, rows, 16) for tile, rows, mt, *_ in kq.W8A16_SMALL} == _gpu.W8A16_SMALL_TILES
+    assert all(rows == 8 * mt for _, rows, mt, *_ in kq.W8A16_SMALL)
 
 
 class InterpretedRuntime:

@@ -174,6 +174,35 @@ def test_quant_mlp_plan_on_the_kernel_runtime(kr, mock, rng, scheme, dims):
     launched = {ln_["variant"] for ln_ in mock.launches}
     if scheme == "w8a16":
         assert any(v.endswith("_a16") for v in launched) == (dims[0] % 16 == 0)
+        assert any(v.endswith("_m8") for v in launched)   # one row: the small-batch kernel
+
+
+@pytest.mark.parametrize("m,tile,grid", [(1, "m8", 5), (8, "m8", 5), (9, "m16", 5), (16, "m16", 5),
+                                         (17, "s", 6), (65, "l", 1)])
+def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
+    """M <= 8 / <= 16: the CUDA C kernel's variants (16 channels a block); above: the Triton tiles."""
+    n, k = 70, 37     # odd K: activation rows of 37 elements, weight rows padded to 48 bytes
+    lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme="w8a16",
+                      out_dtype="float16", gelu=True)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    assert np.array_equal(_gpu.plan_for(lin, kr).run(x), lin.forward_cpu(x))
+    last = mock.launches[-1]
+    assert last["variant"] == f"quant_w8a16_gelu_f16_{tile}" and last["grid"] == (grid, 1, 1)
+    assert tuple(last["args"][5:11]) == (m, n, k, k, 48, n)   # (Triton kernels: then two scratch pointers)
+    name, g = _gpu.w8a16_launch(m, n, k, k, 48, True, "f16")   # a runtime without has(): Triton only
+    assert name == f"quant_w8a16_gelu_f16_{'s' if m <= 64 else 'l'}"
+    assert g == (-(-m // (16 if m <= 64 else 128)) * -(-n // (32 if m <= 64 else 256)), 1, 1)
+
+
+def test_w8a16_small_kernel_refuses_unaligned_weight_rows(kr, mock, rng):
+    m, n, k = 2, 16, 40
+    a = kr.upload(rng.standard_normal((m, k)).astype(np.float16))
+    b = kr.upload(rng.integers(-127, 128, (n, 48), dtype=np.int8))
+    s, bias, c = kr.upload(np.ones(n, np.float32)), kr.upload(np.zeros(n, np.float32)), kr.empty((m, n), "float32")
+    with pytest.raises(ValueError, match="stride_bn must be a multiple of 16"):
+        kr.launch("quant_w8a16_f32_m8", None, [a, b, s, bias, c, m, n, k, k, 40, n])
+    kr.launch("quant_w8a16_f32_m8", None, [a, b, s, bias, c, m, n, k, k, 48, n])
+    assert mock.launches[-1]["grid"] == (1, 1, 1)
 
 
 def test_quant_linear_single_token_and_tiles(kr, mock, rng):

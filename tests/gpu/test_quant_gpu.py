@@ -56,6 +56,43 @@ def test_w8a16_gpu_within_the_sum_order_bound(rng, m, n, k):
     assert np.all(np.abs(got - want) <= bound + 1e-6 * np.abs(want).max())
 
 
+_ULP = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+
+
+@pytest.mark.parametrize("out", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("gelu", [False, True])
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (3, 1000, 1000), (8, 33, 4100), (9, 17, 63), (13, 777, 1001),
+                                   (16, 256, 256), (16, 5, 7)])
+def test_w8a16_small_batch_kernel(rng, m, n, k, gelu, out):
+    """M <= 16: the CUDA C kernel (csrc/cuda/w8a16.cu), odd N and K, K past one block's share."""
+    from tickgpu.quant import _gpu
+
+    lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme="w8a16", gelu=gelu,
+                      out_dtype=out, backend="gpu")
+    x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10, (m, 1))).astype(np.float32)
+    got, want = lin(x).astype(np.float64), lin.forward_cpu(x).astype(np.float64)
+    variant = _gpu.plan_for(lin).programs[m].launches[-1][0]
+    assert variant == f"quant_w8a16{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{'m8' if m <= 8 else 'm16'}"
+    wq = lin.weight_q
+    x16 = np.abs(x.astype(np.float16).astype(np.float64))
+    bound = (k + 2) * np.finfo(np.float32).eps * (x16 @ np.abs(wq.q.astype(np.float64)).T) * wq.scale
+    # GELU's slope is at most 1.13; each side rounds once to the output type.
+    tol = 1.2 * bound + 2 * _ULP[out] * np.abs(want) + 1e-6 * np.abs(want).max()
+    assert np.all(np.abs(got - want) <= tol), float(np.max(np.abs(got - want) - tol))
+
+
+@pytest.mark.parametrize("m", [1, 5, 16])
+def test_w8a16_small_batch_unaligned_activation_rows(rng, m):
+    """Hidden widths whose rows are not 16-byte multiples: the kernel's element loads."""
+    dims = [13, 33, 7, 3]
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    mlp = QuantMLP(layers, scheme="w8a16", backend="gpu")
+    x = rng.standard_normal((m, dims[0])).astype(np.float32)
+    got, want = mlp(x).astype(np.float64), mlp.forward_cpu(x).astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3 * np.abs(want).max())
+
+
 def test_poisoned_rows_stay_nan_on_the_gpu(rng):
     lin = QuantLinear(rng.standard_normal((20, 30)), scheme="w8a8", backend="gpu")
     x = rng.standard_normal((5, 30)).astype(np.float32)

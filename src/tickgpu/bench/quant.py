@@ -96,6 +96,7 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
     `device` is where the PyTorch side runs ("cuda"; tests pass "cpu" with a driver stand-in).
     """
     from tickgpu.quant import gemm as ref
+    from tickgpu.quant._gpu import w8a16_launch
     from tickgpu.quant.schemes import quantize_activations, quantize_weight
 
     dev = torch.device(device)
@@ -124,8 +125,8 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
                       [xq, xs, xr, b8, b8, s8, s8, bb, c8, m, n, k_pad, k_pad, k_pad, n])
     w16a8 = kr.prepare(f"quant_gemm_w16a8_f16_{tile}", None,
                        [xq, xs, xr, bhi, blo, s16, off, bb, c16, m, n, k_pad, k_pad, k_pad, n])
-    a16 = "_a16" if k % 16 == 0 else ""
-    w8a16 = kr.prepare(f"quant_w8a16_f16_{tile}{a16}", None, [x16, b8, s8, bb, cw, m, n, k, k, k_pad, n])
+    w8a16_variant, _ = w8a16_launch(m, n, k, k, k_pad, False, "f16", getattr(kr, "has", None))
+    w8a16 = kr.prepare(w8a16_variant, None, [x16, b8, s8, bb, cw, m, n, k, k, k_pad, n])
 
     # PyTorch: the same data.
     tx = torch.from_numpy(x).to(dev)
@@ -168,7 +169,8 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
         "torch_int8_layer": int8_layer,
     }
     reps = _repeats(m, n, k, quick)
-    out: dict = {"m": m, "n": n, "k": k, "tile": tile, "int_mm_rows": int_mm_rows, "cases": {}}
+    out: dict = {"m": m, "n": n, "k": k, "tile": tile, "w8a16_variant": w8a16_variant, "int_mm_rows": int_mm_rows,
+                 "cases": {}}
     flops = 2.0 * m * n * k
     for name, fn in cases.items():
         try:

@@ -34,6 +34,9 @@ The quant family (tickgpu.kernels.quant.QUANT_VARIANTS: per-token activation qua
 W8A8 / W16A8 / W8A16 GEMMs with fused epilogues, LayerNorm) is one variant per entry of that table,
 compiled with its own num_warps / num_stages and ``enable_fp_fusion=False``; its manifest entries
 carry the grid rule (``grid``, ``block_m``, ``block_n``) and alignment promise (``multiple_of_16``).
+Where nvcc is found the family also holds the CUDA C small-batch W8A16 kernel (csrc/cuda/w8a16.cu,
+tickgpu.kernels.quant.w8a16_small_variants, ``nvcc -fmad=false``); without nvcc those variants are
+left out (said in the log) and W8A16 runs on the Triton kernels at every batch size.
 
 CUDA C kernels (implied vol) run one option per thread in blocks of 256 (passed as -DTG_IV_BLOCK);
 the solver is compute-bound and branchy, so each block regroups its options by solver branch between
@@ -375,6 +378,48 @@ def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tup
     return out
 
 
+def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, dict]]:
+    """nvcc -cubin the quant family's CUDA C variants (:func:`tickgpu.kernels.quant.w8a16_small_variants`)."""
+    from tickgpu.kernels import quant as kq
+
+    src = REPO_ROOT / kq.W8A16_SMALL_SOURCE
+    if not src.is_file():
+        raise BuildError(f"quant: source {src} not found")
+    digest = source_hash([src])
+    contract = QUANT_PARAMS[kq.W8A16_SMALL_ENTRY]
+    out = []
+    for v in kq.w8a16_small_variants():
+        variant = v["variant"]
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin_path = Path(tmp) / "k.cubin"
+            # No FMA contraction: the float32 epilogue is the reference's operations one at a time.
+            cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-fmad=false", "-Xptxas", "-v",
+                   *(f"-D{name}={value}" for name, value in v["defines"].items()),
+                   "-o", str(cubin_path), kq.W8A16_SMALL_SOURCE]
+            res = _run(cmd, cwd=REPO_ROOT)
+            if res.returncode != 0:
+                raise BuildError(f"{variant} ({arch}): nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
+            cubin = cubin_path.read_bytes()
+        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.stderr)]
+        entry = {
+            "variant": variant, "family": "quant", "arch": arch, "file": f"{arch}/{variant}.cubin",
+            "entry": kq.W8A16_SMALL_ENTRY, "source": "cuda", "source_hash": digest,
+            "num_warps": v["num_warps"], "block": [v["num_warps"] * 32, 1, 1],
+            "shared": 0,   # its shared memory is static
+            "elements_per_block": v["block_m"] * v["block_n"], "dtype": v["dtype"], "aligned16": True,
+            "params": layout_params(contract), "scratch": {"global": 0, "global_align": 1, "profile": 0},
+            "grid": "tiles", "block_m": v["block_m"], "block_n": v["block_n"],
+            "multiple_of_16": list(v["multiple_of_16"]),
+        }
+        facts = cubin_facts(cubin, kq.W8A16_SMALL_ENTRY)
+        facts["spill_stores"] = max(spills, default=0)
+        if facts["spill_stores"]:
+            raise BuildError(f"{variant} ({arch}): spills {facts['spill_stores']} bytes of registers")
+        _check_against_cubin(entry, facts)
+        out.append((entry, cubin, facts))
+    return out
+
+
 # ---- the bundle ----------------------------------------------------------------------------
 
 def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequence[str] = FAMILIES,
@@ -420,10 +465,13 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
     import triton
 
     cuda_wanted = [f for f in CUDA_FAMILIES if f.family in families]
-    nvcc = find_nvcc(nvcc) if cuda_wanted else None
+    nvcc = find_nvcc(nvcc) if cuda_wanted or "quant" in families else None
     if cuda_wanted and not nvcc:
         raise BuildError(f"nvcc not found (needed for {[f.family for f in cuda_wanted]}); "
                          "set CUDA_HOME, pass --nvcc, or leave those families out with --family")
+    if "quant" in families and not nvcc:
+        log("quant: nvcc not found: the small-batch W8A16 kernels (csrc/cuda/w8a16.cu) are left out; "
+            "W8A16 runs on the Triton kernels at every batch size")
 
     results = []
     with tempfile.TemporaryDirectory(prefix="tickgpu-triton-cache-") as cache:
@@ -435,6 +483,8 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
                 results += build_cuda(fam, arch, nvcc, lbr_dir)
             if "quant" in families:
                 results += build_quant(arch, Path(cache))
+                if nvcc:
+                    results += build_quant_cuda(arch, nvcc)
 
     results.sort(key=lambda r: (r[0]["arch"], r[0]["variant"]))
     manifest = {

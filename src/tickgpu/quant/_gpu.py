@@ -11,6 +11,8 @@ are launched through a *kernel runtime*: an object with
   order of the kernel's non-constexpr parameters: buffers for pointers, ints for i32, floats for fp32;
 - optionally ``prepare(variant, grid, args)``: the same launch checked and packed once, returning an
   object whose ``launch()`` repeats it (used for every launch of a step when offered);
+- optionally ``has(variant) -> bool``: whether the bundle holds a variant (without it, only the
+  Triton variants every bundle holds are named);
 - optionally ``mapped(shape, dtype)`` (pinned host memory the kernels address directly, with a
   NumPy view ``.host``) and ``capture(prepared) -> graph`` (the prepared launches as one CUDA
   graph whose ``replay()`` launches it and waits): where both are offered, a step of up to
@@ -24,8 +26,10 @@ Layout on the device: int8 weight rows and int8 activation rows are padded to a 
 elements (16-byte aligned rows for vectorized loads), float16 rows to a multiple of 8; outputs are
 dense (M, N). The int8 GEMMs run over the padded K: the weights' padding is zero, so whatever the
 activations' padding holds adds nothing to the integer sums (their variants are compiled assuming K
-and both row strides are multiples of 16). W8A16 runs over the true K and takes its aligned
-variant ("_a16") where K and the activations' row stride happen to be multiples of 16.
+and both row strides are multiples of 16). W8A16 runs over the true K: up to 16 rows on the CUDA C
+small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8" and "_m16") where the bundle has it, else
+on the Triton tile kernel, whose aligned variant ("_a16") serves K and activation row strides that
+are multiples of 16.
 """
 from __future__ import annotations
 
@@ -47,6 +51,28 @@ _TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "l"): (128, 256),
              ("w16a8", "s"): (16, 32), ("w16a8", "l"): (128, 128),
              ("w8a16", "s"): (16, 32), ("w8a16", "l"): (128, 256)}
 _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+# The CUDA C W8A16 kernel for small batches (csrc/cuda/w8a16.cu): (BLOCK_M, BLOCK_N) of its variants
+# by the most rows each serves, as tickgpu.kernels.quant.W8A16_SMALL builds them. On an H200 at
+# N = K = 4096 it takes M = 1-16 from 8.1-8.4 us (the Triton tile kernel) to 5.1-6.9 us with the
+# weights in L2 and 6.9-8.1 us with them streamed from memory (cuBLAS fp16: 9.3-9.6 / 13.5 us).
+W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16)}
+
+
+def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, has=None):
+    """Variant and grid of a W8A16 GEMM of m x n x k (activation row stride `stride_a`, weight rows
+    `stride_b` bytes, a multiple of 16); `has(variant)` says what the bundle holds (None: the Triton
+    variants only). One rule for the model plans and the benchmarks."""
+    g = "_gelu" if gelu else ""
+    for rows, (tag, bm, bn) in W8A16_SMALL_TILES.items():
+        if m <= rows:
+            name = f"quant_w8a16{g}_{out_tag}_{tag}"
+            if has is not None and stride_b % 16 == 0 and has(name):
+                return name, (-(-m // bm) * -(-n // bn), 1, 1)
+            break
+    tile = "s" if m <= SMALL_M else "l"
+    bm, bn = _TILE_M_N[("w8a16", tile)]
+    aligned = "_a16" if k % 16 == 0 and stride_a % 16 == 0 else ""
+    return f"quant_w8a16{g}_{out_tag}_{tile}{aligned}", (-(-m // bm) * -(-n // bn), 1, 1)
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -129,19 +155,19 @@ class GpuPlan:
         self._lock = threading.Lock()   # a program's buffers serve one step at a time
 
     def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None):
-        tile = "s" if m <= SMALL_M else "l"
-        bm, bn = _TILE_M_N[(self.scheme, tile)]
         if out is None:
             out = self.rt.empty((m, layer.n), out_dtype)
-        grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
         gelu = "_gelu" if layer.gelu else ""
         tag = _OUT_TAG[out_dtype]
         if self.scheme == "w8a16":
-            aligned = "_a16" if layer.k % 16 == 0 and stride_a % 16 == 0 else ""
-            launches.append((f"quant_w8a16{gelu}_{tag}_{tile}{aligned}", grid,
-                             [a, layer.b, layer.scale, layer.bias, out,
-                              m, layer.n, layer.k, stride_a, layer.k_pad, layer.n]))
+            variant, grid = w8a16_launch(m, layer.n, layer.k, stride_a, layer.k_pad, layer.gelu, tag,
+                                         getattr(self.rt, "has", None))
+            launches.append((variant, grid, [a, layer.b, layer.scale, layer.bias, out,
+                                             m, layer.n, layer.k, stride_a, layer.k_pad, layer.n]))
         else:
+            tile = "s" if m <= SMALL_M else "l"
+            bm, bn = _TILE_M_N[(self.scheme, tile)]
+            grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
             launches.append((f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,
                              [a, a_scale, a_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
                               layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, layer.n]))

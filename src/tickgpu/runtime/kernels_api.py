@@ -12,6 +12,7 @@
 - ``launch(variant, grid, args)``: a bundle variant on ``grid`` with ``args`` in the order of the
   kernel's parameters (its manifest ``params`` without Triton's scratch pointers): buffers (or raw
   device addresses) for pointers, ints for i32, floats for f32;
+- ``has(variant) -> bool``: whether the bundle holds the variant for this device;
 - ``prepare(variant, grid, args) -> PreparedLaunch``: the same, checked and packed once, for
   ``PreparedLaunch.launch()`` to repeat at the cost of the driver call;
 - ``mapped(shape, dtype) -> MappedBuffer``: pinned host memory that kernels address directly
@@ -329,6 +330,10 @@ class KernelRuntime:
             self.driver.stream_synchronize(self.stream)
 
     # ---- kernels -------------------------------------------------------------------------------
+    def has(self, variant: str) -> bool:
+        """Whether the bundle holds `variant` for this device's architecture."""
+        return variant in self.ctx.bundle.kernels
+
     def spec(self, variant: str):
         """The manifest entry (`KernelSpec`) of `variant` for this device's architecture."""
         lk = self.ctx.bundle.kernels.get(variant)
