@@ -29,6 +29,7 @@ CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE],
                 "resident_greeks": [ROOT / "csrc" / "cuda" / "mailbox.cu", ROOT / "csrc" / "cpu" / "greeks_kernel.h",
                                     ROOT / "csrc" / "hot" / "mailbox_protocol.h"],
                 "noop": [ROOT / "csrc" / "cuda" / "noop.cu"],
+                "scale": [ROOT / "csrc" / "cuda" / "noop.cu"],
                 "quant": [ROOT / "csrc" / "cuda" / "w8a16.cu"]}
 ARCHS = ("sm_80", "sm_90")
 EM_CUDA = 190
@@ -44,7 +45,7 @@ def buildable_families():
     if LBR_CORE.is_file() and _nvcc():
         fams.append("implied_vol")
     if _nvcc():
-        fams += ["resident_greeks", "noop"]
+        fams += ["resident_greeks", "noop", "scale"]
     return fams
 
 
@@ -128,6 +129,8 @@ def test_fresh_bundle_has_every_variant(fresh):
                 assert (arch, "resident_greeks", dt, 256, False) in got
         if "noop" in families:
             assert (arch, "noop", "f32", 32, False) in got
+        if "scale" in families:
+            assert (arch, "scale", "f32", 256, False) in got
     assert len(elementwise) == len(got)
     # The quant family: every variant of the table, for every arch.
     from tickgpu.kernels.quant import QUANT_VARIANTS, w8a16_small_variants
@@ -276,7 +279,7 @@ def test_rebuild_is_deterministic(fresh, tmp_path):
 def test_committed_bundle_loads_and_matches_the_sources():
     m = mf.load_manifest(COMMITTED)
     families = {k.family for k in m.kernels}
-    assert {"greeks", "surface", "quant", "resident_greeks", "noop"} <= families
+    assert {"greeks", "surface", "quant", "resident_greeks", "noop", "scale"} <= families
     if LBR_CORE.is_file():
         assert "implied_vol" in families, ("csrc/cpu/lbr_core.h exists but the committed bundle has no "
                                            "implied_vol kernels: run `tickgpu build-kernels`")

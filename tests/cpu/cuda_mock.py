@@ -368,6 +368,10 @@ class MockDriver:
         self.launches.append({"variant": fn["variant"], "grid": tuple(grid), "n": n, "args": args})
         if n == 0 or fam == "noop":
             return
+        if fam == "scale":   # y = x * 1.0001f + 1 in float32 (one FMA on the device)
+            x = self._array(fn, args[0], 1, n, np.float32, "x").astype(np.float64)
+            self._array(fn, args[1], 1, n, np.float32, "y")[:] = (x * np.float64(np.float32(1.0001)) + 1.0).astype(np.float32)
+            return
         if fam in ("greeks", "implied_vol"):
             names = [a.removesuffix("_ptr") for a, _ in FAMILY_PARAMS[fam]]
             ins = {}
@@ -593,6 +597,7 @@ def default_entries(arch="sm_90"):
     e.append(kernel_entry("surface", "f64", 1024, 128, True, arch=arch))
     e.append(kernel_entry("surface", "f64", 1024, 128, False, arch=arch))
     e.append(kernel_entry("noop", "f32", 32, 32, False, source="cuda", arch=arch))
+    e.append(kernel_entry("scale", "f32", 256, 256, False, source="cuda", arch=arch))
     return e
 
 

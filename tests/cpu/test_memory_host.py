@@ -414,6 +414,9 @@ def test_host_memory_benchmark_runs_on_the_mock(tmp_path):
         assert row["GB/s"] == pytest.approx(16 * MB / 2e-3 / 1e9)
         assert row["fraction_of_floor_pinned"] == pytest.approx(row["GB/s"] / 55.0)
         assert set(r["mapped"]["crossover"]) == {256, 1024, 4096, 16384, 65536}
+        tick = r["mapped"]["scale_1024"]   # like for like with the floor's mapped kernel
+        assert tick["variant"].startswith("scale_f32") and tick["max_ulps"] == 0
+        assert tick["numpy_in_out_over_floor_mapped"] == pytest.approx(tick["numpy_in_out"]["p50_us"] / 10.0)
         assert c.mapped_elements == keep                    # the knob is restored
         assert r["managed"]["mode"] == "managed"
         assert {"blocks", "whole", "none"} <= set(r["managed"])

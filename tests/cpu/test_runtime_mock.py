@@ -87,7 +87,7 @@ def test_context_refuses_unsupported_device(bundle_dir):
 
 def test_manifest_reads_contract(bundle_dir):
     m = Manifest.read(bundle_dir)
-    assert {k.family for k in m.kernels} == {"greeks", "implied_vol", "surface", "noop"}
+    assert {k.family for k in m.kernels} == {"greeks", "implied_vol", "surface", "noop", "scale"}
     k = next(k for k in m.kernels if k.family == "greeks")
     assert len(k.contract_params) == len(FAMILY_PARAMS["greeks"]) == 25
     assert [p.name for p in k.scratch_params] == ["global_scratch", "profile_scratch"]

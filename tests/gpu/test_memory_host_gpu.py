@@ -72,6 +72,25 @@ def test_mapped_buffer_is_readable_and_writable_by_the_device(ctx, rng):
     m_out.release(ctx.stream)
 
 
+def test_scale_kernel_reads_and_writes_mapped_memory_in_place(ctx, rng):
+    """The zero-copy tick of the memory benchmark: the bundle's scale kernel on two mapped buffers."""
+    n = 1000   # not a multiple of the block: the tail is bounds-checked
+    lau = ctx.launcher("scale", "f32", n, False)
+    m_in, m_out = mapped(n * 4, ctx), mapped(n * 4 + 64, ctx)
+    x = (rng.standard_normal(n) * 100).astype(np.float32)
+    m_in.array(np.float32, (n,))[:] = x
+    guard = m_out.array(np.float32)
+    guard[:] = -7.0
+    lau.args.pack(m_in.device_ptr, m_out.device_ptr, n)
+    lau.launch(n, ctx.stream, sync=True)
+    got = m_out.array(np.float32, (n,))
+    want = (x.astype(np.float64) * np.float64(np.float32(1.0001)) + 1.0).astype(np.float32)
+    assert np.max(np.abs(got.view(np.int32) - want.view(np.int32))) <= 1   # one FMA vs float64 then float32
+    assert np.all(guard[n:] == -7.0)
+    m_in.release(ctx.stream)
+    m_out.release(ctx.stream)
+
+
 def _chain(rng, n, dtype):
     return dict(spot=rng.uniform(50, 150, n).astype(dtype), strike=rng.uniform(50, 150, n).astype(dtype),
                 t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),

@@ -5,8 +5,13 @@ Measured, each against what it competes with:
 - H2D/D2H bandwidth from `PinnedPool` buffers against pageable NumPy arrays, 1 MB to 256 MB,
   event-timed (device time of the copy), median of many, as a fraction of the floor program's
   pinned bandwidth (``floor["H2D pinned 256MB"]``);
-- a mapped zero-copy tick: `tickgpu.greeks` on 1,024 float32 options from NumPy (the runtime runs
-  ticks that small on mapped staging), wall clock, against the floor's mapped kernel;
+- a mapped zero-copy tick, against the floor's mapped kernel (1,024 floats read and written in place
+  by ``y = x * 1.0001f + 1``, C launch + sync), wall clock: like for like, the bundle's ``scale``
+  kernel (the same arithmetic) on two `MappedBuffer` s, launched and waited for from Python through
+  the native hot path, with and without the new 1,024 floats copied into the mapped input and the
+  result copied out as a fresh NumPy array; and the workload it stands for, `tickgpu.greeks` on
+  1,024 float32 options from NumPy (the runtime runs ticks that small on mapped staging: seven
+  inputs and ten outputs);
 - the mapped-vs-copy crossover: the same call at 256..65,536 options with the context's mapped
   staging on (``mapped_elements`` above n) and off (0);
 - managed arrays (256 MB float32; 64 MB quick) read by the device (a device-to-device copy out of
@@ -108,14 +113,51 @@ def _greeks_p50_us(n: int, reps: int) -> dict:
     return {"p50_us": p["p50"], "p99_us": p["p99"], "n": p["n"]}
 
 
+def _scale_tick(ctx, n: int, reps: int) -> dict:
+    """The floor's mapped-kernel tick through tickgpu: `scale` on n mapped floats, launch + wait."""
+    from tickgpu.bench.gpu import time_calls
+    from tickgpu.memory.host import mapped
+
+    lau = ctx.launcher("scale", "f32", n, False)
+    src, dst = mapped(4 * n, ctx), mapped(4 * n, ctx)
+    try:
+        x_in, y_out = src.array(np.float32, (n,)), dst.array(np.float32, (n,))
+        x = (np.arange(n, dtype=np.float32) * np.float32(0.5))
+        x_in[:] = x
+        lau.args.pack(src.device_ptr, dst.device_ptr, n)
+        stream = ctx.stream
+
+        def bare():
+            lau.launch(n, stream, sync=True)
+
+        def with_copies():
+            np.copyto(x_in, x)
+            lau.launch(n, stream, sync=True)
+            return y_out.copy()
+
+        res = {"kernel_only": time_calls(bare, reps, warmup=200),
+               "numpy_in_out": time_calls(with_copies, reps, warmup=200), "variant": lau.kernel.variant}
+        want = (x.astype(np.float64) * np.float64(np.float32(1.0001)) + 1.0).astype(np.float32)
+        res["max_ulps"] = int(np.max(np.abs(y_out.view(np.int32) - want.view(np.int32))))
+        return res
+    finally:
+        src.release(ctx.stream)
+        dst.release(ctx.stream)
+
+
 def _mapped(ctx, quick: bool, floor: dict) -> dict:
     reps = 300 if quick else 3000
     tick = _greeks_p50_us(1024, reps)
     out = {"greeks_f32_numpy_1024": tick, "mapped_elements": ctx.mapped_elements}
+    if any(k.spec.family == "scale" for k in ctx.bundle.kernels.values()):
+        out["scale_1024"] = _scale_tick(ctx, 1024, 3 * reps)
     fl = floor.get("zero-copy mapped kernel 1024 floats")
     if fl:
         out["floor_mapped_1024_p50_us"] = fl["p50_us"]
         out["over_floor_mapped"] = tick["p50_us"] / fl["p50_us"]
+        if "scale_1024" in out:
+            for how in ("kernel_only", "numpy_in_out"):
+                out["scale_1024"][f"{how}_over_floor_mapped"] = out["scale_1024"][how]["p50_us"] / fl["p50_us"]
     # Crossover: the same call with mapped staging forced on, then off. Plans bind the choice when
     # built, so they are rebuilt after each change; the setting is restored at the end.
     keep = ctx.mapped_elements

@@ -69,7 +69,7 @@ KERNELS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = KERNELS_DIR.parents[2]
 DEFAULT_OUT = KERNELS_DIR / "bundle"
 DEFAULT_ARCHS = ("sm_80", "sm_90")
-FAMILIES = ("greeks", "implied_vol", "surface", "quant", "resident_greeks", "noop")
+FAMILIES = ("greeks", "implied_vol", "surface", "quant", "resident_greeks", "noop", "scale")
 
 # Pointer element types that are not the variant's float type.
 _POINTER_ELEMENT = {"call_ptr": "u8", "status_ptr": "i8"}
@@ -120,6 +120,9 @@ CUDA_FAMILIES = (
     # An empty kernel: what a launch costs with nothing to run (the launch benchmark).
     CudaFamily("noop", "csrc/cuda/noop.cu", (), {"f32": "tg_noop_kernel"}, {"f32": "TG_NOOP_ONLY_F32"}, 32,
                block_define="TG_NOOP_BLOCK", header_root="."),
+    # y = x * 1.0001f + 1 (the floor's scale_k): the zero-copy tick benchmark's like-for-like.
+    CudaFamily("scale", "csrc/cuda/noop.cu", (), {"f32": "tg_scale_kernel"}, {"f32": "TG_SCALE_ONLY_F32"}, 256,
+               block_define="TG_SCALE_BLOCK", header_root="."),
 )
 
 

@@ -85,6 +85,8 @@ FAMILY_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
     "resident_greeks": (("box_ptr", "ptr"), ("arrive_ptr", "ptr")),
     # An empty kernel (csrc/cuda/noop.cu): the launch benchmark's like-for-like with the floor.
     "noop": (("n", "i32"),),
+    # y[i] = x[i] * 1.0001f + 1 (csrc/cuda/noop.cu): the zero-copy tick's like-for-like with the floor.
+    "scale": (("x_ptr", "ptr"), ("y_ptr", "ptr"), ("n", "i32")),
     "surface": (("strikes_ptr", "ptr"), ("expiries_ptr", "ptr"), ("vols_ptr", "ptr"),
                 ("nk", "i32"), ("nt", "i32"), ("mode", "i32"))
     + _strided("strike", "t")

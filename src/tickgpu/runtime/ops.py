@@ -203,6 +203,11 @@ def warmup(ctx) -> dict:
                 lau.args.pack(1)
                 lau.launch(1, ctx.stream, sync=True)
                 continue
+            if lk.spec.family == "scale":
+                lau = ctx.launcher("scale", lk.spec.dtype, 16, False)
+                lau.args.pack(ctx.dummy, ctx.dummy + 1024, 16)
+                lau.launch(16, ctx.stream, sync=True)
+                continue
             if fam is None:
                 continue   # quant and resident kernels: warmed on shapes (or launches) of their own
             lau = ctx.launchers.get(lk.variant)
