@@ -45,12 +45,19 @@ static int64_t random_size(uint64_t *s)
     }
 }
 
+/* Every byte still holds the buffer's tag. Compared 4 KB at a time with memcmp, which the
+ * sanitizers check as one range: byte by byte, the threaded walk's multi-megabyte level-3 buffers
+ * took minutes under TSan on a 2-core machine. */
 static int intact(const held *h)
 {
+    unsigned char want[4096];
+    memset(want, h->tag, sizeof want);
     const unsigned char *p = (const unsigned char *)h->ptr;
-    for (int64_t i = 0; i < h->nbytes; i++)
-        if (p[i] != h->tag)
+    for (int64_t i = 0; i < h->nbytes; i += (int64_t)sizeof want) {
+        const int64_t left = h->nbytes - i;
+        if (memcmp(p + i, want, (size_t)(left < (int64_t)sizeof want ? left : (int64_t)sizeof want)) != 0)
             return 0;
+    }
     return 1;
 }
 
