@@ -194,6 +194,19 @@ def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     assert g == (-(-m // (16 if m <= 64 else 128)) * -(-n // (32 if m <= 64 else 256)), 1, 1)
 
 
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+def test_no_rows_launch_nothing(kr, mock, rng, scheme):
+    """An empty batch gives the empty result of the reference, with no launch (an empty grid)."""
+    lin = QuantLinear(rng.standard_normal((5, 7)), scheme=scheme, out_dtype="float16", backend="gpu")
+    mlp = QuantMLP([(rng.standard_normal((6, 7)), None), (rng.standard_normal((3, 6)), None)], scheme=scheme,
+                   backend="gpu")
+    before = len(mock.launches)
+    for model, n in ((lin, 5), (mlp, 3)):
+        y = model(np.zeros((0, 7), np.float32))
+        assert y.shape == (0, n) and y.dtype == model.forward_cpu(np.zeros((0, 7), np.float32)).dtype
+    assert len(mock.launches) == before
+
+
 def test_w8a16_small_kernel_refuses_unaligned_weight_rows(kr, mock, rng):
     m, n, k = 2, 16, 40
     a = kr.upload(rng.standard_normal((m, k)).astype(np.float16))

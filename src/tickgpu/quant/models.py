@@ -189,7 +189,8 @@ class QuantLinear:
         (out_features,) for a single token) in ``out_dtype``.
         """
         x32, single = _check_input(x, self.in_features, check, self.scheme)
-        if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu":
+        # No rows: nothing to launch (an empty grid); the reference gives the empty result.
+        if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
             y = _gpu.plan_for(self).run(x32)
         else:
             y = self.forward_cpu(x32)
@@ -298,7 +299,7 @@ class QuantMLP:
         """Run the model on (M, in_features) or (in_features,) inputs; see :meth:`QuantLinear.__call__`."""
         x32, single = _check_input(x, self.in_features, check,
                                    "fp32" if self.layernorm is not None else self.scheme)
-        if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu":
+        if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
             y = _gpu.plan_for(self).run(x32)
         else:
             y = self.forward_cpu(x32)
