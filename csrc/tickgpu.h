@@ -551,6 +551,16 @@ void *tg_torch_alloc(intptr_t size, int device, void *stream);
 void tg_torch_free(void *ptr, intptr_t size, int device, void *stream);
 
 
+/* ---- quantized models: an input batch staged for the GPU ---------------------------------------
+ * Copies a (rows x cols) matrix of float32 (src_f64 = 0) or float64 (src_f64 = 1) values, row
+ * stride src_stride elements, into dense float32 dst (float64 rounded to nearest, as a cast does),
+ * and with check != 0 looks at the float32 values: *bad receives the row-major index of the first
+ * that is not finite, else of the first whose magnitude exceeds limit, else -1; *bad_kind 1 (not
+ * finite), 2 (beyond limit) or 0. The copy is whole either way (one pass: convert, check, store).
+ * TG_EINVAL for a NULL pointer or a negative size. */
+int tg_stage_rows_f32(const void *src, int src_f64, int64_t rows, int64_t cols, int64_t src_stride,
+                      float *dst, int check, float limit, int64_t *bad, int *bad_kind);
+
 /* TICKGPU_CDEF_END */
 
 #ifdef __cplusplus

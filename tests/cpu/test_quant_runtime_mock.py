@@ -207,6 +207,69 @@ def test_no_rows_launch_nothing(kr, mock, rng, scheme):
     assert len(mock.launches) == before
 
 
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+def test_staged_step_is_the_general_step(kr, mock, rng, scheme):
+    """The one-pass native staging of a host batch (GpuPlan.run_staged) against the general path
+    (the model's input check, then GpuPlan.run): same outputs, same errors, same NaN rows."""
+    from tickgpu.quant import models
+
+    ln = (rng.uniform(0.5, 1.5, 13), rng.standard_normal(13) * 0.1)
+    mlp = QuantMLP([(rng.standard_normal((24, 13)), rng.standard_normal(24)), (rng.standard_normal((5, 24)), None)],
+                   layernorm=ln, scheme=scheme, out_dtype="bfloat16", backend="gpu")
+    plan = _gpu.plan_for(mlp, kr)
+    staged = []
+    orig = plan.run_staged
+
+    def counted(*a):
+        y = orig(*a)
+        if y is not None:
+            staged.append(a[0].dtype)
+        return y
+    plan.run_staged = counted
+    for m in (1, 7, 64, 65):
+        for dtype in (np.float32, np.float64):
+            x = (rng.standard_normal((m, 13)) * 3).astype(dtype)
+            want = plan.run(models._check_input(x, 13, True, "fp32")[0])
+            got = mlp(x)
+            assert got.dtype == want.dtype and np.array_equal(got, want), (m, dtype)
+    assert len(staged) == 6            # 65 rows is not one graph: the general path
+    assert np.array_equal(mlp(x[0].astype(np.float64)), mlp(x[:1])[0])   # a single token
+    bad = x[:7].copy()
+    bad[3, 5], bad[4, 1] = np.inf, np.nan
+    with pytest.raises(ValueError) as fast:
+        mlp(bad)
+    with pytest.raises(ValueError) as general:
+        models._check_input(bad, 13, True, "fp32")
+    assert str(fast.value) == str(general.value) and str(fast.value).startswith("x[3, 5]: must be finite")
+    rows = mlp(bad, check=False)
+    assert np.isnan(rows[3]).all() and np.isnan(rows[4]).all()
+    assert np.array_equal(np.delete(rows, [3, 4], axis=0), np.delete(mlp(x[:7]), [3, 4], axis=0))
+    n = len(staged)
+    mlp(np.asfortranarray(x[:7]))       # not C-contiguous: the general path
+    mlp(x[:7].astype(np.float16))       # another dtype: the general path
+    assert len(staged) == n
+
+
+def test_staged_rows_native_check():
+    from tickgpu._native import ffi, lib
+
+    x = np.array([[1.0, 70000.0, 2.0], [np.nan, 3.0, -np.inf]])
+    out = np.empty((2, 3), np.float32)
+    bad, kind = ffi.new("int64_t *"), ffi.new("int *")
+    args = (ffi.from_buffer(x), 1, 2, 3, 3, ffi.cast("float *", out.ctypes.data))
+    assert lib.tg_stage_rows_f32(*args, 1, 65504.0, bad, kind) == 0 and (bad[0], kind[0]) == (3, 1)
+    np.testing.assert_array_equal(out, x.astype(np.float32))
+    x[1] = 0.0
+    assert lib.tg_stage_rows_f32(*args, 1, 65504.0, bad, kind) == 0 and (bad[0], kind[0]) == (1, 2)
+    assert lib.tg_stage_rows_f32(*args, 1, float("inf"), bad, kind) == 0 and (bad[0], kind[0]) == (-1, 0)
+    x[0, 0] = 1e300                     # finite in float64, infinite in float32: not finite
+    assert lib.tg_stage_rows_f32(*args, 1, float("inf"), bad, kind) == 0 and (bad[0], kind[0]) == (0, 1)
+    assert lib.tg_stage_rows_f32(*args, 0, float("inf"), bad, kind) == 0 and kind[0] == 0   # no check
+    assert lib.tg_stage_rows_f32(ffi.NULL, 1, 2, 3, 3, args[5], 1, 1.0, bad, kind) == lib.TG_EINVAL
+    assert lib.tg_stage_rows_f32(args[0], 1, 2, 3, 2, args[5], 1, 1.0, bad, kind) == lib.TG_EINVAL
+    assert lib.tg_stage_rows_f32(args[0], 1, -1, 3, 3, args[5], 1, 1.0, bad, kind) == lib.TG_EINVAL
+
+
 def test_w8a16_small_kernel_refuses_unaligned_weight_rows(kr, mock, rng):
     m, n, k = 2, 16, 40
     a = kr.upload(rng.standard_normal((m, k)).astype(np.float16))

@@ -75,6 +75,19 @@ def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: boo
     return f"quant_w8a16{g}_{out_tag}_{tile}{aligned}", (-(-m // bm) * -(-n // bn), 1, 1)
 
 
+_NATIVE: tuple = ()
+
+
+def _native() -> tuple:
+    """(ffi, lib) of the native core, imported once (an import statement costs ~1 us a step)."""
+    global _NATIVE
+    if not _NATIVE:
+        from tickgpu._native import ffi, lib
+
+        _NATIVE = (ffi, lib)
+    return _NATIVE
+
+
 def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
@@ -123,6 +136,7 @@ class _Program:
     def __init__(self, x, in_dtype, launches, out):
         self.x, self.in_dtype, self.launches, self.out = x, in_dtype, launches, out
         self.prepared = None
+        self.x_ptr = self.bad = None   # run_staged's native view of a mapped x, and its answer slots
         self.graph = None      # the step as one graph (x and out then live in mapped host memory)
 
 
@@ -220,16 +234,50 @@ class GpuPlan:
             prog.graph = rt.capture(prog.prepared)
         return prog
 
+    def _program(self, m: int) -> _Program:
+        prog = self.programs.get(m)
+        if prog is None:
+            if len(self.programs) >= self.MAX_PROGRAMS:
+                self.programs.pop(next(iter(self.programs)))
+            prog = self.programs[m] = self._build(m)
+        return prog
+
+    def run_staged(self, x: np.ndarray, check: bool, limit: float, scheme: str):
+        """A C-contiguous float32 / float64 (M, K) host batch, converted, checked and written into
+        the step's mapped input in one native pass, then the step: host outputs in the model's
+        out_dtype. None where the step is not a graph over float32 mapped input (the caller then
+        takes `run`). Raises ValueError naming the first bad element, as the model's input check
+        does (non-finite first, then beyond `limit`), before anything is launched."""
+        ffi, lib = _native()
+        m = x.shape[0]
+        with self._lock:
+            prog = self._program(m)
+            if prog.graph is None or prog.in_dtype is not np.float32:
+                return None
+            if prog.x_ptr is None:
+                prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
+                prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
+            bad, kind = prog.bad
+            lib.tg_stage_rows_f32(ffi.from_buffer(x), x.dtype.itemsize == 8, m, x.shape[1], x.shape[1],
+                                  prog.x_ptr, check, limit, bad, kind)
+            if kind[0]:
+                i, j = divmod(int(bad[0]), x.shape[1])
+                got = prog.x.host[i, j]
+                if kind[0] == 1:
+                    raise ValueError(f"x[{i}, {j}]: must be finite, got {got!r} (check=False gives NaN for that row)")
+                raise ValueError(f"x[{i}, {j}]: exceeds float16's range (65504) for scheme {scheme!r}, got {got!r}")
+            prog.graph.replay()
+            y = prog.out.host.copy()
+        if self.out_dtype == "bfloat16":
+            y = (y.astype(np.uint32) << 16).view(np.float32)
+        return y
+
     def run(self, x: np.ndarray) -> np.ndarray:
         """float32 (M, K) host activations -> host outputs in the model's out_dtype."""
         rt = self.rt
         m = x.shape[0]
         with self._lock:
-            prog = self.programs.get(m)
-            if prog is None:
-                if len(self.programs) >= self.MAX_PROGRAMS:
-                    self.programs.pop(next(iter(self.programs)))
-                prog = self.programs[m] = self._build(m)
+            prog = self._program(m)
             if prog.graph is not None:
                 np.copyto(prog.x.host, x, casting="same_kind")
                 prog.graph.replay()

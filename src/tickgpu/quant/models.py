@@ -87,6 +87,33 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _max = np.maximum.reduce
+_FP16_MAX = 65504.0
+
+
+def _gpu_step(model, x, check: bool, check_scheme: str):
+    """The GPU step of a C-contiguous float32 / float64 host batch staged in one native pass
+    (`GpuPlan.run_staged`), or None where that path does not apply (the caller's general path
+    then runs: same results, same errors)."""
+    if type(x) is not np.ndarray or model.scheme not in GPU_SCHEMES or model.backend == "cpu":
+        return None
+    dt = x.dtype
+    if (dt is not _F32 and dt is not _F64) or not x.flags.c_contiguous:
+        return None
+    k = model.in_features
+    single = x.ndim == 1
+    if single:
+        if x.shape[0] != k:
+            return None
+        x = x[None, :]
+    elif x.ndim != 2 or x.shape[1] != k or not x.shape[0]:
+        return None
+    if _choose_backend(model.op_name, model.backend, model.scheme, x.shape[0]) != "gpu":
+        return None
+    limit = _FP16_MAX if check_scheme in ("w8a16", "fp16") else math.inf
+    y = _gpu.plan_for(model).run_staged(x, check, limit, check_scheme)
+    if y is None:
+        return None
+    return y[0] if single else y
 
 
 def _choose_backend(op: str, backend: str, scheme: str, m: int) -> str:
@@ -188,6 +215,9 @@ class QuantLinear:
         ``check=False`` the rows holding one come out NaN. Returns (M, out_features) (or
         (out_features,) for a single token) in ``out_dtype``.
         """
+        y = _gpu_step(self, x, check, self.scheme)
+        if y is not None:
+            return y
         x32, single = _check_input(x, self.in_features, check, self.scheme)
         # No rows: nothing to launch (an empty grid); the reference gives the empty result.
         if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
@@ -297,8 +327,11 @@ class QuantMLP:
 
     def __call__(self, x, *, check: bool = True) -> np.ndarray:
         """Run the model on (M, in_features) or (in_features,) inputs; see :meth:`QuantLinear.__call__`."""
-        x32, single = _check_input(x, self.in_features, check,
-                                   "fp32" if self.layernorm is not None else self.scheme)
+        check_scheme = "fp32" if self.layernorm is not None else self.scheme
+        y = _gpu_step(self, x, check, check_scheme)
+        if y is not None:
+            return y
+        x32, single = _check_input(x, self.in_features, check, check_scheme)
         if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
             y = _gpu.plan_for(self).run(x32)
         else:
