@@ -557,7 +557,7 @@ void tg_torch_free(void *ptr, intptr_t size, int device, void *stream);
  * and with check != 0 looks at the float32 values: *bad receives the row-major index of the first
  * that is not finite, else of the first whose magnitude exceeds limit, else -1; *bad_kind 1 (not
  * finite), 2 (beyond limit) or 0. The copy is whole either way (one pass: convert, check, store).
- * TG_EINVAL for a NULL pointer or a negative size. */
+ * TG_EINVAL for a NULL pointer, a negative size or src_stride < cols. */
 int tg_stage_rows_f32(const void *src, int src_f64, int64_t rows, int64_t cols, int64_t src_stride,
                       float *dst, int check, float limit, int64_t *bad, int *bad_kind);
 

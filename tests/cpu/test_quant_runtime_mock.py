@@ -194,6 +194,29 @@ def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     assert g == (-(-m // (16 if m <= 64 else 128)) * -(-n // (32 if m <= 64 else 256)), 1, 1)
 
 
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 17])
+@pytest.mark.parametrize("n_layers", [1, 3])
+def test_w8a16_layernorm_read_into_the_first_layer(kr, mock, rng, m, n_layers):
+    """Up to 16 rows behind a LayerNorm: the first layer's kernel normalises its float32 input (no
+    LayerNorm launch); above, the LayerNorm kernel runs first. The mock computes both the same way."""
+    dims = [13, 40, 24, 3][:n_layers + 1]
+    layers = [(rng.standard_normal((o, i)), rng.standard_normal(o)) for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, 13), rng.standard_normal(13) * 0.1, 1e-3)
+    mlp = QuantMLP(layers, layernorm=ln, scheme="w8a16", out_dtype="float16", backend="gpu")
+    x = (rng.standard_normal((m, 13)) * 2).astype(np.float32)
+    before = len(mock.launches)
+    got = _gpu.plan_for(mlp, kr).run(x)
+    assert np.array_equal(got, mlp.forward_cpu(x))
+    names = [ln_["variant"] for ln_ in mock.launches[before:]]
+    tile = "m8" if m <= 8 else "m16"
+    first = f"quant_w8a16_ln{'_gelu' if n_layers > 1 else ''}_f16_{tile}"
+    if m <= 16:
+        assert names[0] == first and len(names) == n_layers and not any("layernorm" in v for v in names)
+        assert tuple(mock.launches[before]["args"][7:14]) == (m, dims[1], 13, 13, 16, dims[1], pytest.approx(1e-3))
+    else:
+        assert names[0].startswith("quant_layernorm_f16") and len(names) == n_layers + 1
+
+
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
 def test_no_rows_launch_nothing(kr, mock, rng, scheme):
     """An empty batch gives the empty result of the reference, with no launch (an empty grid)."""
@@ -244,10 +267,25 @@ def test_staged_step_is_the_general_step(kr, mock, rng, scheme):
     rows = mlp(bad, check=False)
     assert np.isnan(rows[3]).all() and np.isnan(rows[4]).all()
     assert np.array_equal(np.delete(rows, [3, 4], axis=0), np.delete(mlp(x[:7]), [3, 4], axis=0))
+    assert np.array_equal(mlp(x[:7], check=None), mlp(x[:7]))   # any truthy / falsy check
     n = len(staged)
     mlp(np.asfortranarray(x[:7]))       # not C-contiguous: the general path
     mlp(x[:7].astype(np.float16))       # another dtype: the general path
     assert len(staged) == n
+
+
+def test_w8a16_without_layernorm_is_not_staged(kr, mock, rng):
+    """Its GPU step reads float16 input: the one-pass float32 staging is not even tried."""
+    mlp = QuantMLP([(rng.standard_normal((24, 13)), None), (rng.standard_normal((5, 24)), None)], scheme="w8a16",
+                   backend="gpu")
+    plan = _gpu.plan_for(mlp, kr)
+    plan.run_staged = lambda *a: pytest.fail("staged a float16 step")
+    x = rng.standard_normal((3, 13)).astype(np.float32)
+    assert np.array_equal(mlp(x), mlp.forward_cpu(x))
+    big = x.copy()
+    big[1, 2] = 7e4
+    with pytest.raises(ValueError, match=r"x\[1, 2\]: exceeds float16's range"):
+        mlp(big)
 
 
 def test_staged_rows_native_check():

@@ -29,10 +29,12 @@ activations' padding holds adds nothing to the integer sums (their variants are 
 and both row strides are multiples of 16). W8A16 runs over the true K: up to 16 rows on the CUDA C
 small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8" and "_m16") where the bundle has it, else
 on the Triton tile kernel, whose aligned variant ("_a16") serves K and activation row strides that
-are multiples of 16.
+are multiples of 16. Behind a LayerNorm, a small batch's first layer reads the float32 input
+through it (variants "quant_w8a16_ln_*"): no LayerNorm launch of its own.
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -52,9 +54,8 @@ _TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "l"): (128, 256),
              ("w8a16", "s"): (16, 32), ("w8a16", "l"): (128, 256)}
 _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 # The CUDA C W8A16 kernel for small batches (csrc/cuda/w8a16.cu): (BLOCK_M, BLOCK_N) of its variants
-# by the most rows each serves, as tickgpu.kernels.quant.W8A16_SMALL builds them. On an H200 at
-# N = K = 4096 it takes M = 1-16 from 8.1-8.4 us (the Triton tile kernel) to 5.1-6.9 us with the
-# weights in L2 and 6.9-8.1 us with them streamed from memory (cuBLAS fp16: 9.3-9.6 / 13.5 us).
+# by the most rows each serves, as tickgpu.kernels.quant.W8A16_SMALL builds them (which says what
+# they measured; benchmarks/results/h200-2026-11-30-f/README.md has the same-run comparisons).
 W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16)}
 
 
@@ -63,16 +64,34 @@ def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: boo
     `stride_b` bytes, a multiple of 16); `has(variant)` says what the bundle holds (None: the Triton
     variants only). One rule for the model plans and the benchmarks."""
     g = "_gelu" if gelu else ""
-    for rows, (tag, bm, bn) in W8A16_SMALL_TILES.items():
-        if m <= rows:
+    if has is not None and stride_b % 16 == 0:
+        for rows, (tag, bm, bn) in W8A16_SMALL_TILES.items():   # the smallest tile the bundle has
             name = f"quant_w8a16{g}_{out_tag}_{tag}"
-            if has is not None and stride_b % 16 == 0 and has(name):
+            if m <= rows and has(name):
                 return name, (-(-m // bm) * -(-n // bn), 1, 1)
-            break
     tile = "s" if m <= SMALL_M else "l"
     bm, bn = _TILE_M_N[("w8a16", tile)]
     aligned = "_a16" if k % 16 == 0 and stride_a % 16 == 0 else ""
     return f"quant_w8a16{g}_{out_tag}_{tile}{aligned}", (-(-m // bm) * -(-n // bn), 1, 1)
+
+
+def w8a16_ln_launch(m: int, n: int, stride_b: int, gelu: bool, out_tag: str, has=None):
+    """Variant and grid of a first W8A16 layer that reads float32 input through the model's
+    LayerNorm (the small-batch kernel's fused form), or None where there is none (more than 16
+    rows, or a bundle without it): the LayerNorm is then a launch of its own."""
+    if has is None or stride_b % 16:
+        return None
+    g = "_gelu" if gelu else ""
+    for rows, (tag, bm, bn) in W8A16_SMALL_TILES.items():
+        name = f"quant_w8a16_ln{g}_{out_tag}_{tag}"
+        if m <= rows and has(name):
+            return name, (-(-m // bm) * -(-n // bn), 1, 1)
+    return None
+
+
+def bf16_bits_to_f32(y: np.ndarray) -> np.ndarray:
+    """bfloat16 outputs (uint16 bit patterns, as the buffers hold them) as float32 values."""
+    return (y.astype(np.uint32) << 16).view(np.float32)
 
 
 _NATIVE: tuple = ()
@@ -197,18 +216,29 @@ class GpuPlan:
         alloc_io = rt.mapped if graph else rt.empty
         y = alloc_io((m, self.layers[-1].n), self.out_dtype)
         if self.scheme == "w8a16":
+            first = 0
             if self.ln is not None:
                 x = alloc_io((m, k0), "float32")
                 in_dtype = np.float32
-                h = rt.empty((m, _round_up(k0, 8)), "float16")
-                launches.append((f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
-                                 [x, self.gamma, self.beta, h, m, k0, k0, _round_up(k0, 8), self.ln_eps]))
-                stride = _round_up(k0, 8)
+                lay = self.layers[0]
+                out_dtype = self.out_dtype if last == 0 else "float16"
+                fused = w8a16_ln_launch(m, lay.n, lay.k_pad, lay.gelu, _OUT_TAG[out_dtype], getattr(rt, "has", None))
+                if fused is not None:
+                    # The LayerNorm read into the first layer: one launch fewer.
+                    h = y if last == 0 else rt.empty((m, lay.n), out_dtype)
+                    launches.append((*fused, [x, self.gamma, self.beta, lay.b, lay.scale, lay.bias, h,
+                                              m, lay.n, k0, k0, lay.k_pad, lay.n, self.ln_eps]))
+                    first, stride = 1, lay.n
+                else:
+                    h = rt.empty((m, _round_up(k0, 8)), "float16")
+                    launches.append((f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
+                                     [x, self.gamma, self.beta, h, m, k0, k0, _round_up(k0, 8), self.ln_eps]))
+                    stride = _round_up(k0, 8)
             else:
                 h = x = alloc_io((m, k0), "float16")
                 in_dtype = np.float16
                 stride = k0
-            for i, layer in enumerate(self.layers):
+            for i, layer in enumerate(self.layers[first:], first):
                 h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", launches, stride_a=stride,
                                out=y if i == last else None)
                 stride = layer.n
@@ -242,12 +272,12 @@ class GpuPlan:
             prog = self.programs[m] = self._build(m)
         return prog
 
-    def run_staged(self, x: np.ndarray, check: bool, limit: float, scheme: str):
+    def run_staged(self, x: np.ndarray, check: bool, not_finite):
         """A C-contiguous float32 / float64 (M, K) host batch, converted, checked and written into
         the step's mapped input in one native pass, then the step: host outputs in the model's
         out_dtype. None where the step is not a graph over float32 mapped input (the caller then
-        takes `run`). Raises ValueError naming the first bad element, as the model's input check
-        does (non-finite first, then beyond `limit`), before anything is launched."""
+        takes `run`). With `check`, the first element that is not finite (row-major) is handed to
+        ``not_finite(i, j, value)``, which raises, before anything is launched."""
         ffi, lib = _native()
         m = x.shape[0]
         with self._lock:
@@ -258,19 +288,16 @@ class GpuPlan:
                 prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
                 prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
             bad, kind = prog.bad
-            lib.tg_stage_rows_f32(ffi.from_buffer(x), x.dtype.itemsize == 8, m, x.shape[1], x.shape[1],
-                                  prog.x_ptr, check, limit, bad, kind)
+            st = lib.tg_stage_rows_f32(ffi.from_buffer(x), x.dtype.itemsize == 8, m, x.shape[1], x.shape[1],
+                                       prog.x_ptr, 1 if check else 0, math.inf, bad, kind)
+            if st:
+                raise RuntimeError(f"tg_stage_rows_f32: {ffi.string(lib.tg_status_name(st)).decode()}")
             if kind[0]:
                 i, j = divmod(int(bad[0]), x.shape[1])
-                got = prog.x.host[i, j]
-                if kind[0] == 1:
-                    raise ValueError(f"x[{i}, {j}]: must be finite, got {got!r} (check=False gives NaN for that row)")
-                raise ValueError(f"x[{i}, {j}]: exceeds float16's range (65504) for scheme {scheme!r}, got {got!r}")
+                not_finite(i, j, prog.x.host[i, j])
             prog.graph.replay()
             y = prog.out.host.copy()
-        if self.out_dtype == "bfloat16":
-            y = (y.astype(np.uint32) << 16).view(np.float32)
-        return y
+        return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
 
     def run(self, x: np.ndarray) -> np.ndarray:
         """float32 (M, K) host activations -> host outputs in the model's out_dtype."""
@@ -282,9 +309,7 @@ class GpuPlan:
                 np.copyto(prog.x.host, x, casting="same_kind")
                 prog.graph.replay()
                 y = prog.out.host.copy()
-                if self.out_dtype == "bfloat16":
-                    y = (y.astype(np.uint32) << 16).view(np.float32)
-                return y
+                return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
             rt.write(prog.x, np.ascontiguousarray(x, prog.in_dtype))
             if prog.prepared is not None:
                 for p in prog.prepared:
@@ -293,9 +318,7 @@ class GpuPlan:
                 for variant, grid, args in prog.launches:
                     rt.launch(variant, grid, args)
             y = rt.download(prog.out)
-        if self.out_dtype == "bfloat16":
-            y = (y.astype(np.uint32) << 16).view(np.float32)
-        return y
+        return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
 
 
 def plan_for(model, rt=None) -> GpuPlan:

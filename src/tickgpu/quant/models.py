@@ -74,8 +74,7 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
         if not math.isfinite(peak):
             bad = ~np.isfinite(arr)
             m, j = np.argwhere(bad)[0]
-            raise ValueError(
-                f"x[{m}, {j}]: must be finite, got {arr[m, j]!r} (check=False gives NaN for that row)")
+            _not_finite(m, j, arr[m, j])
         if scheme in ("w8a16", "fp16") and peak > 65504:
             big = np.abs(arr) > 65504
             if big.any():
@@ -87,14 +86,18 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _max = np.maximum.reduce
-_FP16_MAX = 65504.0
 
 
-def _gpu_step(model, x, check: bool, check_scheme: str):
+def _not_finite(m, j, value):
+    raise ValueError(f"x[{m}, {j}]: must be finite, got {value!r} (check=False gives NaN for that row)")
+
+
+def _gpu_step(model, x, check: bool):
     """The GPU step of a C-contiguous float32 / float64 host batch staged in one native pass
     (`GpuPlan.run_staged`), or None where that path does not apply (the caller's general path
-    then runs: same results, same errors)."""
-    if type(x) is not np.ndarray or model.scheme not in GPU_SCHEMES or model.backend == "cpu":
+    then runs: same results, same errors). It applies to models whose GPU step reads float32
+    (`model._stages_f32`: all but W8A16 without a LayerNorm, whose step reads float16)."""
+    if not model._stages_f32 or model.backend == "cpu" or type(x) is not np.ndarray:
         return None
     dt = x.dtype
     if (dt is not _F32 and dt is not _F64) or not x.flags.c_contiguous:
@@ -109,8 +112,7 @@ def _gpu_step(model, x, check: bool, check_scheme: str):
         return None
     if _choose_backend(model.op_name, model.backend, model.scheme, x.shape[0]) != "gpu":
         return None
-    limit = _FP16_MAX if check_scheme in ("w8a16", "fp16") else math.inf
-    y = _gpu.plan_for(model).run_staged(x, check, limit, check_scheme)
+    y = _gpu.plan_for(model).run_staged(x, check, _not_finite)
     if y is None:
         return None
     return y[0] if single else y
@@ -159,6 +161,8 @@ class QuantLinear:
             raise ValueError(f"backend: must be one of {_BACKENDS}, got {backend!r}")
         self.backend = backend
         self.gelu = bool(gelu)
+        # Its GPU step reads float32 input (W8A16 reads float16): see _gpu_step.
+        self._stages_f32 = self.scheme in ("w8a8", "w16a8")
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"weight: must be 2-D (out_features, in_features), got shape {w.shape}")
@@ -215,7 +219,7 @@ class QuantLinear:
         ``check=False`` the rows holding one come out NaN. Returns (M, out_features) (or
         (out_features,) for a single token) in ``out_dtype``.
         """
-        y = _gpu_step(self, x, check, self.scheme)
+        y = _gpu_step(self, x, check)
         if y is not None:
             return y
         x32, single = _check_input(x, self.in_features, check, self.scheme)
@@ -277,6 +281,8 @@ class QuantMLP:
             if not (np.isfinite(g).all() and np.isfinite(bt).all() and eps > 0):
                 raise ValueError("layernorm: gamma, beta must be finite and eps > 0")
             self.layernorm = (g.astype(np.float32), bt.astype(np.float32), eps)
+        # Its GPU step reads float32 input, but for W8A16 without a LayerNorm (float16): see _gpu_step.
+        self._stages_f32 = self.scheme in ("w8a8", "w16a8") or (self.scheme == "w8a16" and self.layernorm is not None)
 
     @classmethod
     def from_state_dict(cls, state_dict, *, layernorm_eps: float = 1e-5, **kwargs) -> "QuantMLP":
@@ -327,11 +333,11 @@ class QuantMLP:
 
     def __call__(self, x, *, check: bool = True) -> np.ndarray:
         """Run the model on (M, in_features) or (in_features,) inputs; see :meth:`QuantLinear.__call__`."""
-        check_scheme = "fp32" if self.layernorm is not None else self.scheme
-        y = _gpu_step(self, x, check, check_scheme)
+        y = _gpu_step(self, x, check)
         if y is not None:
             return y
-        x32, single = _check_input(x, self.in_features, check, check_scheme)
+        x32, single = _check_input(x, self.in_features, check,
+                                   "fp32" if self.layernorm is not None else self.scheme)
         if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
             y = _gpu.plan_for(self).run(x32)
         else:
