@@ -100,79 +100,14 @@ __device__ __forceinline__ void load_x(uint4 (&dst)[2], const __half *row, bool 
     }
 }
 
-/* The LayerNorm of x[m][k .. k + 15] (float32), rounded to float16: ((x - mean) * rstd) * gamma +
- * beta, zero where m or k is out of range (the padding of K must add nothing to the sums). */
-__device__ __forceinline__ void load_x_ln(uint4 (&dst)[2], const float *row, bool ok, int k, int K, float mean,
-                                          float rstd, const float *__restrict__ gamma,
-                                          const float *__restrict__ beta)
-{
-    uint32_t w[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        float y[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int kk = k + 2 * e + h;
-            y[h] = 0.0f;
-            if (ok && kk < K)
-                y[h] = (__ldg(row + kk) - mean) * rstd * __ldg(gamma + kk) + __ldg(beta + kk);
-        }
-        const __half2 v = __floats2half2_rn(y[0], y[1]);
-        w[e] = *reinterpret_cast<const uint32_t *>(&v);
-    }
-    dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
-
-/* Mean and 1 / sqrt(var + eps) of x's rows m0 .. m0 + BM - 1 (a warp a row; two passes, float32,
- * the Triton LayerNorm kernel's formulas), into shared memory. */
-template <int BM, int WARPS>
-__device__ __forceinline__ void row_moments(const float *__restrict__ x, int M, int K, int stride, int m0,
-                                            float eps, float (&mean_out)[BM], float (&rstd_out)[BM])
-{
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int r = warp; r < BM; r += WARPS) {
-        const int m = m0 + r;
-        float mean = 0.0f, rstd = 0.0f;
-        if (m < M) {
-            const float *row = x + (size_t)m * stride;
-            float sum = 0.0f;
-            for (int k = lane; k < K; k += 32)
-                sum += __ldg(row + k);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            mean = __fdiv_rn(sum, (float)K);
-            float sq = 0.0f;
-            for (int k = lane; k < K; k += 32) {
-                const float d = __ldg(row + k) - mean;
-                sq += d * d;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                sq += __shfl_xor_sync(0xffffffffu, sq, o);
-            rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(sq, (float)K) + eps));
-        }
-        if (lane == 0) {
-            mean_out[r] = mean;
-            rstd_out[r] = rstd;
-        }
-    }
-    __syncthreads();
-}
-
-template <int MT, int NT, int WARPS, int GROUP, typename OutT, bool GELU, bool LN = false>
-__device__ __forceinline__ void gemm(const void *__restrict__ a_raw, const int8_t *__restrict__ b,
+template <int MT, int NT, int WARPS, int GROUP, typename OutT, bool GELU>
+__device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t *__restrict__ b,
                                      const float *__restrict__ scale, const float *__restrict__ bias,
                                      OutT *__restrict__ c, int M, int N, int K, int stride_am, int stride_bn,
-                                     int stride_cm, const float *__restrict__ gamma = nullptr,
-                                     const float *__restrict__ beta = nullptr, float eps = 0.0f)
+                                     int stride_cm)
 {
     constexpr int BM = 8 * MT, BN = 16 * NT;
     __shared__ float part[WARPS][BM * BN];
-    __shared__ float ln_mean[BM], ln_rstd[BM];
-    const __half *a = static_cast<const __half *>(a_raw);
-    const float *xf = static_cast<const float *>(a_raw);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -189,17 +124,13 @@ __device__ __forceinline__ void gemm(const void *__restrict__ a_raw, const int8_
             wok[nt][h] = n < N;
             wrow[nt][h] = b + (size_t)(n < N ? n : 0) * stride_bn;
         }
-    if (LN)
-        row_moments<BM, WARPS>(xf, M, K, stride_am, m0, eps, ln_mean, ln_rstd);
     const __half *xrow[MT];
-    const float *xfrow[MT];
     bool xok[MT];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const int m = m0 + mt * 8 + g;
         xok[mt] = m < M;
         xrow[mt] = a + (size_t)(m < M ? m : 0) * stride_am;
-        xfrow[mt] = xf + (size_t)(m < M ? m : 0) * stride_am;
     }
     const bool xvec = stride_am % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0;
 
@@ -227,13 +158,8 @@ __device__ __forceinline__ void gemm(const void *__restrict__ a_raw, const int8_
                                        ? __ldg(reinterpret_cast<const uint4 *>(wrow[nt][h] + k))
                                        : make_uint4(0, 0, 0, 0);
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                if (LN)
-                    load_x_ln(xv[i][mt], xfrow[mt], xok[mt], k, K, ln_mean[mt * 8 + g], ln_rstd[mt * 8 + g],
-                              gamma, beta);
-                else
-                    load_x(xv[i][mt], xrow[mt], xok[mt], k, K, xvec);
-            }
+            for (int mt = 0; mt < MT; ++mt)
+                load_x(xv[i][mt], xrow[mt], xok[mt], k, K, xvec);
         }
 #pragma unroll
         for (int i = 0; i < GROUP; ++i) {
@@ -306,26 +232,10 @@ typedef __half tg_w8a16_out_t;
 #else
 typedef __nv_bfloat16 tg_w8a16_out_t;
 #endif
-#if !defined(TG_W8A16_LN) || TG_W8A16_LN == 0
 extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
     tg_w8a16_small_kernel(TG_W8A16_PARAMS(tg_w8a16_out_t))
 {
     tg_w8a16::gemm<TG_W8A16_MT, TG_W8A16_NT, TG_W8A16_WARPS, TG_W8A16_GROUP, tg_w8a16_out_t,
                    (TG_W8A16_GELU != 0)>(TG_W8A16_ARGS);
 }
-#else
-/* The first layer of a model with a LayerNorm: A is float32 x (stride_xm elements a row),
- * normalised with gamma, beta and ln_eps and rounded to float16 as it is read. */
-extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
-    tg_w8a16_ln_small_kernel(const float *__restrict__ x, const float *__restrict__ gamma,
-                             const float *__restrict__ beta, const int8_t *__restrict__ b,
-                             const float *__restrict__ scale, const float *__restrict__ bias,
-                             tg_w8a16_out_t *__restrict__ c, int M, int N, int K, int stride_xm, int stride_bn,
-                             int stride_cm, float ln_eps)
-{
-    tg_w8a16::gemm<TG_W8A16_MT, TG_W8A16_NT, TG_W8A16_WARPS, TG_W8A16_GROUP, tg_w8a16_out_t,
-                   (TG_W8A16_GELU != 0), true>(x, b, scale, bias, c, M, N, K, stride_xm, stride_bn, stride_cm,
-                                               gamma, beta, ln_eps);
-}
-#endif
 #endif

@@ -203,8 +203,6 @@ QUANT_ARGS = {   # the quant kernels' argument lists, written out here from the 
                          "stride_cm:i32",
     "tg_w8a16_small_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 stride_am:i32 "
                              "stride_bn:i32 stride_cm:i32",
-    "tg_w8a16_ln_small_kernel": "x_ptr gamma_ptr beta_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 "
-                                "stride_xm:i32 stride_bn:i32 stride_cm:i32 ln_eps:f32",
     "layernorm_kernel": "x_ptr gamma_ptr beta_ptr y_ptr M:i32 K:i32 stride_xm:i32 stride_ym:i32 ln_eps:f32",
 }
 
@@ -224,10 +222,9 @@ def _check_quant_entry(k, fields):
         name, _, kind = a.partition(":")
         want.append((name, kind or "ptr"))
     if k["source"] == "cuda":
-        # The small-batch W8A16 kernel (and its form behind a LayerNorm): static shared memory
-        # only, 16 output channels a block, 8 or 16 rows; only its weight rows must be 16-byte multiples.
-        ln = v.startswith("quant_w8a16_ln_")
-        assert k["entry"] == ("tg_w8a16_ln_small_kernel" if ln else "tg_w8a16_small_kernel") and k["shared"] == 0, v
+        # The small-batch W8A16 kernel: static shared memory only, 16 output channels a block,
+        # 8 or 16 rows; only its weight rows must be 16-byte multiples.
+        assert k["entry"] == "tg_w8a16_small_kernel" and k["shared"] == 0, v
         assert tiles and k["block_n"] == 16 and k["block_m"] in (8, 16), v
         assert k["elements_per_block"] == k["block_m"] * k["block_n"], v
         assert v.endswith(f"_m{k['block_m']}") and v.startswith("quant_w8a16_"), v

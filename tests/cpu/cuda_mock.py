@@ -472,15 +472,7 @@ class MockDriver:
         n, k = vals["N"], vals["K"]
         gelu = "_gelu" in v
         bias = vec("bias_ptr", n, np.float32)
-        if entry == "tg_w8a16_ln_small_kernel":   # the layernorm kernel's result, as float16, then W8A16
-            x64 = self._matrix(fn, vals["x_ptr"], m, k, vals["stride_xm"], np.float32, "x_ptr").astype(np.float64)
-            g, bt = vec("gamma_ptr", k, np.float32), vec("beta_ptr", k, np.float32)
-            mean = x64.mean(axis=1, keepdims=True)
-            var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
-            a = cast_output((((x64 - mean) / np.sqrt(var + vals["ln_eps"])) * g + bt).astype(np.float32), "float16")
-            b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
-            y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)
-        elif entry in ("w8a16_gemm_kernel", "tg_w8a16_small_kernel"):
+        if entry in ("w8a16_gemm_kernel", "tg_w8a16_small_kernel"):
             a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float16, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
             y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)

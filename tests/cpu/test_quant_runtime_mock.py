@@ -194,29 +194,6 @@ def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     assert g == (-(-m // (16 if m <= 64 else 128)) * -(-n // (32 if m <= 64 else 256)), 1, 1)
 
 
-@pytest.mark.parametrize("m", [1, 8, 9, 16, 17])
-@pytest.mark.parametrize("n_layers", [1, 3])
-def test_w8a16_layernorm_read_into_the_first_layer(kr, mock, rng, m, n_layers):
-    """Up to 16 rows behind a LayerNorm: the first layer's kernel normalises its float32 input (no
-    LayerNorm launch); above, the LayerNorm kernel runs first. The mock computes both the same way."""
-    dims = [13, 40, 24, 3][:n_layers + 1]
-    layers = [(rng.standard_normal((o, i)), rng.standard_normal(o)) for i, o in zip(dims[:-1], dims[1:])]
-    ln = (rng.uniform(0.5, 1.5, 13), rng.standard_normal(13) * 0.1, 1e-3)
-    mlp = QuantMLP(layers, layernorm=ln, scheme="w8a16", out_dtype="float16", backend="gpu")
-    x = (rng.standard_normal((m, 13)) * 2).astype(np.float32)
-    before = len(mock.launches)
-    got = _gpu.plan_for(mlp, kr).run(x)
-    assert np.array_equal(got, mlp.forward_cpu(x))
-    names = [ln_["variant"] for ln_ in mock.launches[before:]]
-    tile = "m8" if m <= 8 else "m16"
-    first = f"quant_w8a16_ln{'_gelu' if n_layers > 1 else ''}_f16_{tile}"
-    if m <= 16:
-        assert names[0] == first and len(names) == n_layers and not any("layernorm" in v for v in names)
-        assert tuple(mock.launches[before]["args"][7:14]) == (m, dims[1], 13, 13, 16, dims[1], pytest.approx(1e-3))
-    else:
-        assert names[0].startswith("quant_layernorm_f16") and len(names) == n_layers + 1
-
-
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
 def test_no_rows_launch_nothing(kr, mock, rng, scheme):
     """An empty batch gives the empty result of the reference, with no launch (an empty grid)."""

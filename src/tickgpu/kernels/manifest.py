@@ -28,8 +28,8 @@ The argument order of each family is fixed by :data:`FAMILY_PARAMS` (the contrac
 kernels and the runtime); :func:`validate` checks every entry against it.
 
 The ``quant`` family (the quantized linear layers of :mod:`tickgpu.quant`) holds four Triton
-kernels and a CUDA C one (small-batch W8A16, with the Triton W8A16 kernel's contract, and its
-first-layer form that reads float32 input through a LayerNorm) with argument lists of their own, fixed by :data:`QUANT_PARAMS` and told apart by ``entry``. Their grid
+kernels and a CUDA C one (small-batch W8A16, with the Triton W8A16 kernel's contract) with
+argument lists of their own, fixed by :data:`QUANT_PARAMS` and told apart by ``entry``. Their grid
 is not ``ceil(n / elements_per_block)``; their entries carry optional fields that the other
 families never have (so those families' entries are unchanged):
 
@@ -106,11 +106,6 @@ QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
     "w8a16_gemm_kernel": (("a_ptr", "ptr"), ("b_ptr", "ptr"), ("b_scale_ptr", "ptr"), ("bias_ptr", "ptr"),
                           ("c_ptr", "ptr"), ("M", "i32"), ("N", "i32"), ("K", "i32"), ("stride_am", "i32"),
                           ("stride_bn", "i32"), ("stride_cm", "i32")),
-    # Its first-layer form behind a LayerNorm: float32 x, normalised as it is read.
-    "tg_w8a16_ln_small_kernel": (("x_ptr", "ptr"), ("gamma_ptr", "ptr"), ("beta_ptr", "ptr"), ("b_ptr", "ptr"),
-                                 ("b_scale_ptr", "ptr"), ("bias_ptr", "ptr"), ("c_ptr", "ptr"), ("M", "i32"),
-                                 ("N", "i32"), ("K", "i32"), ("stride_xm", "i32"), ("stride_bn", "i32"),
-                                 ("stride_cm", "i32"), ("ln_eps", "f32")),
     "layernorm_kernel": (("x_ptr", "ptr"), ("gamma_ptr", "ptr"), ("beta_ptr", "ptr"), ("y_ptr", "ptr"),
                          ("M", "i32"), ("K", "i32"), ("stride_xm", "i32"), ("stride_ym", "i32"),
                          ("ln_eps", "f32")),

@@ -455,30 +455,28 @@ def _layernorm_variants():
 # 9.2-9.3 us. tickgpu.quant._gpu.W8A16_SMALL_TILES holds the same tiles (a test says so).
 W8A16_SMALL = (("m8", 8, 1, 16, 2), ("m16", 16, 2, 16, 1))
 W8A16_SMALL_SOURCE = "csrc/cuda/w8a16.cu"
-# The kernel, and its form for a model's first layer behind a LayerNorm (float32 input normalised
-# and rounded to float16 as it is read: one launch fewer a step).
+# (A form of it reading a model's float32 input through the LayerNorm, one launch fewer a step,
+# was slower: the input lives in mapped host memory and every block read it across PCIe three
+# times; benchmarks/results/h200-2026-11-30-f/w8a16-ln-ab.json.)
 W8A16_SMALL_ENTRY = "tg_w8a16_small_kernel"
-W8A16_LN_SMALL_ENTRY = "tg_w8a16_ln_small_kernel"
 
 
 def w8a16_small_variants():
     """The CUDA C small-batch W8A16 variants: name, entry, nvcc -D macros, tile, warps, output type."""
-    for ln in (0, 1):
-        for gelu in (0, 1):
-            for out_code, out in enumerate(_OUT_TYPES):
-                for tile, rows, mt, warps, group in W8A16_SMALL:
-                    yield {
-                        "variant": f"quant_w8a16{'_ln' if ln else ''}{'_gelu' if gelu else ''}_{out}_{tile}",
-                        "entry": W8A16_LN_SMALL_ENTRY if ln else W8A16_SMALL_ENTRY,
-                        "defines": {"TG_W8A16_MT": mt, "TG_W8A16_OUT": out_code, "TG_W8A16_GELU": gelu,
-                                    "TG_W8A16_LN": ln, "TG_W8A16_WARPS": warps, "TG_W8A16_GROUP": group,
-                                    "TG_W8A16_NT": 1},
-                        "num_warps": warps, "dtype": out, "block_m": rows, "block_n": 16,
-                        # b 16-byte aligned with rows a multiple of 16 bytes apart (the kernel's
-                        # 16-byte weight loads); the activations need neither (checked at run time,
-                        # element loads otherwise), but every pointer the plans pass is 16-byte aligned.
-                        "multiple_of_16": ("stride_bn",),
-                    }
+    for gelu in (0, 1):
+        for out_code, out in enumerate(_OUT_TYPES):
+            for tile, rows, mt, warps, group in W8A16_SMALL:
+                yield {
+                    "variant": f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}",
+                    "entry": W8A16_SMALL_ENTRY,
+                    "defines": {"TG_W8A16_MT": mt, "TG_W8A16_OUT": out_code, "TG_W8A16_GELU": gelu,
+                                "TG_W8A16_WARPS": warps, "TG_W8A16_GROUP": group, "TG_W8A16_NT": 1},
+                    "num_warps": warps, "dtype": out, "block_m": rows, "block_n": 16,
+                    # b 16-byte aligned with rows a multiple of 16 bytes apart (the kernel's 16-byte
+                    # weight loads); the activations need neither (checked at run time, element
+                    # loads otherwise), but every pointer the plans pass is 16-byte aligned.
+                    "multiple_of_16": ("stride_bn",),
+                }
 
 
 QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),

@@ -29,8 +29,7 @@ activations' padding holds adds nothing to the integer sums (their variants are 
 and both row strides are multiples of 16). W8A16 runs over the true K: up to 16 rows on the CUDA C
 small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8" and "_m16") where the bundle has it, else
 on the Triton tile kernel, whose aligned variant ("_a16") serves K and activation row strides that
-are multiples of 16. Behind a LayerNorm, a small batch's first layer reads the float32 input
-through it (variants "quant_w8a16_ln_*"): no LayerNorm launch of its own.
+are multiples of 16.
 """
 from __future__ import annotations
 
@@ -73,20 +72,6 @@ def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: boo
     bm, bn = _TILE_M_N[("w8a16", tile)]
     aligned = "_a16" if k % 16 == 0 and stride_a % 16 == 0 else ""
     return f"quant_w8a16{g}_{out_tag}_{tile}{aligned}", (-(-m // bm) * -(-n // bn), 1, 1)
-
-
-def w8a16_ln_launch(m: int, n: int, stride_b: int, gelu: bool, out_tag: str, has=None):
-    """Variant and grid of a first W8A16 layer that reads float32 input through the model's
-    LayerNorm (the small-batch kernel's fused form), or None where there is none (more than 16
-    rows, or a bundle without it): the LayerNorm is then a launch of its own."""
-    if has is None or stride_b % 16:
-        return None
-    g = "_gelu" if gelu else ""
-    for rows, (tag, bm, bn) in W8A16_SMALL_TILES.items():
-        name = f"quant_w8a16_ln{g}_{out_tag}_{tag}"
-        if m <= rows and has(name):
-            return name, (-(-m // bm) * -(-n // bn), 1, 1)
-    return None
 
 
 def bf16_bits_to_f32(y: np.ndarray) -> np.ndarray:
@@ -216,29 +201,18 @@ class GpuPlan:
         alloc_io = rt.mapped if graph else rt.empty
         y = alloc_io((m, self.layers[-1].n), self.out_dtype)
         if self.scheme == "w8a16":
-            first = 0
             if self.ln is not None:
                 x = alloc_io((m, k0), "float32")
                 in_dtype = np.float32
-                lay = self.layers[0]
-                out_dtype = self.out_dtype if last == 0 else "float16"
-                fused = w8a16_ln_launch(m, lay.n, lay.k_pad, lay.gelu, _OUT_TAG[out_dtype], getattr(rt, "has", None))
-                if fused is not None:
-                    # The LayerNorm read into the first layer: one launch fewer.
-                    h = y if last == 0 else rt.empty((m, lay.n), out_dtype)
-                    launches.append((*fused, [x, self.gamma, self.beta, lay.b, lay.scale, lay.bias, h,
-                                              m, lay.n, k0, k0, lay.k_pad, lay.n, self.ln_eps]))
-                    first, stride = 1, lay.n
-                else:
-                    h = rt.empty((m, _round_up(k0, 8)), "float16")
-                    launches.append((f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
-                                     [x, self.gamma, self.beta, h, m, k0, k0, _round_up(k0, 8), self.ln_eps]))
-                    stride = _round_up(k0, 8)
+                h = rt.empty((m, _round_up(k0, 8)), "float16")
+                launches.append((f"quant_layernorm_f16_k{_row_block(k0)}", (m, 1, 1),
+                                 [x, self.gamma, self.beta, h, m, k0, k0, _round_up(k0, 8), self.ln_eps]))
+                stride = _round_up(k0, 8)
             else:
                 h = x = alloc_io((m, k0), "float16")
                 in_dtype = np.float16
                 stride = k0
-            for i, layer in enumerate(self.layers[first:], first):
+            for i, layer in enumerate(self.layers):
                 h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", launches, stride_a=stride,
                                out=y if i == last else None)
                 stride = layer.n
