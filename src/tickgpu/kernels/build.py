@@ -344,6 +344,20 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
 
 # ---- CUDA C --------------------------------------------------------------------------------
 
+def _nvcc_cubin(cmd: list[str], source: str, what: str) -> tuple[bytes, int]:
+    """Run nvcc `cmd` (up to its output option) on `source` (relative to the repo root); the cubin
+    and the most bytes of registers ptxas spilled in it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin_path = Path(tmp) / "k.cubin"
+        full = [*cmd, "-o", str(cubin_path), source]
+        res = _run(full, cwd=REPO_ROOT)
+        if res.returncode != 0:
+            raise BuildError(f"{what}: nvcc failed:\n{' '.join(full)}\n{res.stderr}")
+        cubin = cubin_path.read_bytes()
+    spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.stderr)]
+    return cubin, max(spills, default=0)
+
+
 def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
     """nvcc -cubin each dtype's kernel of ``fam`` for ``arch``."""
     src = REPO_ROOT / fam.source
@@ -355,18 +369,11 @@ def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tup
     out = []
     for dtype, symbol in sorted(fam.entries.items()):
         variant = f"{fam.family}_{dtype}_b{fam.block}"
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin_path = Path(tmp) / "k.cubin"
-            # Relative paths from the repo root keep the cubin independent of where the checkout is.
-            include = os.path.relpath(lbr_dir, REPO_ROOT)
-            cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v", f"-D{fam.defines[dtype]}",
-                   f"-D{fam.block_define}={fam.block}",
-                   "-I", include, "-o", str(cubin_path), fam.source]
-            res = _run(cmd, cwd=REPO_ROOT)
-            if res.returncode != 0:
-                raise BuildError(f"{variant} ({arch}): nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
-            cubin = cubin_path.read_bytes()
-        spills = [int(s) for s in re.findall(r"(\d+) bytes spill stores", res.stderr)]
+        # Relative paths from the repo root keep the cubin independent of where the checkout is.
+        include = os.path.relpath(lbr_dir, REPO_ROOT)
+        cubin, spills = _nvcc_cubin([nvcc, "-cubin", f"-arch={arch}", "-O3", "-Xptxas", "-v",
+                                     f"-D{fam.defines[dtype]}", f"-D{fam.block_define}={fam.block}", "-I", include],
+                                    fam.source, f"{variant} ({arch})")
         entry = {
             "variant": variant, "family": fam.family, "arch": arch, "file": f"{arch}/{variant}.cubin",
             "entry": symbol, "source": "cuda", "source_hash": digest, "num_warps": fam.block // 32,
@@ -375,7 +382,7 @@ def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tup
             "scratch": {"global": 0, "global_align": 1, "profile": 0},
         }
         facts = cubin_facts(cubin, symbol)
-        facts["spill_stores"] = max(spills, default=0)
+        facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)
         out.append((entry, cubin, facts))
     return out
@@ -395,17 +402,10 @@ def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, 
 
     def one(v):
         variant, contract = v["variant"], QUANT_PARAMS[v["entry"]]
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin_path = Path(tmp) / "k.cubin"
-            # No FMA contraction: the float32 epilogue is the reference's operations one at a time.
-            cmd = [nvcc, "-cubin", f"-arch={arch}", "-O3", "-fmad=false", "-Xptxas", "-v",
-                   *(f"-D{name}={value}" for name, value in v["defines"].items()),
-                   "-o", str(cubin_path), kq.W8A16_SMALL_SOURCE]
-            res = _run(cmd, cwd=REPO_ROOT)
-            if res.returncode != 0:
-                raise BuildError(f"{variant} ({arch}): nvcc failed:\n{' '.join(cmd)}\n{res.stderr}")
-            cubin = cubin_path.read_bytes()
-        spills = [int(x) for x in re.findall(r"(\d+) bytes spill stores", res.stderr)]
+        # No FMA contraction: the float32 epilogue is the reference's operations one at a time.
+        cubin, spills = _nvcc_cubin([nvcc, "-cubin", f"-arch={arch}", "-O3", "-fmad=false", "-Xptxas", "-v",
+                                     *(f"-D{name}={value}" for name, value in v["defines"].items())],
+                                    kq.W8A16_SMALL_SOURCE, f"{variant} ({arch})")
         entry = {
             "variant": variant, "family": "quant", "arch": arch, "file": f"{arch}/{variant}.cubin",
             "entry": v["entry"], "source": "cuda", "source_hash": digest,
@@ -417,7 +417,7 @@ def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, 
             "multiple_of_16": list(v["multiple_of_16"]),
         }
         facts = cubin_facts(cubin, v["entry"])
-        facts["spill_stores"] = max(spills, default=0)
+        facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)
         return entry, cubin, facts
 
