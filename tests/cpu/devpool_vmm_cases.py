@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import types
+from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, rule
 
 from tickgpu.memory import DevicePool, PoolError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from devpool_model import FreeRules, fill  # noqa: E402
 
 if not os.environ.get("TICKGPU_FAKE_LIBCUDA"):
     pytest.skip("runs under the stand-in libcuda only (test_devpool.py starts it)", allow_module_level=True)
@@ -48,25 +52,18 @@ def assert_driver_balanced():
     assert c["creates"] == c["releases"] and c["reserves"] == c["frees"] and c["maps"] == c["unmaps"], c
 
 
-def fill(ptr, n, tag):
-    ctypes.memset(ptr, tag, n)
-
-
-def intact(ptr, n, tag):
-    return n == 0 or bool((np.frombuffer((ctypes.c_uint8 * n).from_address(ptr), np.uint8) == tag).all())
-
-
 CFG = dict(slab_block_bytes=MB, slab_blocks=2, small_max=256 << 10, lazy_bytes=12 * MB, cap_bytes=48 * MB)
 SIZES = st.one_of(st.integers(0, 300_000), st.integers(300_001, 2 * MB - 1), st.integers(2 * MB, 9 * MB))
 
 
-class Level3Model(RuleBasedStateMachine):
+class Level3Model(FreeRules):
     """live {ptr: (nbytes, rounded, level, tag)}, pending {ptr: (rounded, level)}."""
 
     def __init__(self):
         super().__init__()
         self.pool = DevicePool(CTX, **CFG)
         self.live, self.pending, self.tag = {}, {}, 0
+        self.lazy_bytes = CFG["lazy_bytes"]
 
     @rule(nbytes=SIZES)
     def alloc(self, nbytes):
@@ -94,35 +91,6 @@ class Level3Model(RuleBasedStateMachine):
         self.tag = self.tag % 255 + 1
         fill(buf.ptr, nbytes, self.tag)
         self.live[buf.ptr] = (nbytes, rounded, buf.level, self.tag)
-
-    @precondition(lambda self: self.live)
-    @rule(pick=st.integers(0, 1 << 16))
-    def free(self, pick):
-        ptr = list(self.live)[pick % len(self.live)]
-        nbytes, rounded, level, tag = self.live.pop(ptr)
-        assert intact(ptr, nbytes, tag)
-        self.pool.free(ptr)
-        self.pending[ptr] = (rounded, level)
-        if sum(r for r, _ in self.pending.values()) > CFG["lazy_bytes"]:
-            self.pending.clear()
-
-    @precondition(lambda self: self.pending)
-    @rule(pick=st.integers(0, 1 << 16))
-    def double_free(self, pick):
-        ptr = list(self.pending)[pick % len(self.pending)]
-        with pytest.raises(PoolError, match=f"0x{ptr:x}.*double free"):
-            self.pool.free(ptr)
-
-    @rule(offset=st.integers(1, 511))
-    def foreign_free(self, offset):
-        ptr = (next(iter(self.live)) if self.live else 1 << 40) + offset
-        with pytest.raises(PoolError, match=f"0x{ptr:x}"):
-            self.pool.free(ptr)
-
-    @rule()
-    def flush(self):
-        self.pool.flush()
-        self.pending.clear()
 
     @invariant()
     def pool_matches_model_and_driver(self):

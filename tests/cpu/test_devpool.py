@@ -9,16 +9,21 @@ foreign frees, use after close, and several threads at once (the C calls release
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import types
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, rule
 
 from tickgpu.memory import DevicePool, PoolError, PoolStats
+
+sys.path.insert(0, str(Path(__file__).parent))
+from devpool_model import FreeRules, fill, intact  # noqa: E402
 
 MB = 1 << 20
 
@@ -32,17 +37,6 @@ def reference_class(n: int) -> int:
         classes += [(1 << p) + k * (1 << (p - 2)) for k in (1, 2, 3, 4)]
         p += 1
     return next(c for c in classes if c >= max(n, 1))
-
-
-def fill(ptr: int, nbytes: int, tag: int) -> None:
-    ctypes.memset(ptr, tag, nbytes)
-
-
-def intact(ptr: int, nbytes: int, tag: int) -> bool:
-    if nbytes == 0:
-        return True
-    a = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=np.uint8)
-    return bool((a == tag).all())
 
 
 def test_size_classes_against_reference():
@@ -64,7 +58,7 @@ CFG = dict(backend="host", slab_block_bytes=MB, slab_blocks=3, small_max=256 << 
 SIZES = st.one_of(st.integers(0, 4096), st.integers(4097, 300_000), st.integers(300_001, 5 * MB))
 
 
-class PoolModel(RuleBasedStateMachine):
+class PoolModel(FreeRules):
     """The pool against a model: live {ptr: (nbytes, rounded, level, tag)}, pending {ptr: (rounded, level)}."""
 
     def __init__(self):
@@ -77,6 +71,7 @@ class PoolModel(RuleBasedStateMachine):
         self.flushes = 0
         self.failed = 0
         self.served = [0, 0]
+        self.lazy_bytes = CFG["lazy_bytes"]
 
     def _flushed(self):
         if self.pending:
@@ -115,37 +110,6 @@ class PoolModel(RuleBasedStateMachine):
         self.live[buf.ptr] = (nbytes, rounded, buf.level, self.tag)
         self.served[buf.level - 1] += 1
         self.peak = max(self.peak, sum(v[1] for v in self.live.values()))
-
-    # Buffers are picked by position in allocation order, never by address: addresses differ from
-    # run to run, and hypothesis must be able to replay a drawn choice.
-    @precondition(lambda self: self.live)
-    @rule(pick=st.integers(0, 1 << 16))
-    def free(self, pick):
-        ptr = list(self.live)[pick % len(self.live)]
-        nbytes, rounded, level, tag = self.live.pop(ptr)
-        assert intact(ptr, nbytes, tag), f"buffer {hex(ptr)} was overwritten while live"
-        self.pool.free(ptr)
-        self.pending[ptr] = (rounded, level)
-        if sum(r for r, _ in self.pending.values()) > CFG["lazy_bytes"]:
-            self._flushed()
-
-    @precondition(lambda self: self.pending)
-    @rule(pick=st.integers(0, 1 << 16))
-    def double_free(self, pick):
-        ptr = list(self.pending)[pick % len(self.pending)]
-        with pytest.raises(PoolError, match=f"0x{ptr:x}.*double free"):
-            self.pool.free(ptr)
-
-    @rule(offset=st.integers(1, 511))
-    def foreign_free(self, offset):
-        ptr = (next(iter(self.live)) if self.live else 1 << 40) + offset
-        with pytest.raises(PoolError, match=f"0x{ptr:x}"):
-            self.pool.free(ptr)
-
-    @rule()
-    def flush(self):
-        self.pool.flush()
-        self._flushed()
 
     @invariant()
     def stats_match_model(self):

@@ -173,17 +173,24 @@ def test_greeks_errors_match_general_path(rng, dtype):
 
 
 # ---- implied vol and the surface -----------------------------------------------------------------------
+def _same_implied_vols(args, dtype, backend):
+    """Vols and statuses from arrays (the fast path) equal those from lists (the general path)."""
+    v1, s1 = tickgpu.implied_vol(**args, dtype=dtype, backend=backend, return_status=True)
+    v2, s2 = tickgpu.implied_vol(**_as_lists(args), dtype=dtype, backend=backend, return_status=True)
+    np.testing.assert_array_equal(v1, v2)
+    np.testing.assert_array_equal(s1, s2)
+    assert v1.dtype == v2.dtype
+    return v1
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_implied_vol_fast_inputs_match_general_path(rng, dtype):
     x = _inputs(rng, N, dtype)
     call = rng.random(N) < 0.5
     price = tickgpu.greeks(**x, call=call, dtype=dtype, backend="cpu").price
     args = dict(price=price, spot=x["spot"], strike=x["strike"], t=x["t"], rate=x["rate"], call=call)
-    v1, s1 = tickgpu.implied_vol(**args, dtype=dtype, backend="cpu", return_status=True)
-    v2, s2 = tickgpu.implied_vol(**_as_lists(args), dtype=dtype, backend="cpu", return_status=True)
-    np.testing.assert_array_equal(v1, v2)
-    np.testing.assert_array_equal(s1, s2)
-    assert v1.dtype == v2.dtype == dtype
+    v1 = _same_implied_vols(args, dtype, "cpu")
+    assert v1.dtype == dtype
     bad = dict(args, t=args["t"].copy())
     bad["t"][4] = 0.0
     kind, msg = _same_error(tickgpu.implied_vol, bad, _as_lists(bad), dtype=dtype, backend="cpu", strict=True)
@@ -217,10 +224,7 @@ def test_gpu_fast_inputs_match_general_path(gpu_ctx, rng, dtype):
                  tickgpu.greeks(**_as_lists(x), call=call.tolist(), dtype=dtype, backend="gpu"))
     price = tickgpu.greeks(**x, call=call, dtype=dtype, backend="cpu").price
     args = dict(price=price, spot=x["spot"], strike=x["strike"], t=x["t"], rate=x["rate"], call=call)
-    v1, s1 = tickgpu.implied_vol(**args, dtype=dtype, backend="gpu", return_status=True)
-    v2, s2 = tickgpu.implied_vol(**_as_lists(args), dtype=dtype, backend="gpu", return_status=True)
-    np.testing.assert_array_equal(v1, v2)
-    np.testing.assert_array_equal(s1, s2)
+    _same_implied_vols(args, dtype, "gpu")
     bad = dict(x, vol=x["vol"].copy())
     bad["vol"][1] = np.inf
     kind, msg = _same_error(tickgpu.greeks, bad, _as_lists(bad), dtype=dtype, backend="gpu", strict=True)

@@ -108,8 +108,8 @@ def _gpu_step(model, x, check: bool):
         if x.shape[0] != k:
             return None
         x = x[None, :]
-    elif x.ndim != 2 or x.shape[1] != k or not x.shape[0]:
-        return None
+    elif x.ndim != 2 or x.shape[1] != k or not 0 < x.shape[0] <= _gpu.GRAPH_MAX_ROWS:
+        return None             # (more rows: not a graph step, so the general path)
     if _choose_backend(model.op_name, model.backend, model.scheme, x.shape[0]) != "gpu":
         return None
     y = _gpu.plan_for(model).run_staged(x, check, _not_finite)
