@@ -4,7 +4,7 @@ differences.
 
 The interpreter (TRITON_INTERPRET=1) runs a kernel's Python source on the CPU with NumPy; it takes
 torch tensors as arguments, so these tests need torch (CPU) as well as Triton, and skip without
-them. It has no libdevice: the kernels' libdevice calls (exp, log, log1p, sqrt, erfc) are routed here to
+them. It has no libdevice: the kernels' libdevice calls (exp, log, log1p, sqrt, erfc, erfcx) are routed here to
 NumPy / SciPy float64 functions rounded to the element type, which stand for libdevice's
 (documented to within a few ulps). Everything else the kernels do runs as written.
 """
@@ -33,7 +33,8 @@ def _on_numpy(f):
 
 
 LIBDEVICE_ON_NUMPY = types.SimpleNamespace(exp=_on_numpy(np.exp), log=_on_numpy(np.log),
-                                           log1p=_on_numpy(np.log1p), sqrt=_on_numpy(np.sqrt), erfc=_on_numpy(special.erfc))
+                                           log1p=_on_numpy(np.log1p), sqrt=_on_numpy(np.sqrt), erfc=_on_numpy(special.erfc),
+                                           erfcx=_on_numpy(special.erfcx))
 
 
 def _load_interpreted(name):
@@ -257,6 +258,9 @@ EDGE_INPUTS = [
     (100, 100, -1.0, 0.05, 0.2, 0.0), (100, 100, 1.0, np.nan, 0.2, 0.0), (100, 100, 1.0, 0.05, 0.0, 0.0),
     (100, 100, 1.0, 0.05, -0.2, 0.0), (100, 100, 1.0, 0.05, 0.2, -np.inf), (0.0, 100, 1.0, 0.05, 0.2, 0.0),
     (100, -5.0, 1.0, 0.05, 0.2, 0.0), (100, 100, np.inf, 0.05, 0.2, 0.0),
+    # far tails: d1 = 69.3, 37.4, -37.0, 36.8 (exp(-d1^2/2) near and past the subnormals)
+    (1000, 1, 1.0, 0.03, 0.1, 0.01), (42, 1, 1.0, 0.0, 0.1, 0.0), (1, 40.8, 1.0, 0.0, 0.1, 0.0),
+    (39.5, 1, 1.0, 0.0, 0.1, 0.0),
 ]
 
 
@@ -294,6 +298,22 @@ def test_greeks_kernel_switches(greeks_mod, rng, programs, switches):
     got = run_greeks(greeks_mod, np.float64, *cols, call, block=128, programs=programs, **switches)
     for g in ref.GREEKS:
         np.testing.assert_array_equal(got[g], want[g], err_msg=g)
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+def test_greeks_kernel_cdf_forms_agree(greeks_mod, rng):
+    """float64's N(w d1) from erfcx and the density's exponential (CDF=1, the default) against
+    erfc (CDF=0): the same greeks to the float64 tolerance, calls and puts, tails and edges."""
+    chain = np.column_stack(random_chain(rng, 1000)[:6])
+    edges = np.array(EDGE_INPUTS, dtype=np.float64)
+    X = np.concatenate([chain, edges, edges])
+    call = np.concatenate([rng.integers(0, 2, len(chain)).astype(bool),
+                           np.ones(len(edges), bool), np.zeros(len(edges), bool)])
+    cols = [X[:, i] for i in range(6)]
+    erfc_form = run_greeks(greeks_mod, np.float64, *cols, call, block=128, CDF=0)
+    got = run_greeks(greeks_mod, np.float64, *cols, call, block=128)
+    assert_greeks_close(got, *cols, call, want=erfc_form, **F64)
+    assert_greeks_close(got, *cols, call, **F64)
 
 
 def test_greeks_kernel_single_element(greeks_mod):

@@ -84,11 +84,12 @@ def _bsm(rng, n, dtype):
 
 
 def _edges(dtype):
-    """T -> 0, t = 0 (at, in, out of the money), deep OTM/ITM, tiny and huge vol, NaN, bad inputs."""
-    spot = [100, 100, 100, 100, 100, 1, 1000, 100, 100, np.nan, 100, -1, 100, 100]
-    strike = [100, 90, 110, 100, 100, 1000, 1, 100, 100, 100, np.nan, 100, 0, 100]
-    t = [1e-12, 0, 0, 0, 1e-6, 1, 1, 5, 1, 1, 1, 1, 1, -1]
-    vol = [0.2, 0.2, 0.2, 0.2, 1e-8, 0.2, 0.2, 5.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2]
+    """T -> 0, t = 0 (at, in, out of the money), deep OTM/ITM (|d1| up to 37), tiny and huge vol,
+    NaN, bad inputs."""
+    spot = [100, 100, 100, 100, 100, 1, 1000, 100, 100, np.nan, 100, -1, 100, 100, 42, 1]
+    strike = [100, 90, 110, 100, 100, 1000, 1, 100, 100, 100, np.nan, 100, 0, 100, 1, 40.8]
+    t = [1e-12, 0, 0, 0, 1e-6, 1, 1, 5, 1, 1, 1, 1, 1, -1, 1, 1]
+    vol = [0.2, 0.2, 0.2, 0.2, 1e-8, 0.2, 0.2, 5.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1]
     n = len(spot)
     return dict(spot=np.array(spot, dtype), strike=np.array(strike, dtype), t=np.array(t, dtype),
                 rate=np.full(n, 0.03, dtype), vol=np.array(vol, dtype), div=np.full(n, 0.01, dtype),

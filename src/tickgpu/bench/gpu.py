@@ -296,6 +296,22 @@ def bench_latency(torch, repeats: int) -> dict:
     return res
 
 
+def _iv_resolution(x: dict, vol: np.ndarray) -> np.ndarray:
+    """How far (relative) 16 ulps of a price's two legs move its implied vol: 16 eps legs / vega / vol."""
+    from scipy.special import erfc
+
+    w = np.where(x["call"], 1.0, -1.0)
+    S, K, t, r, q = x["spot"], x["strike"], x["t"], x["rate"], x["div"]
+    with np.errstate(all="ignore"):
+        sst = vol * np.sqrt(t)
+        d1 = (np.log(S / K) + (r - q) * t) / sst + 0.5 * sst
+        legs = (S * np.exp(-q * t) * 0.5 * erfc(-w * d1 / math.sqrt(2))
+                + K * np.exp(-r * t) * 0.5 * erfc(-w * (d1 - sst) / math.sqrt(2)))
+        vega = S * np.exp(-q * t - 0.5 * d1 * d1) / math.sqrt(2 * math.pi) * np.sqrt(t)
+        # vega 0 (the density underflowed): the price does not resolve the vol at all
+        return np.nan_to_num(16 * 2.0**-52 * legs / vega / vol, nan=np.inf)
+
+
 def bench_implied_vol(cp, n: int) -> dict:
     sync = cp.cuda.runtime.deviceSynchronize
     x = option_inputs(np, n, np.float64, seed=5)
@@ -309,7 +325,14 @@ def bench_implied_vol(cp, n: int) -> dict:
     # Compared where a vol exists (vol 0 at intrinsic is compared exactly, not relatively).
     ok = np.isfinite(vol_cpu) & np.isfinite(vol_gpu[sl]) & (vol_cpu > 0)
     rel = np.abs(vol_gpu[sl][ok] - vol_cpu[ok]) / vol_cpu[ok]
+    # A price known to a few ulps of its legs fixes the vol only to that over vega: deep in the
+    # money near expiry that is far coarser than 1e-12 (tests/gpu/test_gpu_ops.py, _iv_agree).
+    # "Resolved": options whose vol that rounding moves by less than 1e-13 relative.
+    resolution = _iv_resolution({k: v[sl][ok] for k, v in x.items()}, vol_cpu[ok])
+    resolved = resolution < 1e-13
     res = {"n": n, "seconds": t, "options_per_s": n / t, "max_rel_diff_vs_cpu": float(rel.max()),
+           "max_rel_diff_vs_cpu_resolved": float(rel[resolved].max()), "resolved": int(resolved.sum()),
+           "max_diff_over_resolution": float(np.max(rel / np.maximum(resolution, 1e-12))),
            "p999_rel_diff_vs_cpu": float(np.percentile(rel, 99.9)), "compared": int(ok.sum()),
            "nan_mismatch": int(np.sum(np.isfinite(vol_gpu[sl]) != np.isfinite(vol_cpu))),
            "zero_mismatch": int(np.sum((vol_gpu[sl] == 0) != (vol_cpu == 0)))}
@@ -527,7 +550,9 @@ def evaluate_targets(res: dict) -> dict:
     iv = res.get("implied_vol", {})
     if "options_per_s" in iv:
         t["iv_f64_Gopts_per_s>=2"] = iv["options_per_s"] / 1e9
-        t["iv_max_rel_diff_vs_cpu<=1e-12"] = iv["max_rel_diff_vs_cpu"]
+        t["iv_max_rel_diff_vs_cpu<=1e-12"] = iv["max_rel_diff_vs_cpu_resolved"]
+        t["iv_max_rel_diff_vs_cpu_all"] = iv["max_rel_diff_vs_cpu"]
+        t["iv_max_diff_over_price_resolution<=1"] = iv["max_diff_over_resolution"]
     la, fl = res.get("launch", {}), res.get("floor", {}).get("empty kernel launch+sync round trip")
     if "p50_us" in la and fl:
         t["launch_sync_over_C_launch_sync<=1.3"] = la["p50_us"] / fl["p50_us"]

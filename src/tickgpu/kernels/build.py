@@ -12,7 +12,7 @@ Usage::
 
 Variants per Triton family: dtype x BLOCK_SIZE x aligned16, with num_warps fixed per
 (dtype, BLOCK_SIZE). These kernels are bound by memory bandwidth, and what decides their speed is
-occupancy: one or two elements per thread keep registers at 40-80 (no spills) and the SMs full.
+occupancy: one or two elements per thread keep registers at 40-80 and the SMs full.
 Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOCK_SIZE 256 /
 4 warps (2 elements per thread) 3.4-3.6 TB/s, float64 256 / 8 warps (1 per thread) 3.2 TB/s, while
 1024-element blocks with 4-8 elements per thread needed 143-255 registers and reached only
@@ -21,10 +21,13 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
 * float32: BLOCK_SIZE 256 is the throughput variant (the best measured for large chains);
   BLOCK_SIZE 128 (1 element per thread) is the latency variant: a call of a few thousand options
   is spread over twice as many SMs, with the least serial work per thread.
-* float64: only BLOCK_SIZE 128 / 4 warps. The kernel-sweep on the H200 (1e8 options, after the
-  fast-path rewrite) gave 128/4 warps 74% of copy bandwidth against 62-67% for 256 with 4 or 8
-  warps: float64 greeks are bound by the FP64 units (about 400 DP operations an option, for the
-  exp, log and erfc), not by memory, and smaller blocks schedule that better.
+* float64: only BLOCK_SIZE 128 / 4 warps, capped at 64 registers a thread. The kernel-sweep on
+  the H200 (1e8 options, after the fast-path rewrite) gave 128/4 warps 74% of copy bandwidth
+  against 62-67% for 256 with 4 or 8 warps: float64 greeks do ~330 DP operations an option (the
+  exp, log and erfc), which alone take ~90% of the copy's time, and the board runs them at its
+  700 W limit (SM clocks 1.2-1.5 GHz instead of 1.98). The 64-register cap (82 uncapped, 72-80
+  bytes of stack) lets 8 blocks share an SM instead of 6, and measured 84-89% against 78-80%
+  uncapped (benchmarks/results/h200-2026-11-30-g/); 48 registers spilled to 63%.
 * aligned16 variants assume every pointer is 16-byte aligned and n % 16 == 0 (both are needed
   for the compiler to emit vector stores; the bound check must be constant over each 16-element
   group). They gained ~5% for float32 at 256 and nothing measurable elsewhere; the runtime may
@@ -83,7 +86,8 @@ class TritonFamily:
     module: str                 # module holding the @triton.jit function
     kernel: str                 # its name
     source: Path                # the file hashed into source_hash
-    configs: dict[str, tuple[tuple[int, int], ...]]   # dtype -> ((BLOCK_SIZE, num_warps), ...)
+    # dtype -> ((BLOCK_SIZE, num_warps, maxnreg or None), ...)
+    configs: dict[str, tuple[tuple[int, int, int | None], ...]]
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,9 @@ class CudaFamily:
 
 TRITON_FAMILIES = (
     TritonFamily("greeks", "tickgpu.kernels.greeks", "bsm_greeks_kernel", KERNELS_DIR / "greeks.py",
-                 {"f32": ((256, 4), (128, 4)), "f64": ((128, 4),)}),
+                 {"f32": ((256, 4, None), (128, 4, None)), "f64": ((128, 4, 64),)}),
     TritonFamily("surface", "tickgpu.kernels.surface", "vol_surface_kernel", KERNELS_DIR / "surface.py",
-                 {"f64": ((256, 8), (128, 4))}),
+                 {"f64": ((256, 8, None), (128, 4, None))}),
 )
 
 CUDA_FAMILIES = (
@@ -264,7 +268,7 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
     digest = source_hash([fam.source])
     out = []
     for dtype, configs in sorted(fam.configs.items()):
-        for block_size, num_warps in configs:
+        for block_size, num_warps, maxnreg in configs:
             for aligned16 in (True, False):
                 variant = f"{fam.family}_{dtype}_b{block_size}" + ("_a16" if aligned16 else "")
                 signature, attrs = _triton_signature(fn, fam.family, dtype, aligned16)
@@ -272,8 +276,8 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
                 constants = {p.name: p.default for p in fn.params if p.is_constexpr and p.name != "BLOCK_SIZE"}
                 src = ASTSource(fn=fn, signature=signature, constexprs={**constants, "BLOCK_SIZE": block_size},
                                 attrs=attrs)
-                compiled = _triton_compile(src, capability, cache_dir, {"num_warps": num_warps},
-                                           f"{variant} ({arch})")
+                options = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+                compiled = _triton_compile(src, capability, cache_dir, options, f"{variant} ({arch})")
                 md = compiled.metadata
                 params = layout_params(list(FAMILY_PARAMS[fam.family]) + list(TRITON_SCRATCH_PARAMS))
                 entry = {
