@@ -10,17 +10,22 @@
  *
  * Launch: grid (blocks, 1, 1) with blocks >= 1 (a few: each block polls the mailbox over PCIe,
  * and one request of a few thousand options needs no more), block (TG_MB_BLOCK, 1, 1), on a
- * stream of its own. Arguments:
+ * stream of its own. TG_MB_BLOCK is 1,024: a request of up to 1,024 options reads its inputs
+ * across PCIe in one round, not one per 256 (float64 then keeps 64 registers a thread and spills
+ * ~250 bytes, which costs less than a round trip). Arguments:
  *   box     device address of the mailbox (cuMemHostGetDevicePointer of the mapped allocation)
  *   arrive  two zeroed uint32 in device memory: [0] counts the blocks done with the current
  *           request (the last one to arrive publishes the answer), [1] is block 0's "stop" flag
  *           to the others when it returns on idle. The host zeroes both before every launch.
  *
- * Per request, each block: its thread 0 polls (seq, quit) with one 16-byte volatile load; on a
- * new seq an acquire fence, then n and the input mask; the block's threads compute options
- * blockIdx.x * blockDim.x + threadIdx.x, strided by the grid, and make their outputs visible
- * system-wide; thread 0 then takes a ticket from arrive[0]; the last block resets it and writes
- * status, then `done` with release ordering. Idle for longer than spin_ns, the poll sleeps
+ * Per request, each block: its thread 0 polls (seq, ctl) with one 16-byte volatile load; on a
+ * new seq whose ctl carries its tag, an acquire fence (n and the input mask came with the poll);
+ * the block's threads compute options blockIdx.x * blockDim.x + threadIdx.x, strided by the grid,
+ * write status and served (every block the same values) and make it all visible system-wide;
+ * thread 0 then takes a ticket from arrive[0]; the last block resets it and writes `done` with
+ * release ordering (a lone block: straight after the fence). Per request the link carries the
+ * poll, the inputs, the outputs and `done`, with one system-scope fence before `done`: each
+ * extra read of mapped memory or fence waited on is a PCIe round trip (~1 us). Idle for longer than spin_ns, the poll sleeps
  * (__nanosleep, doubling up to sleep_max_ns) so that an idle mailbox costs the link and the SM
  * little; idle for idle_timeout_ns (globaltimer), block 0 returns and tells the others to, so a
  * forgotten mailbox never holds SMs for ever.
@@ -31,7 +36,7 @@
 #include "../hot/mailbox_protocol.h"
 
 #ifndef TG_MB_BLOCK
-#define TG_MB_BLOCK 256
+#define TG_MB_BLOCK 1024
 #endif
 
 /* Each dtype's instantiation of the greeks kernel, under one overloaded name for the template
@@ -100,19 +105,17 @@ __device__ static inline void fence_acq_rel_sys(void)
     asm volatile("fence.acq_rel.sys;" ::: "memory");
 }
 
-/* seq and (quit | n << 32) in one 16-byte volatile load: one PCIe read per poll, not two. Each
-   8-byte half is read whole; the two halves need not be one snapshot (the host never changes
-   quit and seq together). */
-__device__ static inline void poll_request(volatile tg_mb_request *req, uint64_t *seq, uint64_t *quit_n)
+/* seq and ctl in one 16-byte volatile load: one PCIe read per poll, not two. Each 8-byte half is
+   read whole; the two halves need not be one snapshot, which ctl's seq tag detects. */
+__device__ static inline void poll_request(volatile tg_mb_request *req, uint64_t *seq, uint64_t *ctl)
 {
-    asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(*seq), "=l"(*quit_n) : "l"(req) : "memory");
+    asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(*seq), "=l"(*ctl) : "l"(req) : "memory");
 }
 
 template <typename REAL>
 __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
 {
-    __shared__ uint64_t s_seq;
-    __shared__ uint32_t s_n, s_mask;
+    __shared__ uint64_t s_seq, s_ctl;
     __shared__ int s_go;
 
     volatile tg_mb_request *req = &box->request;
@@ -142,21 +145,23 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
 
     /* A relaunched kernel starts from the last answer; anything after it is a request to serve. */
     uint64_t last = resp->done;
+    uint64_t served = 0;   /* requests answered since the launch: every block sees every one */
     for (;;) {
         if (threadIdx.x == 0) {
             int go = 0;
-            uint64_t seq = last;
+            uint64_t seq = last, ctl = 0;
             const uint64_t idle_from = globaltimer_ns();
             unsigned int sleep_ns = 0;
             for (;;) {
                 if (blockIdx.x != 0 && *stop)
                     break;                            /* block 0 returned on idle: so do we */
-                uint64_t w_seq, w_quit_n;
-                poll_request(req, &w_seq, &w_quit_n);
-                if ((uint32_t)w_quit_n != 0)
+                uint64_t w_seq, w_ctl;
+                poll_request(req, &w_seq, &w_ctl);
+                if (w_ctl & TG_MB_CTL_QUIT)
                     break;                            /* quit */
-                if (w_seq != last) {
+                if (w_seq != last && tg_mb_ctl_matches(w_ctl, w_seq)) {
                     seq = w_seq;
+                    ctl = w_ctl;
                     go = 1;
                     break;
                 }
@@ -178,13 +183,13 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
                 }
             }
             if (go) {
-                /* NOTE: acquire: pairs with the host's release of seq (mailbox.c), so n, the mask
-                   and the inputs read after this are the ones written before that seq. The
-                   __syncthreads below carries the ordering to the block's other threads. */
+                /* NOTE: acquire: pairs with the host's release of seq (mailbox.c), so the inputs
+                   read after this are the ones written before that seq (and ctl, tagged with
+                   it, is its own). The __syncthreads below carries the ordering to the block's
+                   other threads. */
                 fence_acq_rel_sys();
                 s_seq = seq;
-                s_n = req->n;
-                s_mask = req->mask;
+                s_ctl = ctl;
             }
             s_go = go;
         }
@@ -192,8 +197,9 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
         if (!s_go)
             return;
         const uint64_t seq = s_seq;
-        const uint32_t n = s_n, mask = s_mask;
+        const uint32_t n = tg_mb_ctl_n(s_ctl), mask = tg_mb_ctl_mask(s_ctl);
         last = seq;
+        served++;
         const uint32_t status = (n >= 1 && n <= cap) ? TG_MB_STATUS_OK : TG_MB_STATUS_BAD_REQUEST;
         if (status == TG_MB_STATUS_OK) {
             for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -212,27 +218,37 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
                     out[(size_t)k * n + i] = o[k];
             }
         }
-        /* NOTE: every thread's outputs are visible system-wide before its block takes a ticket,
-           so the last block's `done` cannot overtake any block's outputs on the way to the host. */
+        if (threadIdx.x == 0) {
+            /* Known before the answer, the same in every block: written with the outputs, under
+               the one fence below, never read back across the link. */
+            resp->status = status;
+            resp->served = served;
+        }
+        /* NOTE: every thread's outputs (and thread 0's status) are visible system-wide before its
+           block takes a ticket, so `done` cannot overtake any block's outputs on the way to the
+           host. */
         __threadfence_system();
         __syncthreads();
         if (threadIdx.x == 0) {
-            const unsigned int ticket = atomicAdd(&arrive[0], 1u);
-            if (ticket == gridDim.x - 1) {
-                /* The last block: no block takes a ticket again before the next request, which
-                   the host posts only after it has seen the `done` below. */
-                atomicExch(&arrive[0], 0u);
-                /* NOTE: acquire the other blocks' arrivals (and with them their fenced outputs). */
-                __threadfence_system();
-                resp->status = status;
-                resp->served = resp->served + 1;
-                /* NOTE: release: status, served and every block's outputs before `done`. */
-                fence_acq_rel_sys();
+            if (gridDim.x == 1) {
+                /* NOTE: release: the fence above and the barrier order every thread's writes before
+                   this store (the fence is cumulative): no ticket, no second fence. */
                 resp->done = seq;
+            } else {
+                const unsigned int ticket = atomicAdd(&arrive[0], 1u);
+                if (ticket == gridDim.x - 1) {
+                    /* The last block: no block takes a ticket again before the next request, which
+                       the host posts only after it has seen the `done` below. */
+                    atomicExch(&arrive[0], 0u);
+                    /* NOTE: acquire the other blocks' arrivals (and with them their fenced writes),
+                       release them before `done`; this block's own writes are fenced already. */
+                    fence_acq_rel_sys();
+                    resp->done = seq;
+                }
             }
         }
-        /* s_seq, s_n, s_mask were read by every thread before the __syncthreads above, so thread
-           0 may overwrite them in its next poll. */
+        /* s_seq and s_ctl were read by every thread before the __syncthreads above, so thread 0
+           may overwrite them in its next poll. */
     }
 }
 

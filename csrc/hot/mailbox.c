@@ -80,7 +80,7 @@ int tg_mailbox_rearm(void *box)
     uint64_t done = __atomic_load_n(&h->response.done, __ATOMIC_ACQUIRE);
     /* No request pending across a relaunch: one the old kernel never answered was withdrawn. */
     __atomic_store_n(&h->request.seq, done, __ATOMIC_RELAXED);
-    __atomic_store_n(&h->request.quit, 0u, __ATOMIC_RELAXED);
+    __atomic_store_n(&h->request.ctl, (uint64_t)0, __ATOMIC_RELAXED);   /* quit cleared */
     __atomic_store_n(&h->response.served, (uint64_t)0, __ATOMIC_RELAXED);
     __atomic_store_n(&h->response.status, TG_MB_STATUS_OK, __ATOMIC_RELAXED);
     /* NOTE: release and last: a kernel (or test server) started after this sees every store above. */
@@ -94,7 +94,7 @@ int tg_mailbox_quit(void *box)
         return TG_EINVAL;
     tg_mb_header *h = (tg_mb_header *)box;
     /* NOTE: release: nothing the host wrote before asking to quit is left behind in its store buffer. */
-    __atomic_store_n(&h->request.quit, 1u, __ATOMIC_RELEASE);
+    __atomic_fetch_or(&h->request.ctl, TG_MB_CTL_QUIT, __ATOMIC_RELEASE);
     return TG_OK;
 }
 
@@ -155,10 +155,10 @@ int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_gree
         mask |= stage_input(base + tg_mb_input_offset(k, cap, elem), src[k], stride[k], n, elem) << k;
     mask |= stage_input(base + tg_mb_input_offset(TG_MB_REALS, cap, elem), src[TG_MB_REALS],
                         stride[TG_MB_REALS], n, 1) << TG_MB_REALS;
-    h->request.n = (uint32_t)n;
-    h->request.mask = mask;
-    /* Only this caller writes seq, so a relaxed read of it is exact. */
+    /* Only this caller writes seq, so a relaxed read of it is exact; quit is never set while a
+       call is possible (the owner asks only a mailbox it no longer calls), so ctl is rewritten whole. */
     const uint64_t seq = __atomic_load_n(&h->request.seq, __ATOMIC_RELAXED) + 1;
+    __atomic_store_n(&h->request.ctl, tg_mb_ctl((uint64_t)n, mask, seq), __ATOMIC_RELAXED);
     /* NOTE: release: the inputs, n and mask are visible to the kernel no later than the new seq.
        The kernel pairs it with an acquire fence after seeing the new seq (mailbox.cu). */
     __atomic_store_n(&h->request.seq, seq, __ATOMIC_RELEASE);

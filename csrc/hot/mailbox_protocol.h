@@ -22,20 +22,24 @@
  * host keeps dirtying while it stages inputs (false sharing across the link). 128, not x86's 64:
  * the GPU's cache line is 128 bytes, and the host's adjacent-line prefetcher pairs 64-byte lines.
  * Fields that the same side writes share a line on purpose: the kernel's poll reads the request
- * sequence and the quit flag in one 16-byte load (one PCIe round trip, not two).
+ * sequence and the control word (n, mask, quit) in one 16-byte load: one PCIe round trip, not two.
  *
  * The rules (every step names its ordering; see the NOTE comments at each fence in the code):
  *  1. Host, once per launch: config (magic, version, element size, capacity, timings), response
  *     zeroed except `done` (kept: the last request answered), then the launch.
  *  2. Host, per request: inputs and call flags into their areas (an input that is one value for
- *     all options: element 0 of its area, and its bit in `mask` clear), `n` and `mask`, then
- *     `seq` = previous + 1 with RELEASE ordering (everything before is visible before it).
- *  3. Kernel: polls (seq, quit). seq != the last it answered: ACQUIRE, compute the n options
- *     over all its blocks, make the outputs visible system-wide, then (once, by the last block
- *     to finish) `status` and then `done` = seq with RELEASE ordering.
+ *     all options: element 0 of its area, and its bit in the mask clear), then `ctl` = n, the
+ *     mask and the low 16 bits of the new seq (tg_mb_ctl), then `seq` = previous + 1 with
+ *     RELEASE ordering (everything before is visible before it).
+ *  3. Kernel: polls (seq, ctl) in one load. seq != the last it answered and ctl's tag == seq's
+ *     low bits (the two 8-byte halves of one load need not be one snapshot: a stale ctl is
+ *     polled again, never used): ACQUIRE, compute the n options over all its blocks, write
+ *     `status` and `served`, make all of it visible system-wide, then (once, by the last block to
+ *     finish) `done` = seq with RELEASE ordering. Nothing the kernel needs per request is read
+ *     across the link after the poll but the inputs, and one fence precedes `done`.
  *  4. Host: spins on `done` == seq with ACQUIRE loads (and a timeout: a kernel that exited or hung
  *     never hangs the caller), then copies the outputs out.
- *  5. quit != 0: the kernel returns. Idle for `idle_timeout_ns` (globaltimer): block 0 tells the
+ *  5. ctl's TG_MB_QUIT bit set: the kernel returns. Idle for `idle_timeout_ns` (globaltimer): block 0 tells the
  *     other blocks to stop, sets `exited` = TG_MB_EXIT_IDLE with RELEASE ordering, and returns
  *     without answering anything more; a host that sees `exited` while waiting knows that no
  *     answer will come, withdraws its request (seq back to `done`) and relaunches.
@@ -55,11 +59,11 @@
 
 #define TG_MB_LINE 128
 #define TG_MB_MAGIC 0x62614d74u            /* "tMab" little-endian: a mailbox, not random memory */
-#define TG_MB_VERSION 1u
+#define TG_MB_VERSION 2u
 #define TG_MB_REALS 6                      /* spot, strike, t, rate, vol, div */
 #define TG_MB_INPUTS 7                     /* ... and the call flags */
 #define TG_MB_OUTPUTS 10                   /* price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm */
-#define TG_MB_MAX_CAPACITY (1 << 24)       /* keeps every offset and n * 10 in 32 bits */
+#define TG_MB_MAX_CAPACITY (1 << 24)       /* keeps every offset and n * 10 in 32 bits, n in ctl's 25 */
 
 /* response.status */
 #define TG_MB_STATUS_OK 0u
@@ -71,12 +75,15 @@
 #define TG_MB_EXIT_IDLE 1u                 /* returned by itself after idle_timeout_ns without a request */
 #define TG_MB_EXIT_CONFIG 2u               /* returned at start: the config was not for this kernel */
 
+/* request.ctl: n (bits 0-24), the input mask (bits 25-31: bit k set, input k is an array of n;
+   clear, one value), the low 16 bits of the seq it goes with (bits 32-47), quit (bit 63). */
+#define TG_MB_CTL_N_BITS 25
+#define TG_MB_CTL_QUIT ((uint64_t)1 << 63)
+
 typedef struct {
     uint64_t seq;       /* the latest request; bumped last, with release ordering */
-    uint32_t quit;      /* nonzero: return (read together with seq in one 16-byte load) */
-    uint32_t n;         /* options in this request, 1..capacity */
-    uint32_t mask;      /* bit k (k < TG_MB_INPUTS): input k is an array of n; clear: one value */
-    uint8_t pad[TG_MB_LINE - 20];
+    uint64_t ctl;       /* n, mask, seq tag, quit (above); read together with seq in one 16-byte load */
+    uint8_t pad[TG_MB_LINE - 16];
 } tg_mb_request;
 
 typedef struct {
@@ -109,6 +116,23 @@ TG_MB_STATIC_ASSERT(sizeof(tg_mb_response) == TG_MB_LINE, "response fills one li
 TG_MB_STATIC_ASSERT(sizeof(tg_mb_config) == TG_MB_LINE, "config fills one line");
 TG_MB_STATIC_ASSERT(sizeof(tg_mb_header) == 3 * TG_MB_LINE, "header is three lines");
 
+TG_MB_HD uint64_t tg_mb_ctl(uint64_t n, uint32_t mask, uint64_t seq)
+{
+    return n | (uint64_t)(mask & 0x7fu) << TG_MB_CTL_N_BITS | (seq & 0xffffu) << 32;
+}
+TG_MB_HD uint32_t tg_mb_ctl_n(uint64_t ctl)
+{
+    return (uint32_t)(ctl & (((uint64_t)1 << TG_MB_CTL_N_BITS) - 1));
+}
+TG_MB_HD uint32_t tg_mb_ctl_mask(uint64_t ctl)
+{
+    return (uint32_t)(ctl >> TG_MB_CTL_N_BITS) & 0x7fu;
+}
+/* ctl was written for this seq (not a previous request's left in the other half of a load). */
+TG_MB_HD int tg_mb_ctl_matches(uint64_t ctl, uint64_t seq)
+{
+    return ((ctl >> 32) & 0xffffu) == (seq & 0xffffu);
+}
 TG_MB_HD uint64_t tg_mb_round_line(uint64_t bytes)
 {
     return (bytes + TG_MB_LINE - 1) / TG_MB_LINE * TG_MB_LINE;

@@ -126,7 +126,7 @@ def test_fresh_bundle_has_every_variant(fresh):
                 assert (arch, "implied_vol", dt, 256, False) in got
         if "resident_greeks" in families:
             for dt in ("f32", "f64"):
-                assert (arch, "resident_greeks", dt, 256, False) in got
+                assert (arch, "resident_greeks", dt, 1024, False) in got
         if "noop" in families:
             assert (arch, "noop", "f32", 32, False) in got
         if "scale" in families:

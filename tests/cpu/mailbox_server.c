@@ -100,10 +100,12 @@ static void *serve(void *arg)
     uint64_t last = __atomic_load_n(&h->response.done, __ATOMIC_ACQUIRE);
     int64_t idle_from = mono_ns();
     for (;;) {
-        if (__atomic_load_n(&h->request.quit, __ATOMIC_ACQUIRE))
+        if (__atomic_load_n(&h->request.ctl, __ATOMIC_ACQUIRE) & TG_MB_CTL_QUIT)
             break;
         uint64_t seq = __atomic_load_n(&h->request.seq, __ATOMIC_ACQUIRE);
-        if (seq == last || __atomic_load_n(&s->paused, __ATOMIC_ACQUIRE)) {
+        /* acquire on seq: the ctl written before it is this request's */
+        uint64_t ctl = __atomic_load_n(&h->request.ctl, __ATOMIC_RELAXED);
+        if (seq == last || !tg_mb_ctl_matches(ctl, seq) || __atomic_load_n(&s->paused, __ATOMIC_ACQUIRE)) {
             if (cfg.idle_timeout_ns && mono_ns() - idle_from > (int64_t)cfg.idle_timeout_ns) {
                 __atomic_store_n(&h->response.exited, TG_MB_EXIT_IDLE, __ATOMIC_RELEASE);
                 break;
@@ -111,7 +113,7 @@ static void *serve(void *arg)
             nap(2000);   /* a CPU stand-in need not spin: the tests measure no latency */
             continue;
         }
-        uint32_t n = h->request.n, mask = h->request.mask;
+        uint32_t n = tg_mb_ctl_n(ctl), mask = tg_mb_ctl_mask(ctl);
         uint32_t status = (n >= 1 && n <= cap) ? TG_MB_STATUS_OK : TG_MB_STATUS_BAD_REQUEST;
         if (status == TG_MB_STATUS_OK) {
             if (cfg.elem_size == 8)

@@ -154,8 +154,10 @@ def test_single_values_are_sent_once_and_broadcast(server_lib, rng, dtype):
             assert st == lib.TG_OK
             assert_same(got, {k: np.broadcast_to(v, (n,)) for k, v in cpu(values, dtype).items()})
         # What a broadcast value occupies in the mailbox: element 0 of its area, mask bit clear.
-        hdr = np.frombuffer(box.mem, dtype=np.uint32, count=8, offset=box.addr - box.mem.ctypes.data)
-        assert hdr[3] == n and hdr[4] == 1 << 6        # only the call flags were an array
+        # The request line: seq, then ctl = n | mask << 25 | (seq & 0xffff) << 32 (mailbox_protocol.h).
+        seq, ctl = (int(v) for v in np.frombuffer(box.mem, dtype=np.uint64, count=2, offset=box.addr - box.mem.ctypes.data))
+        assert ctl & ((1 << 25) - 1) == n and (ctl >> 25) & 0x7f == 1 << 6     # only the call flags were an array
+        assert (ctl >> 32) & 0xffff == seq & 0xffff and seq == 3 and not ctl >> 63
     finally:
         box.close()
 
@@ -303,7 +305,9 @@ class ResidentMockDriver(MockDriver):
 
 @pytest.fixture
 def mock_ctx(server_lib, tmp_path):
-    entries = default_entries() + [kernel_entry("resident_greeks", dt, 256, 256, False, source="cuda")
+    from tickgpu.runtime.mailbox import BLOCK
+
+    entries = default_entries() + [kernel_entry("resident_greeks", dt, BLOCK, BLOCK, False, source="cuda")
                                    for dt in ("f64", "f32")]
     driver = ResidentMockDriver(server_lib)
     ctx = rt.init(driver=driver, bundle_dir=write_bundle(tmp_path, entries), staging_elements=1024)
@@ -323,7 +327,7 @@ def test_greeks_route_through_an_open_resident_kernel(mock_ctx, rng, dtype):
     with mailbox.resident("greeks", dtype=dtype, capacity=256, blocks=2) as r:
         so, server = mock_ctx.driver.so, mock_ctx.driver.servers[r._stream]
         assert mock_ctx.driver.resident_launches == [(np.dtype(dtype).name[0] + np.dtype(dtype).name[-2:], (2, 1, 1),
-                                                      (256, 1, 1))]
+                                                      (mailbox.BLOCK, 1, 1))]
         before = so.tgms_answered(server)
         for n in (1, 17, 256):
             values = chain(rng, n, dtype)

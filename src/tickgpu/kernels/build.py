@@ -120,7 +120,7 @@ CUDA_FAMILIES = (
     # the runtime chooses, not ceil(n / block) (tickgpu.runtime.mailbox).
     CudaFamily("resident_greeks", "csrc/cuda/mailbox.cu", ("csrc/cpu/greeks_kernel.h", "csrc/hot/mailbox_protocol.h"),
                {"f64": "tg_resident_greeks_f64_kernel", "f32": "tg_resident_greeks_f32_kernel"},
-               {"f64": "TG_MB_ONLY_F64", "f32": "TG_MB_ONLY_F32"}, 256, block_define="TG_MB_BLOCK", header_root="."),
+               {"f64": "TG_MB_ONLY_F64", "f32": "TG_MB_ONLY_F32"}, 1024, block_define="TG_MB_BLOCK", header_root="."),
     # An empty kernel: what a launch costs with nothing to run (the launch benchmark).
     CudaFamily("noop", "csrc/cuda/noop.cu", (), {"f32": "tg_noop_kernel"}, {"f32": "TG_NOOP_ONLY_F32"}, 32,
                block_define="TG_NOOP_BLOCK", header_root="."),

@@ -7,12 +7,16 @@ launch, no copy engine, no driver call. The layout and the rules of the mailbox 
 csrc/hot/mailbox_protocol.h, the host side in csrc/hot/mailbox.c, the kernel in
 csrc/cuda/mailbox.cu (the same greeks source as the CPU backend).
 
-Measured (H200, benchmarks/results/h200-2026-11-30-d): for 1,024 float32 options from NumPy
-this path is not faster than the replayed graph (p50 50.5 us against 45.8 us in the same
-process): the floor's mailbox round trip (4.9 us) moves 4 KB each way, greeks move 28 KB in and
-40 KB out, and the kernel's reads of mapped inputs cross PCIe at its latency (64 options: 40.6
-us). Opt-in, and measured by `tickgpu bench --suite gpu` (section "resident") beside the graph
-path, so that choosing it stays a measured choice.
+Measured (H200, benchmarks/results/h200-2026-11-30-g/resident-*.json), the native round trip
+(`tg_mailbox_call`: inputs in, kernel, outputs out) against the floor's mailbox round trip
+(5.3 us, 4 KB each way and no host copies): float32 6.3 us for 1 option, 5.7 us for 64, 15.3 us
+for 1,024 (28 KB in, 40 KB out); float64 8.0 / 8.1 / 22.2 us. Each PCIe round trip the kernel
+waits on costs ~1 us, so a request costs the poll, one read of the inputs, one fence and `done`
+(mailbox_protocol.h); before that protocol (n and the mask read after the poll, `served` read
+back, three fences, 256 threads for 1,024 options) the same trips took 11.0 / 10.9 / 22.1 us.
+The Python call around it (checks, staging pointers, ten output rows) is most of what remains.
+Opt-in, and measured by `tickgpu bench --suite gpu` (section "resident") beside the graph path,
+so that choosing it stays a measured choice.
 
 Opt-in, because a resident kernel holds an SM and polls the PCIe link while it waits::
 
@@ -65,7 +69,7 @@ DEFAULT_TIMEOUT_S = 1.0
 DEFAULT_SPIN_S = 0.01
 DEFAULT_SLEEP_MAX_S = 2e-6
 #: Threads per block of the resident kernel (the manifest's block; csrc/cuda/mailbox.cu).
-BLOCK = 256
+BLOCK = 1024
 MAX_BLOCKS = 64
 #: How long close() waits for the kernel to return after asking it to quit.
 QUIT_WAIT_S = 1.0
@@ -89,9 +93,10 @@ class ResidentTimeout(ResidentError):
 
 
 # Blocks the resident kernel runs by default. Measured on an H200 (1,024 float32 options from
-# NumPy, p50 of `tickgpu.greeks`): 1 block 50.5 us, 2 blocks 53.8, 4 blocks 61.2, 8 blocks 92.3 --
-# every extra block polls the link and checks in over system-scope fences, which costs more than
-# its share of the work saves.
+# NumPy, p50 of `tickgpu.greeks`, blocks of 256 threads then): 1 block 50.5 us, 2 blocks 53.8, 4
+# blocks 61.2, 8 blocks 92.3 -- every extra block polls the link and checks in over system-scope
+# fences, which costs more than its share of the work saves. With blocks of 1,024 threads, 2
+# blocks still cost 1-3 us more than 1 in the native round trip (resident-*.json).
 DEFAULT_BLOCKS = 1
 
 
@@ -109,7 +114,7 @@ class ResidentGreeks:
         Most options per call (1 to 2**24); the mailbox holds 6 * capacity values and capacity
         call flags in, 10 * capacity values out, in mapped pinned memory.
     blocks : int, optional
-        Blocks of 256 threads the kernel runs (1 to 64; default `DEFAULT_BLOCKS`).
+        Blocks of `BLOCK` threads the kernel runs (1 to 64; default `DEFAULT_BLOCKS`).
     idle_timeout : float
         Seconds without a request after which the kernel returns (0: never); the next call
         relaunches it.
