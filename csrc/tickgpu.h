@@ -391,6 +391,8 @@ int tg_hot_pipeline(const tg_hot_chunk *chunks, int n_chunks, int *cu_result);
  * pointer may be NULL).
  * tg_mailbox_call: inputs with strides 0 (one value) or 1 (n values), else TG_EINVAL; n outside
  * [1, capacity] is TG_ERANGE (nothing staged); outputs as tg_greeks_outputs (NULL skips one).
+ * tg_mailbox_call_block: the same, the outputs as one (10, n) row-major block at `out` (elements
+ * of the mailbox's size: price, delta, ... charm, each a row of n).
  * Returns TG_OK; TG_MB_TIMEOUT when no answer came within timeout_ns (the request stays pending:
  * the kernel is hung or slow, and the mailbox must not be used again); TG_MB_EXITED when the
  * kernel had returned by itself (idle): nothing pending, rearm + relaunch and call again;
@@ -410,6 +412,8 @@ int tg_mailbox_quit(void *box);
 int tg_mailbox_state(const void *box, uint64_t *seq, uint64_t *done, uint32_t *exited, uint64_t *served);
 int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out,
                     int64_t timeout_ns, uint32_t *kernel_status);
+int tg_mailbox_call_block(void *box, int64_t n, const tg_bsm_inputs *in, void *out, int64_t timeout_ns,
+                          uint32_t *kernel_status);
 
 /* ---- Host memory: huge-page mappings for the pinned pool (csrc/mem/hostmem.c) ------------- */
 /* tg_host_map: an anonymous private read-write mapping of at least `bytes` for the pinned pool,

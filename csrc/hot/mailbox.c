@@ -125,12 +125,13 @@ static uint32_t stage_input(unsigned char *area, const void *src, int64_t stride
     return 1;
 }
 
-int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out,
-                    int64_t timeout_ns, uint32_t *kernel_status)
+/* One request; the answer's ten rows go to dst[k] (NULL: skipped). */
+static int mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, void *const dst[TG_MB_OUTPUTS],
+                        int64_t timeout_ns, uint32_t *kernel_status)
 {
     if (kernel_status)
         *kernel_status = TG_MB_STATUS_OK;
-    if (box == NULL || in == NULL || out == NULL || timeout_ns < 0)
+    if (box == NULL || in == NULL || timeout_ns < 0)
         return TG_EINVAL;
     tg_mb_header *h = (tg_mb_header *)box;
     const uint64_t cap = h->config.capacity, elem = h->config.elem_size;
@@ -195,8 +196,6 @@ int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_gree
 
     /* The answer is a (10, n) block; rows the caller holds back to back leave in one copy. */
     const unsigned char *res = base + tg_mb_output_offset(cap, elem);
-    void *dst[TG_MB_OUTPUTS] = {out->price, out->delta, out->gamma, out->vega, out->theta, out->rho,
-                                out->phi, out->vanna, out->volga, out->charm};
     const size_t row = (size_t)n * elem;
     for (int k = 0; k < TG_MB_OUTPUTS;) {
         if (dst[k] == NULL) {
@@ -210,4 +209,36 @@ int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_gree
         k += run;
     }
     return TG_OK;
+}
+
+int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_greeks_outputs *out,
+                    int64_t timeout_ns, uint32_t *kernel_status)
+{
+    if (out == NULL) {
+        if (kernel_status)
+            *kernel_status = TG_MB_STATUS_OK;
+        return TG_EINVAL;
+    }
+    void *const dst[TG_MB_OUTPUTS] = {out->price, out->delta, out->gamma, out->vega, out->theta, out->rho,
+                                      out->phi, out->vanna, out->volga, out->charm};
+    return mailbox_call(box, n, in, dst, timeout_ns, kernel_status);
+}
+
+int tg_mailbox_call_block(void *box, int64_t n, const tg_bsm_inputs *in, void *out, int64_t timeout_ns,
+                          uint32_t *kernel_status)
+{
+    if (box == NULL || out == NULL) {
+        if (kernel_status)
+            *kernel_status = TG_MB_STATUS_OK;
+        return TG_EINVAL;
+    }
+    const tg_mb_config *cfg = &((const tg_mb_header *)box)->config;
+    if (n < 1 || (uint64_t)n > cfg->capacity)   /* mailbox_call says so too; no row address formed */
+        return mailbox_call(box, n, in, NULL, timeout_ns, kernel_status);
+    /* Rows of n elements of the mailbox's size, back to back: one copy (mailbox_call joins them). */
+    const size_t row = (size_t)n * cfg->elem_size;
+    void *dst[TG_MB_OUTPUTS];
+    for (int k = 0; k < TG_MB_OUTPUTS; k++)
+        dst[k] = (unsigned char *)out + (size_t)k * row;
+    return mailbox_call(box, n, in, dst, timeout_ns, kernel_status);
 }

@@ -61,6 +61,11 @@ static void round_f64(void *box, unsigned seed)
         CHECK(tg_greeks_f64(n, &bi, &wo, 1) == TG_OK);
         for (int k = 0; k < 10; k++)
             CHECK(memcmp(got[k], want[k], (size_t)n * sizeof(double)) == 0);
+        /* the same answer as one (10, n) block */
+        static double block[10 * CAP];
+        CHECK(tg_mailbox_call_block(box, n, &bi, block, 5000000000LL, &ks) == TG_OK);
+        for (int k = 0; k < 10; k++)
+            CHECK(memcmp(block + (size_t)k * n, want[k], (size_t)n * sizeof(double)) == 0);
     }
 }
 
@@ -90,6 +95,11 @@ static void test_f64_answers_and_quit(void)
     uint64_t seq0, seq1;
     tg_mailbox_state(box, &seq0, NULL, NULL, NULL);
     CHECK(tg_mailbox_call(box, CAP + 1, &one, &none, 1000000000LL, NULL) == TG_ERANGE);
+    double block[10];
+    CHECK(tg_mailbox_call_block(box, CAP + 1, &one, block, 1000000000LL, NULL) == TG_ERANGE);
+    CHECK(tg_mailbox_call_block(box, 0, &one, block, 1000000000LL, NULL) == TG_ERANGE);
+    CHECK(tg_mailbox_call_block(box, 1, &one, NULL, 1000000000LL, NULL) == TG_EINVAL);
+    CHECK(tg_mailbox_call_block(NULL, 1, &one, block, 1000000000LL, NULL) == TG_EINVAL);
     tg_mailbox_state(box, &seq1, NULL, NULL, NULL);
     CHECK(seq0 == seq1);
     CHECK(tg_mailbox_quit(box) == TG_OK);

@@ -53,6 +53,7 @@ import numpy as np
 
 from tickgpu._native import ffi, lib
 from tickgpu.errors import TickGpuError
+from tickgpu.finance._checks import host_shape as _host_shape
 from tickgpu.runtime import ops
 from tickgpu.runtime.staged import host_inputs
 
@@ -80,6 +81,7 @@ _INPUTS = ("spot", "strike", "t", "rate", "vol", "div", "call")
 _OUTPUTS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
 _HOST_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.uint8, np.int64})
 _from_buffer = ffi.from_buffer
+_call_block = lib.tg_mailbox_call_block
 _empty = np.empty
 _ndarray = np.ndarray
 
@@ -200,14 +202,12 @@ class ResidentGreeks:
         if st != lib.TG_OK:
             self._free()
             raise ResidentError(f"{self._what}: mailbox setup refused ({ffi.string(lib.tg_status_name(st)).decode()})")
-        # Per-call state made once: the C argument structs, scalar slots, the output pointers.
-        # The structs are written through flat views (tg_bsm_inputs is 7 x {pointer, int64
-        # stride}; tg_greeks_outputs 10 pointers): indexed stores cost less than field access.
+        # Per-call state made once: the C argument struct and the scalar slots. The struct is
+        # written through flat views (tg_bsm_inputs is 7 x {pointer, int64 stride}): indexed
+        # stores cost less than field access.
         self._in = ffi.new("tg_bsm_inputs *")
-        self._out = ffi.new("tg_greeks_outputs *")
         self._in_ptr = ffi.cast("void **", self._in)
         self._in_stride = ffi.cast("int64_t *", self._in)
-        self._out_addr = ffi.cast("uintptr_t *", self._out)
         self._pattern = -1     # which inputs the struct holds as arrays (strides written only on change)
         self._status = ffi.new("uint32_t *")
         self._scalars = np.zeros(6, dtype=dt)
@@ -346,8 +346,12 @@ class ResidentGreeks:
             The mailbox is closed, or the kernel refused the request.
         """
         values = (spot, strike, t, rate, vol, div, call)
-        shape = np.broadcast_shapes(*(np.shape(v) for v in values))
-        n = int(np.prod(shape, dtype=np.int64))
+        shape = _host_shape(values)   # NumPy arrays of one shape and scalars: no broadcasting to work out
+        if shape is None:
+            shape = np.broadcast_shapes(*(np.shape(v) for v in values))
+        n = 1
+        for d in shape:
+            n *= d
         if n > self.capacity:
             raise ValueError(f"{self._what}: {n} options exceed the mailbox capacity of {self.capacity}")
         if n == 0:
@@ -394,15 +398,13 @@ class ResidentGreeks:
                     self._flag[0] = v
                 else:
                     self._scalars[k] = v
-            # Integer stores into the pointer slots: cheaper than pointer arithmetic on cdata.
-            out, base, row = self._out_addr, int(ffi.cast("uintptr_t", _from_buffer(block))), n * dt.itemsize
-            for k in range(10):
-                out[k] = base + k * row
-            st = lib.tg_mailbox_call(self._box, n, self._in, self._out, self._timeout_ns, self._status)
+            # The answer lands in `block` as one (10, n) copy.
+            out = _from_buffer(block)
+            st = _call_block(self._box, n, self._in, out, self._timeout_ns, self._status)
             if st == lib.TG_MB_EXITED:
                 # The kernel returned on idle (nothing is pending): start it again and retry once.
                 self._launch()
-                st = lib.tg_mailbox_call(self._box, n, self._in, self._out, self._timeout_ns, self._status)
+                st = _call_block(self._box, n, self._in, out, self._timeout_ns, self._status)
             self.calls += 1
         del vals
         if st != lib.TG_OK:
