@@ -309,7 +309,8 @@ def _iv_resolution(x: dict, vol: np.ndarray) -> np.ndarray:
                 + K * np.exp(-r * t) * 0.5 * erfc(-w * (d1 - sst) / math.sqrt(2)))
         vega = S * np.exp(-q * t - 0.5 * d1 * d1) / math.sqrt(2 * math.pi) * np.sqrt(t)
         # vega 0 (the density underflowed): the price does not resolve the vol at all
-        return np.nan_to_num(16 * 2.0**-52 * legs / vega / vol, nan=np.inf)
+        r = 16 * 2.0**-52 * legs / vega / vol
+        return np.where(np.isnan(r), np.inf, r)
 
 
 def bench_implied_vol(cp, n: int) -> dict:
