@@ -25,10 +25,10 @@
  * thread 0 then takes a ticket from arrive[0]; the last block resets it and writes `done` with
  * release ordering (a lone block: straight after the fence). Per request the link carries the
  * poll, the inputs, the outputs and `done`, with one system-scope fence before `done`: each
- * extra read of mapped memory or fence waited on is a PCIe round trip (~1 us). Idle for longer than spin_ns, the poll sleeps
- * (__nanosleep, doubling up to sleep_max_ns) so that an idle mailbox costs the link and the SM
- * little; idle for idle_timeout_ns (globaltimer), block 0 returns and tells the others to, so a
- * forgotten mailbox never holds SMs for ever.
+ * extra read of mapped memory or fence waited on is a PCIe round trip (~1 us). Idle for longer
+ * than spin_ns, the poll sleeps (__nanosleep, doubling up to sleep_max_ns) so that an idle
+ * mailbox costs the link and the SM little; idle for idle_timeout_ns (globaltimer), block 0
+ * returns and tells the others to, so a forgotten mailbox never holds SMs for ever.
  */
 #include <stdint.h>
 #include <math.h>
