@@ -63,7 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
     b.add_argument("--out", default="benchmarks/results", help="result directory (default benchmarks/results)")
     b.add_argument("--floor", metavar="FLOOR_TXT",
-                   help="gpu suite: output of the floor programs, to compare tickgpu against the hardware floor")
+                   help="gpu, memory and quant suites: output of the floor programs, to compare tickgpu "
+                        "against the hardware floor")
 
     sub.add_parser("build-kernels", add_help=False,
                    help="compile the Triton and CUDA C kernels into a bundle (arguments go to the builder)")
