@@ -139,7 +139,7 @@ def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
     vals, pattern = [], 0
     for i, x in enumerate(inputs):
         tx = type(x)
-        if tx is _ndarray and n != 1 and x.shape == shape and x.flags.c_contiguous and (
+        if tx is _ndarray and x.shape == shape and x.flags.c_contiguous and (
                 x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
             vals.append(x)
             pattern |= 1 << i
@@ -271,7 +271,7 @@ class _TickPlan:
         self.staged_n = n
         for i, x in enumerate(inputs):
             tx = type(x)
-            if tx is _ndarray and n != 1 and x.shape == shape and x.flags.c_contiguous and (
+            if tx is _ndarray and x.shape == shape and x.flags.c_contiguous and (
                     x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
                 j = 3 * (row + i)
                 src[j + 1] = _from_buffer(x)
