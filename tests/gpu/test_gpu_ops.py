@@ -127,6 +127,25 @@ def test_greeks_numpy(ctx, rng, dtype, n):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", (1, 17, 1024))
+def test_bound_greeks_follow_their_arrays(ctx, rng, dtype, n):
+    """rt.bind_greeks: the CPU backend's greeks of the arrays' contents at each call, and the same
+    bits as tickgpu.greeks on the GPU."""
+    args = _bsm(rng, n, dtype)
+    names = ("spot", "strike", "t", "rate", "vol", "div", "call")
+    tick = rt.bind_greeks(*(args[k] for k in names), dtype=dtype)
+    for _ in range(2):
+        g, c = _greeks_both(args, dtype)
+        b = tick()
+        floors = _cancelling_scale(args)
+        for name in GREEKS:
+            np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"bound {name} n={n}")
+            _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name} n={n}", floors.get(name))
+        for k, v in _bsm(rng, n, dtype).items():
+            args[k][:] = v
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_greeks_edges_and_broadcast(ctx, rng, dtype):
     edges = _edges(dtype)
     g, c = _greeks_both(edges, dtype)

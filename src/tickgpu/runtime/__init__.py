@@ -19,10 +19,12 @@ import threading
 from tickgpu.runtime.arrays import is_device_array
 
 __all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset",
-           "kernel_runtime", "Pipeline", "PipelineStats", "resident", "ResidentGreeks"]
+           "kernel_runtime", "Pipeline", "PipelineStats", "resident", "ResidentGreeks", "bind_greeks",
+           "BoundGreeks"]
 
 # Imported on first use: `import tickgpu` stays free of the runtime's heavier modules.
 _LAZY = {"resident": "tickgpu.runtime.mailbox", "ResidentGreeks": "tickgpu.runtime.mailbox",
+         "bind_greeks": "tickgpu.runtime.bound", "BoundGreeks": "tickgpu.runtime.bound",
          "Pipeline": "tickgpu.runtime.streams", "PipelineStats": "tickgpu.runtime.streams"}
 
 

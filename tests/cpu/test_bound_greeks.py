@@ -1,0 +1,89 @@
+"""tickgpu.runtime.bind_greeks on the mock driver: the staged path's plan and graph, bound once."""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu
+import tickgpu.runtime as rt
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mock import MockDriver, default_entries, write_bundle  # noqa: E402
+
+
+@pytest.fixture
+def gpu_ctx(tmp_path):
+    c = rt.init(driver=MockDriver(), bundle_dir=write_bundle(tmp_path / "bundle", default_entries()),
+                staging_elements=64)
+    yield c
+    rt.reset()
+
+
+def _chain(rng, n, dtype):
+    return [rng.uniform(80, 120, n).astype(dtype), rng.uniform(80, 120, n).astype(dtype),
+            rng.uniform(0.1, 2, n).astype(dtype), rng.uniform(0, 0.05, n).astype(dtype),
+            rng.uniform(0.1, 0.5, n).astype(dtype), rng.uniform(0, 0.03, n).astype(dtype), rng.random(n) < 0.5]
+
+
+def _same(a, b):
+    for name in ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 5, 16, 64])
+def test_bound_call_equals_greeks_and_follows_in_place_updates(gpu_ctx, rng, dtype, n):
+    x = _chain(rng, n, dtype)
+    tick = rt.bind_greeks(*x, dtype=dtype)
+    for _ in range(3):
+        got = tick()
+        assert got.price.shape == (n,) and got.price.dtype == dtype
+        _same(got, tickgpu.greeks(*x, dtype=dtype, backend="gpu"))
+        for a, b in zip(x, _chain(rng, n, dtype)):
+            a[:] = b                      # the loop's arrays, updated in place
+
+
+def test_bound_calls_interleave_with_greeks_on_the_same_plan(gpu_ctx, rng):
+    """A binding writes every input slot of the size's plan: a tickgpu.greeks call of single values
+    on that plan afterwards must not take the slots for what it left there."""
+    n = 16
+    x = _chain(rng, n, np.float64)
+    tick = rt.bind_greeks(*x)
+    scalars = (100.0, x[1], 1.0, 0.01, 0.2, 0.0, True)
+    want_tick = tickgpu.greeks(*x, backend="gpu")
+    first = tickgpu.greeks(*scalars, backend="gpu")
+    _same(tick(), want_tick)
+    _same(tickgpu.greeks(*scalars, backend="gpu"), first)
+    _same(tick(), want_tick)
+
+
+def test_bound_call_survives_scratch_moving(gpu_ctx, rng):
+    x = _chain(rng, 16, np.float64)
+    tick = rt.bind_greeks(*x)
+    before, plan = tick(), tick._plan
+    gpu_ctx.bundle.scratch_epoch += 1          # as when a scratch block is replaced
+    _same(tick(), before)
+    # The staged path re-made the size's plan (its kernel arguments name the scratch); the binding
+    # follows it rather than replaying the old one.
+    assert tick._plan is not plan and tick._plan.epoch == gpu_ctx.bundle.scratch_epoch
+
+
+def test_bad_bindings_say_which_input_and_why(gpu_ctx, rng):
+    x = _chain(rng, 8, np.float64)
+    with pytest.raises(TypeError, match="bind_greeks: vol must be of dtype float64, got float32"):
+        rt.bind_greeks(*x[:4], x[4].astype(np.float32), *x[5:])
+    with pytest.raises(TypeError, match="bind_greeks: call must be of dtype bool or uint8, got int64"):
+        rt.bind_greeks(*x[:6], x[6].astype(np.int64))
+    with pytest.raises(TypeError, match="bind_greeks: rate must be a NumPy array, got float"):
+        rt.bind_greeks(*x[:3], 0.01, *x[4:])
+    with pytest.raises(ValueError, match="bind_greeks: strike must be one-dimensional and C-contiguous"):
+        rt.bind_greeks(x[0], np.repeat(x[1], 2)[::2], *x[2:])
+    with pytest.raises(ValueError, match="bind_greeks: t has 7 elements, spot has 8"):
+        rt.bind_greeks(*x[:2], x[2][:7], *x[3:])
+    big = _chain(rng, 65, np.float64)
+    with pytest.raises(ValueError, match="spot has 65 elements; a binding takes 1 to 64"):
+        rt.bind_greeks(*big)
+    empty = [a[:0] for a in x]
+    with pytest.raises(ValueError, match="spot has 0 elements"):
+        rt.bind_greeks(*empty)
