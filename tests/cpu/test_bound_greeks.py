@@ -1,23 +1,11 @@
 """tickgpu.runtime.bind_greeks on the mock driver: the staged path's plan and graph, bound once."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import tickgpu
 import tickgpu.runtime as rt
 
-sys.path.insert(0, str(Path(__file__).parent))
-from cuda_mock import MockDriver, default_entries, write_bundle  # noqa: E402
-
-
-@pytest.fixture
-def gpu_ctx(tmp_path):
-    c = rt.init(driver=MockDriver(), bundle_dir=write_bundle(tmp_path / "bundle", default_entries()),
-                staging_elements=64)
-    yield c
-    rt.reset()
+# gpu_ctx: tests/cpu/conftest.py (the runtime on the mock driver, 64 staging elements)
 
 
 def _chain(rng, n, dtype):

@@ -7,9 +7,7 @@ once in the fast form (C-contiguous arrays) and once in a form only the general 
 strided views, broadcast shapes) and requires identical outputs, or identical exceptions (type and
 message). The GPU cases run on the mock driver (cuda_mock.py), which computes on the host.
 """
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +19,6 @@ from tickgpu.errors import BackendUnavailable
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import GREEK_NAMES
 
-sys.path.insert(0, str(Path(__file__).parent))
-from cuda_mock import MockDriver, default_entries, write_bundle  # noqa: E402
 
 N = 37   # not a multiple of anything the kernels or blocks care about
 
@@ -53,14 +49,6 @@ def _same_error(f, *args_variants, **kw):
         seen.append((type(e.value), str(e.value)))
     assert len(set(seen)) == 1, seen
     return seen[0]
-
-
-@pytest.fixture
-def gpu_ctx(tmp_path):
-    c = rt.init(driver=MockDriver(), bundle_dir=write_bundle(tmp_path / "bundle", default_entries()),
-                staging_elements=64)
-    yield c
-    rt.reset()
 
 
 # ---- host_shape ------------------------------------------------------------------------------------
