@@ -51,6 +51,9 @@ class BoundGreeks:
     ValueError
         An input that is not one-dimensional and C-contiguous, lengths that differ, or a length
         outside [1, staging elements], naming the input.
+    BackendUnavailable
+        No usable GPU (the binding lives on the GPU backend's staging; `tickgpu.greeks` with
+        ``backend="auto"`` is the call that falls back to the CPU).
     """
 
     def __init__(self, spot, strike, t, rate, vol, div, call, *, dtype=np.float64):
