@@ -4,6 +4,7 @@ import pytest
 
 import tickgpu
 import tickgpu.runtime as rt
+from cuda_mock import expected_greeks   # tests/cpu is on sys.path (conftest.py)
 
 # gpu_ctx: tests/cpu/conftest.py (the runtime on the mock driver, 64 staging elements)
 
@@ -12,6 +13,12 @@ def _chain(rng, n, dtype):
     return [rng.uniform(80, 120, n).astype(dtype), rng.uniform(80, 120, n).astype(dtype),
             rng.uniform(0.1, 2, n).astype(dtype), rng.uniform(0, 0.05, n).astype(dtype),
             rng.uniform(0.1, 0.5, n).astype(dtype), rng.uniform(0, 0.03, n).astype(dtype), rng.random(n) < 0.5]
+
+
+def _emulated(x, dtype):
+    """What the mock's greeks kernel computes from these inputs: its closed form, independent of any path."""
+    want = expected_greeks(*(np.asarray(v, np.float64) for v in x[:6]), call=np.asarray(x[6]) != 0)
+    return {k: v.astype(dtype) for k, v in want.items()}
 
 
 def _same(a, b):
@@ -27,6 +34,9 @@ def test_bound_call_equals_greeks_and_follows_in_place_updates(gpu_ctx, rng, dty
     for _ in range(3):
         got = tick()
         assert got.price.shape == (n,) and got.price.dtype == dtype
+        tol = 1e-12 if dtype == np.float64 else 2e-6
+        for name, want in _emulated(x, dtype).items():
+            np.testing.assert_allclose(getattr(got, name), want, rtol=tol, atol=tol, err_msg=name)
         _same(got, tickgpu.greeks(*x, dtype=dtype, backend="gpu"))
         for a, b in zip(x, _chain(rng, n, dtype)):
             a[:] = b                      # the loop's arrays, updated in place
