@@ -4,6 +4,7 @@ import pytest
 
 import tickgpu
 import tickgpu.runtime as rt
+from tickgpu.finance.greeks import GREEK_NAMES
 from cuda_mock import expected_greeks   # tests/cpu is on sys.path (conftest.py)
 
 # gpu_ctx: tests/cpu/conftest.py (the runtime on the mock driver, 64 staging elements)
@@ -22,7 +23,7 @@ def _emulated(x, dtype):
 
 
 def _same(a, b):
-    for name in ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm"):
+    for name in GREEK_NAMES:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
 
 

@@ -296,8 +296,7 @@ def bench_latency(torch, repeats: int) -> dict:
     same = bound()
     want = tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
     res["bound_same_bits"] = bool(all(np.array_equal(getattr(same, k), getattr(want, k), equal_nan=True)
-                                      for k in ("price", "delta", "gamma", "vega", "theta", "rho", "phi",
-                                                "vanna", "volga", "charm")))
+                                      for k in GREEK_KEYS))
 
     def torch_call():
         tx = {k: torch.from_numpy(v).to("cuda") for k, v in x.items()}
