@@ -452,6 +452,9 @@ class MockDriver:
         if m == 0:
             return
         entry = fn["entry"]
+        if entry == "mlp3_fused_kernel":
+            self._run_mlp3(fn, vals, vec, m)
+            return
         if entry in ("act_quant_kernel", "layernorm_kernel"):
             k = vals["K"]
             x = self._matrix(fn, vals["x_ptr"], m, k, vals["stride_xm"], np.float32, "x_ptr").copy()
@@ -487,6 +490,39 @@ class MockDriver:
             else:
                 y = gemm.linear_w8a8(a, a_scale, b, b_scale, bias, apply_gelu=gelu)
         store("c_ptr", m, n, vals["stride_cm"], y)
+
+    def _run_mlp3(self, fn, vals, vec, m):
+        """The fused 3-layer step, layer by layer through the NumPy reference (float32 out)."""
+        from tickgpu.quant import gemm
+        from tickgpu.quant.schemes import cast_output, quantize_activations
+
+        v = fn["variant"]
+        k0 = vals["K0"]
+        widths = [k0, vals["H1"], vals["H2"], vals["N"]]
+        h = self._matrix(fn, vals["x_ptr"], m, k0, vals["stride_xm"], np.float32, "x_ptr").copy()
+        if "_ln" in v:
+            g, b = vec("gamma_ptr", k0, np.float32), vec("beta_ptr", k0, np.float32)
+            x64 = h.astype(np.float64)
+            mean = x64.mean(axis=1, keepdims=True)
+            var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
+            h = (((x64 - mean) / np.sqrt(var + vals["ln_eps"])) * g + b).astype(np.float32)
+        for i in (1, 2, 3):
+            k, n = widths[i - 1], widths[i]
+            w = self._matrix(fn, vals[f"w{i}_ptr"], n, k, vals[f"stride_w{i}"], np.int8, f"w{i}_ptr")
+            scale, bias = vec(f"s{i}_ptr", n, np.float32), vec(f"b{i}_ptr", n, np.float32)
+            gelu = i < 3
+            if "w8a16" in v:
+                h = gemm.linear_w8a16(cast_output(h, "float16").astype(np.float32), w, scale, bias,
+                                      apply_gelu=gelu)
+                continue
+            act = quantize_activations(h)
+            if "w16a8" in v:
+                lo = self._matrix(fn, vals[f"w{i}b_ptr"], n, k, vals[f"stride_w{i}"], np.int8, f"w{i}b_ptr")
+                h = gemm.linear_w16a8(act.q, act.scale, act.rowsum, w, lo, scale, vec(f"o{i}_ptr", n, np.float32),
+                                      bias, apply_gelu=gelu)
+            else:
+                h = gemm.linear_w8a8(act.q, act.scale, w, scale, bias, apply_gelu=gelu)
+        self._matrix(fn, vals["y_ptr"], m, widths[3], vals["stride_ym"], np.float32, "y_ptr")[:] = h
 
     # ---- graphs -----------------------------------------------------------------------------------
     def stream_begin_capture(self, s):

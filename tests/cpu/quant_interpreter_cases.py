@@ -340,6 +340,57 @@ def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
         assert any(v.endswith("_a16") for v in rt.launches)
 
 
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 70, 3], [64, 256, 256, 4]], ids=["h32", "h128", "h256"])
+def test_fused_step_is_the_layer_by_layer_step(rt, rng, scheme, dims):
+    """The fused 3-layer step against the CPU reference: the only launch of a step of up to 64
+    rows; bit for bit where the layer kernels are (int8 schemes without LayerNorm, float32 out);
+    a row holding NaN comes out NaN and leaves the other rows alone."""
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    k0 = dims[0]
+    ln = (rng.uniform(0.5, 1.5, k0), rng.standard_normal(k0) * 0.1)
+    width = next(w for w in _gpu.MLP3_WIDTHS if max(dims) <= w)
+    for layernorm in ((ln,) if scheme == "w8a16" else (None, ln)):
+        for out in ("float32", "float16", "bfloat16"):
+            mlp = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out)
+            for m in (1, 17, 64):
+                x = (rng.standard_normal((m, k0)) * 2).astype(np.float32)
+                bad = m // 2 if m > 1 else None     # a row holding NaN, beside finite rows
+                if bad is not None:
+                    x[bad, k0 // 3] = np.nan
+                rt.launches.clear()
+                got = _gpu.plan_for(mlp, rt).run(x)
+                assert rt.launches == [kq.mlp3_variant_name(scheme, layernorm is not None, width)]
+                want = mlp.forward_cpu(x)
+                assert got.dtype == want.dtype and got.shape == want.shape == (m, dims[-1])
+                keep = np.arange(m) != bad
+                if bad is not None:
+                    assert np.isnan(got[bad]).all() and np.isnan(want[bad]).all()
+                assert np.isfinite(got[keep]).all()
+                got, want = got[keep].astype(np.float64), want[keep].astype(np.float64)
+                if layernorm is None and scheme != "w8a16" and out == "float32":
+                    assert np.array_equal(got, want), np.abs(got - want).max()
+                else:
+                    np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
+
+
+def test_fused_step_leaves_other_models_layer_by_layer(rt, rng):
+    """Four layers, a width past 256, W8A16 without LayerNorm, more than 64 rows: layer by layer."""
+    def mlp(dims, **kw):
+        return QuantMLP([(rng.standard_normal((o, i)), None) for i, o in zip(dims[:-1], dims[1:])], **kw)
+
+    ln = (np.ones(8), np.zeros(8))
+    for model, m in ((mlp([8, 16, 16, 16, 2]), 4), (mlp([8, 300, 16, 2]), 4),
+                     (mlp([8, 16, 16, 2], scheme="w8a16"), 4), (mlp([8, 16, 16, 2], layernorm=ln), 65)):
+        plan = _gpu.plan_for(model, rt)
+        assert plan.fused_variant(m) is None
+        rt.launches.clear()
+        x = rng.standard_normal((m, 8)).astype(np.float32)
+        np.testing.assert_allclose(plan.run(x), model.forward_cpu(x), rtol=0.02, atol=0.05)
+        assert len(rt.launches) >= 3 and not any("mlp3" in v for v in rt.launches)
+
+
 def test_gpu_plan_quant_linear(rt, rng):
     lin = QuantLinear(rng.standard_normal((30, 20)), rng.standard_normal(30), scheme="w8a8", out_dtype="float16")
     x = rng.standard_normal((5, 20)).astype(np.float32)

@@ -142,3 +142,41 @@ def test_warmup_launches_the_quant_kernels():
     quant = [k for k in ctx.bundle.kernels.values() if k.spec.family == "quant"]
     assert quant and all(k.variant in ctx.launchers for k in quant)
     assert info["kernels"] == len(ctx.bundle.kernels)
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 70, 3], [64, 256, 256, 4]], ids=["h32", "h128", "h256"])
+def test_fused_step_on_the_gpu(rng, scheme, dims):
+    """A 3-layer step of up to 64 rows is one fused kernel. Without LayerNorm the int8 schemes give
+    the layer-by-layer kernels' results bit for bit (same operations, same libdevice erf); every
+    scheme is within the quantization's resolution of the CPU reference, and a NaN row stays
+    NaN without touching the others."""
+    from tickgpu.quant import _gpu
+
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1)
+    for layernorm in ((ln,) if scheme == "w8a16" else (None, ln)):
+        for out in ("float32", "bfloat16"):
+            fused = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out, backend="gpu")
+            split = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out, backend="gpu")
+            _gpu.plan_for(split).fused_variant = lambda m: None
+            for m in (1, 16, 17, 64):
+                x = (rng.standard_normal((m, dims[0])) * 2).astype(np.float32)
+                if m > 1:
+                    x[m - 2, 0] = np.nan
+                got, ref = fused(x, check=False), split(x, check=False)
+                variant = _gpu.plan_for(fused).programs[m].launches
+                assert len(variant) == 1 and variant[0][0].startswith("quant_mlp3_"), variant
+                assert len(_gpu.plan_for(split).programs[m].launches) >= 4
+                want = fused.forward_cpu(x)
+                assert got.dtype == want.dtype and got.shape == (m, dims[-1])
+                keep = np.arange(m) != (m - 2 if m > 1 else -1)
+                if m > 1:
+                    assert np.isnan(got[m - 2]).all()
+                assert np.isfinite(got[keep]).all()
+                if layernorm is None and scheme != "w8a16":
+                    assert np.array_equal(got[keep], ref[keep]), (scheme, out, m)
+                g, w = got[keep].astype(np.float64), want[keep].astype(np.float64)
+                np.testing.assert_allclose(g, w, rtol=0.02, atol=0.02 * np.abs(w).max())
+                np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=0.02, atol=0.02 * np.abs(w).max())

@@ -1,6 +1,6 @@
 """Triton kernels of the quantized linear layers (tickgpu.quant), compiled ahead of time into the bundle.
 
-Four kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.quant.schemes` and
+Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.quant.schemes` and
 :mod:`tickgpu.quant.gemm` operation for operation (those modules give the formulas):
 
 1. ``act_quant_kernel``: per-token symmetric int8 quantization of float32 activations, optionally
@@ -21,6 +21,11 @@ Four kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    subtractions per four weights (:func:`_int8x4_to_float16`) instead of four int-to-float
    conversions; the interpreter, which runs no PTX, takes the plain conversion (same values).
 4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
+5. ``mlp3_fused_kernel``: a whole 3-layer model step (LayerNorm, Linear-GELU, Linear-GELU,
+   Linear) for models whose widths all fit one register tile (at most 256): the step of kernels
+   1-4 in one launch, each program holding 16 tokens' activations in registers from input to
+   output. A small model's layer-by-layer step is a chain of 4-6 launches, each a few dependent
+   memory round trips long; fused, the input crosses PCIe once and nothing waits between layers.
 
 Bit-exactness: compile with ``enable_fp_fusion=False`` (every entry of :data:`QUANT_VARIANTS` says
 so): the epilogues are then IEEE float32 operations in the reference's order, and A_q, scales, row
@@ -309,6 +314,120 @@ def layernorm_kernel(
         tl.store(out_ptr + k0 + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _rows_quantized(h, kmask):
+    """act_quant_kernel's per-token quantization of a register tile h [BLOCK_M, BLOCK_H] (columns
+    where ~kmask are padding): int8 codes, float32 scales (NaN for a row holding a non-finite
+    value, whose codes are zeros) and int32 row sums -- the same operations in the same order."""
+    nonfinite = ((h != h) | (tl.abs(h) > FLT_MAX)) & kmask[None, :]
+    row_bad = tl.max(nonfinite.to(tl.int32), axis=1) > 0
+    amax = tl.max(tl.where(nonfinite | ~kmask[None, :], 0.0, tl.abs(h)), axis=1)
+    a = tl.maximum(amax, RANGE_FLOOR)
+    inv = tl.math.div_rn(127.0, a)
+    scale = tl.math.div_rn(a, 127.0)
+    r = _round_half_even(h * inv[:, None])
+    r = tl.minimum(tl.maximum(r, -127.0), 127.0)
+    r = tl.where(row_bad[:, None] | ~kmask[None, :], 0.0, r)
+    q = r.to(tl.int32)
+    return q.to(tl.int8), tl.where(row_bad, float("nan"), scale), tl.sum(q, axis=1)
+
+
+@triton.jit
+def _fused_layer(h, kmask, w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
+                 SCHEME: tl.constexpr, GELU: tl.constexpr, BLOCK_H: tl.constexpr, FAST_CVT: tl.constexpr):
+    """One Linear (+ GELU) of a fused model step on a register tile: float32 h [BLOCK_M, BLOCK_H]
+    for the int8 schemes (quantized here), float16 h for W8A16. The whole weight matrix is one
+    [BLOCK_H, BLOCK_H] tile (K-major storage, zero beyond K and N). Returns float32 outputs (zero
+    in the padding columns) and their column mask."""
+    offs_k = tl.arange(0, BLOCK_H)
+    offs_n = tl.arange(0, BLOCK_H)
+    nmask = offs_n < N
+    wmask = (offs_k[:, None] < K) & nmask[None, :]
+    w_off = offs_n[None, :].to(tl.int64) * stride_w + offs_k[:, None]
+    w = tl.load(w_ptr + w_off, mask=wmask, other=0)
+    b_scale = tl.load(s_ptr + offs_n, mask=nmask, other=0.0)
+    bias = tl.load(b_ptr + offs_n, mask=nmask, other=0.0)
+    if SCHEME == 2:
+        if FAST_CVT:
+            wf = _int8x4_to_float16(w)
+        else:
+            wf = w.to(tl.float16)
+        acc = tl.dot(h, wf, out_dtype=tl.float32)
+        y = acc * b_scale[None, :]
+    else:
+        q, a_scale, rowsum = _rows_quantized(h, kmask)
+        acc = tl.dot(q, w, out_dtype=tl.int32)
+        if SCHEME == 1:
+            w2 = tl.load(w2_ptr + w_off, mask=wmask, other=0)
+            acc2 = tl.dot(q, w2, out_dtype=tl.int32)
+            b_offset = tl.load(o_ptr + offs_n, mask=nmask, other=0.0)
+            t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
+            t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
+        else:
+            t = acc.to(tl.float32)
+        scale = a_scale[:, None] * b_scale[None, :]
+        y = t * scale
+    y = y + bias[None, :]
+    if GELU:
+        y = _gelu(y)
+    return tl.where(nmask[None, :], y, 0.0), nmask
+
+
+@triton.jit
+def mlp3_fused_kernel(
+    x_ptr, gamma_ptr, beta_ptr,          # float32 input rows (M x K0); LayerNorm weight and bias (K0,)
+    w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr,   # per layer: int8 weights (N x K, K contiguous; W16A8:
+    w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr,   # hi and lo limbs), float32 scale, limb offset, bias
+    w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr,
+    y_ptr,                               # float32 outputs (M x N)
+    M, K0, H1, H2, N,
+    stride_xm, stride_w1, stride_w2, stride_w3, stride_ym,
+    ln_eps,
+    SCHEME: tl.constexpr,                # 0: W8A8, 1: W16A8 (limbs), 2: W8A16
+    HAS_LN: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
+    FAST_CVT: tl.constexpr,
+):
+    """A whole 3-layer model step, ``[LayerNorm] -> Linear -> GELU -> Linear -> GELU -> Linear``, for
+    BLOCK_M tokens a program, every width at most BLOCK_H: the input is read once, activations stay
+    in registers, the output is written once. The kernels of the layer-by-layer step, operation for
+    operation (act_quant_kernel / layernorm_kernel, then quant_gemm_kernel or w8a16_gemm_kernel per
+    layer); only the LayerNorm's tree sums run in another order. Outputs are float32 (the caller
+    rounds to float16 / bfloat16 as a kernel's store would: to nearest even)."""
+    pid = tl.program_id(axis=0)
+    offs_m = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_h = tl.arange(0, BLOCK_H)
+    mmask = offs_m < M
+    kmask = offs_h < K0
+    x = tl.load(x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_h[None, :],
+                mask=mmask[:, None] & kmask[None, :], other=0.0)
+    if HAS_LN:
+        kf = K0.to(tl.float32)
+        mean = tl.math.div_rn(tl.sum(x, axis=1), kf)
+        d = tl.where(kmask[None, :], x - mean[:, None], 0.0)
+        var = tl.math.div_rn(tl.sum(d * d, axis=1), kf)
+        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+        g = tl.load(gamma_ptr + offs_h, mask=kmask, other=0.0)
+        b = tl.load(beta_ptr + offs_h, mask=kmask, other=0.0)
+        x = tl.where(kmask[None, :], (x - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :], 0.0)
+    if SCHEME == 2:
+        h = x.to(tl.float16)
+    else:
+        h = x
+    h, nmask = _fused_layer(h, kmask, w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, H1, K0, stride_w1,
+                            SCHEME, True, BLOCK_H, FAST_CVT)
+    if SCHEME == 2:
+        h = h.to(tl.float16)
+    h, nmask = _fused_layer(h, nmask, w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, H2, H1, stride_w2,
+                            SCHEME, True, BLOCK_H, FAST_CVT)
+    if SCHEME == 2:
+        h = h.to(tl.float16)
+    y, nmask = _fused_layer(h, nmask, w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, N, H2, stride_w3,
+                            SCHEME, False, BLOCK_H, FAST_CVT)
+    tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_h[None, :], y,
+             mask=mmask[:, None] & nmask[None, :])
+
+
 # ---------------------------------------------------------------------------------------------------
 # Ahead-of-time variants for the bundle builder.
 # ---------------------------------------------------------------------------------------------------
@@ -446,6 +565,42 @@ def _layernorm_variants():
                            4 if bk > 64 else 1, 1, out, "rows", "one program per row")
 
 
+# The fused 3-layer model step (mlp3_fused_kernel): (scheme name, SCHEME code, LayerNorm options);
+# W8A16 models without a LayerNorm read float16 input, which this kernel does not take.
+MLP3_SCHEMES = (("w8a8", 0, (0, 1)), ("w16a8", 1, (0, 1)), ("w8a16", 2, (1,)))
+MLP3_BLOCK_M = 16
+MLP3_WIDTHS = (32, 64, 128, 256)   # BLOCK_H: the widest of a model's in, hidden and out features
+MLP3_MULTIPLE_OF_16 = ("stride_w1", "stride_w2", "stride_w3")
+
+
+def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
+    return f"quant_mlp3_{scheme}{'_ln' if layernorm else ''}_h{width}"
+
+
+def _mlp3_variants():
+    sig = {"x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32"}
+    for i in (1, 2, 3):
+        sig.update({f"w{i}_ptr": "*i8", f"w{i}b_ptr": "*i8", f"s{i}_ptr": "*fp32", f"o{i}_ptr": "*fp32",
+                    f"b{i}_ptr": "*fp32"})
+    sig.update({"y_ptr": "*fp32", "M": "i32", "K0": "i32", "H1": "i32", "H2": "i32", "N": "i32",
+                "stride_xm": "i32", "stride_w1": "i32", "stride_w2": "i32", "stride_w3": "i32",
+                "stride_ym": "i32", "ln_eps": "fp32",
+                "SCHEME": "constexpr", "HAS_LN": "constexpr", "BLOCK_M": "constexpr", "BLOCK_H": "constexpr",
+                "FAST_CVT": "constexpr"})
+    for scheme, code, lns in MLP3_SCHEMES:
+        for ln in lns:
+            for width in MLP3_WIDTHS:
+                v = _variant(mlp3_variant_name(scheme, bool(ln), width), mlp3_fused_kernel, sig,
+                             {"SCHEME": code, "HAS_LN": ln, "BLOCK_M": MLP3_BLOCK_M, "BLOCK_H": width,
+                              "FAST_CVT": 1}, 8 if width > 128 else 4, 1, "f32", "tiles",
+                             "a 3-layer model step of up to 64 tokens (a graph step) whose widths are all "
+                             "at most BLOCK_H: the narrowest that fits", aligned16=True)
+                # one program per 16 tokens: N <= BLOCK_H makes the tile rule's column count 1
+                v["block_n"] = width
+                v["multiple_of_16"] = MLP3_MULTIPLE_OF_16
+                yield v
+
+
 # The CUDA C W8A16 kernel for M <= 16 (csrc/cuda/w8a16.cu), built by nvcc: (tile name, most rows,
 # MMA token tiles MT, warps, chunks loaded per warp before use). Each block owns 16 output channels
 # and 8 * MT tokens; its warps split K. Chosen on an H200 (benchmarks/results/h200-2026-11-30-f/
@@ -480,7 +635,7 @@ def w8a16_small_variants():
 
 
 QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),
-                              *_layernorm_variants()]
+                              *_layernorm_variants(), *_mlp3_variants()]
 """Every specialization the bundle holds: variant name, kernel, Triton signature (argument name ->
 type, constexprs marked "constexpr"), constexpr values, num_warps, num_stages, compile options, the
 manifest's dtype (output element type; float32 input for the activation kernel), the grid rule

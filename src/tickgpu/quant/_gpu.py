@@ -19,6 +19,11 @@ are launched through a *kernel runtime*: an object with
   :data:`GRAPH_MAX_ROWS` rows is one graph replay reading its input from, and writing its output
   to, mapped host memory -- no copy, one launch, one wait.
 
+A model of three layers whose widths all fit 256 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
+as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches: the
+same operations, float32 out (rounded to the model's out_dtype on the host, as a kernel's store
+rounds).
+
 :func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
 sources under the interpreter. Nothing here imports torch or triton.
 
@@ -39,6 +44,7 @@ import threading
 import numpy as np
 
 from tickgpu.errors import BackendUnavailable
+from tickgpu.quant.schemes import cast_output
 
 SMALL_M = 64  # at or below: the small-batch tile ("s"), above: the large one ("l")
 # At or below: a step is one replayed graph on mapped host memory. A signal model's step is a few
@@ -56,6 +62,11 @@ _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 # by the most rows each serves, as tickgpu.kernels.quant.W8A16_SMALL builds them (which says what
 # they measured; benchmarks/results/h200-2026-11-30-f/README.md has the same-run comparisons).
 W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16)}
+# The fused 3-layer step (tickgpu.kernels.quant.mlp3_fused_kernel): tokens a program, the widths its
+# variants are compiled for (BLOCK_H), and the schemes (with their LayerNorm options) it serves.
+MLP3_BLOCK_M = 16
+MLP3_WIDTHS = (32, 64, 128, 256)
+MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
 
 
 def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, has=None):
@@ -135,10 +146,14 @@ class _Layer:
 
 
 class _Program:
-    """One model step for a given number of rows: its buffers and launches, made once and reused."""
+    """One model step for a given number of rows: its buffers and launches, made once and reused.
 
-    def __init__(self, x, in_dtype, launches, out):
+    ``out_cast``: the model's output dtype where the step writes float32 in its place (the fused
+    step), rounded on the host as a kernel's store rounds (to nearest even); else None."""
+
+    def __init__(self, x, in_dtype, launches, out, out_cast=None):
         self.x, self.in_dtype, self.launches, self.out = x, in_dtype, launches, out
+        self.out_cast = out_cast
         self.prepared = None
         self.x_ptr = self.bad = None   # run_staged's native view of a mapped x, and its answer slots
         self.graph = None      # the step as one graph (x and out then live in mapped host memory)
@@ -191,12 +206,48 @@ class GpuPlan:
                               layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, layer.n]))
         return out
 
+    def fused_variant(self, m: int) -> str | None:
+        """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
+        a model of three layers whose widths all fit 256 (the narrowest variant that holds them),
+        of a scheme the kernel serves, m <= GRAPH_MAX_ROWS, and a bundle that has the variant."""
+        from tickgpu.kernels.quant import mlp3_variant_name
+
+        if len(self.layers) != 3 or not 0 < m <= GRAPH_MAX_ROWS:
+            return None
+        ln = self.ln is not None
+        if ln not in MLP3_SCHEMES.get(self.scheme, ()):
+            return None
+        widest = max(self.layers[0].k, *(layer.n for layer in self.layers))
+        width = next((w for w in MLP3_WIDTHS if widest <= w), None)
+        if width is None:
+            return None
+        name = mlp3_variant_name(self.scheme, ln, width)
+        has = getattr(self.rt, "has", None)
+        return name if has is None or has(name) else None
+
+    def _build_fused(self, m: int, variant: str, graph: bool) -> _Program:
+        rt = self.rt
+        alloc_io = rt.mapped if graph else rt.empty
+        l1, l2, l3 = self.layers
+        x = alloc_io((m, l1.k), "float32")
+        y = alloc_io((m, l3.n), "float32")
+        args = [x, self.gamma, self.beta]
+        for layer in self.layers:
+            args += [layer.b, layer.b2, layer.scale, layer.offset, layer.bias]
+        args += [y, m, l1.k, l1.n, l2.n, l3.n, l1.k, l1.k_pad, l2.k_pad, l3.k_pad, l3.n, self.ln_eps]
+        launches = [(variant, (-(-m // MLP3_BLOCK_M), 1, 1), args)]
+        return _Program(x, np.float32, launches, y,
+                        out_cast=None if self.out_dtype == "float32" else self.out_dtype)
+
     def _build(self, m: int) -> _Program:
         rt = self.rt
         last = len(self.layers) - 1
         launches: list = []
         k0 = self.layers[0].k
         graph = m <= GRAPH_MAX_ROWS and hasattr(rt, "capture") and hasattr(rt, "mapped") and hasattr(rt, "prepare")
+        fused = self.fused_variant(m)
+        if fused is not None:
+            return self._finish(self._build_fused(m, fused, graph), graph)
         # In graph mode the step's input and output are mapped host memory the kernels address.
         alloc_io = rt.mapped if graph else rt.empty
         y = alloc_io((m, self.layers[-1].n), self.out_dtype)
@@ -231,12 +282,21 @@ class GpuPlan:
                 h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32", launches,
                                a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad, out=y if i == last else None)
                 stride = layer.n
-        prog = _Program(x, in_dtype, launches, h)
+        return self._finish(_Program(x, in_dtype, launches, h), graph)
+
+    def _finish(self, prog: _Program, graph: bool) -> _Program:
+        rt = self.rt
         if hasattr(rt, "prepare"):
-            prog.prepared = [rt.prepare(v, g, a) for v, g, a in launches]
+            prog.prepared = [rt.prepare(v, g, a) for v, g, a in prog.launches]
         if graph:
             prog.graph = rt.capture(prog.prepared)
         return prog
+
+    def _host_out(self, prog: _Program, y: np.ndarray) -> np.ndarray:
+        """A step's output as the model's out_dtype (bfloat16: float32 arrays of bfloat16 values)."""
+        if prog.out_cast is not None:
+            return cast_output(y, prog.out_cast)
+        return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
 
     def _program(self, m: int) -> _Program:
         prog = self.programs.get(m)
@@ -271,7 +331,7 @@ class GpuPlan:
                 not_finite(i, j, prog.x.host[i, j])
             prog.graph.replay()
             y = prog.out.host.copy()
-        return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
+        return self._host_out(prog, y)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         """float32 (M, K) host activations -> host outputs in the model's out_dtype."""
@@ -282,8 +342,7 @@ class GpuPlan:
             if prog.graph is not None:
                 np.copyto(prog.x.host, x, casting="same_kind")
                 prog.graph.replay()
-                y = prog.out.host.copy()
-                return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
+                return self._host_out(prog, prog.out.host.copy())
             rt.write(prog.x, np.ascontiguousarray(x, prog.in_dtype))
             if prog.prepared is not None:
                 for p in prog.prepared:
@@ -292,7 +351,7 @@ class GpuPlan:
                 for variant, grid, args in prog.launches:
                     rt.launch(variant, grid, args)
             y = rt.download(prog.out)
-        return bf16_bits_to_f32(y) if self.out_dtype == "bfloat16" else y
+        return self._host_out(prog, y)
 
 
 def plan_for(model, rt=None) -> GpuPlan:
