@@ -185,7 +185,7 @@ def test_fused_step_is_one_kernel_in_its_graph(kr, ctx, mock, rng):
     """A 3-layer step of up to 64 rows: one kernel on mapped input and output (one program per 16
     rows), the narrowest width variant that holds the model, float32 out rounded on the host as a
     kernel's store rounds; the plan's arguments read back at the manifest's offsets."""
-    dims = [20, 48, 130, 3]
+    dims = [20, 48, 100, 3]
     layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
               for i, o in zip(dims[:-1], dims[1:])]
     mlp = QuantMLP(layers, layernorm=(rng.uniform(0.5, 1.5, 20), rng.standard_normal(20)), scheme="w16a8",
@@ -197,12 +197,12 @@ def test_fused_step_is_one_kernel_in_its_graph(kr, ctx, mock, rng):
         got = plan.run(x)
         assert got.dtype == np.float16 and np.array_equal(got, mlp.forward_cpu(x))
         launch = mock.launches[before:]
-        assert [ln_["variant"] for ln_ in launch] == ["quant_mlp3_w16a8_ln_h256"]
+        assert [ln_["variant"] for ln_ in launch] == ["quant_mlp3_w16a8_ln_h128"]
         assert launch[0]["grid"] == (-(-m // 16), 1, 1)
         prog = plan.programs[m]
         assert prog.graph is not None and prog.x.host.shape == (m, 20) and prog.out.host.dtype == np.float32
         # sizes and strides as the kernel reads them: M, K0, H1, H2, N, then x, weights (padded K), y
-        assert tuple(launch[0]["args"][19:29]) == (m, 20, 48, 130, 3, 20, 32, 48, 144, 3)
+        assert tuple(launch[0]["args"][19:29]) == (m, 20, 48, 100, 3, 20, 32, 48, 112, 3)
     assert plan.fused_variant(65) is None
     lin = _gpu.plan_for(QuantMLP(layers[:2], scheme="w8a8"), kr)
     assert lin.fused_variant(1) is None   # two layers: layer by layer

@@ -22,7 +22,7 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    conversions; the interpreter, which runs no PTX, takes the plain conversion (same values).
 4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
 5. ``mlp3_fused_kernel``: a whole 3-layer model step (LayerNorm, Linear-GELU, Linear-GELU,
-   Linear) for models whose widths all fit one register tile (at most 256): the step of kernels
+   Linear) for models whose widths all fit one register tile (at most 128): the step of kernels
    1-4 in one launch, each program holding 16 tokens' activations in registers from input to
    output. A small model's layer-by-layer step is a chain of 4-6 launches, each a few dependent
    memory round trips long; fused, the input crosses PCIe once and nothing waits between layers.
@@ -569,7 +569,7 @@ def _layernorm_variants():
 # W8A16 models without a LayerNorm read float16 input, which this kernel does not take.
 MLP3_SCHEMES = (("w8a8", 0, (0, 1)), ("w16a8", 1, (0, 1)), ("w8a16", 2, (1,)))
 MLP3_BLOCK_M = 16
-MLP3_WIDTHS = (32, 64, 128, 256)   # BLOCK_H: the widest of a model's in, hidden and out features
+MLP3_WIDTHS = (32, 64, 128)   # BLOCK_H: the widest of a model's in, hidden and out features
 MLP3_MULTIPLE_OF_16 = ("stride_w1", "stride_w2", "stride_w3")
 
 
@@ -592,7 +592,7 @@ def _mlp3_variants():
             for width in MLP3_WIDTHS:
                 v = _variant(mlp3_variant_name(scheme, bool(ln), width), mlp3_fused_kernel, sig,
                              {"SCHEME": code, "HAS_LN": ln, "BLOCK_M": MLP3_BLOCK_M, "BLOCK_H": width,
-                              "FAST_CVT": 1}, 8 if width > 128 else 4, 1, "f32", "tiles",
+                              "FAST_CVT": 1}, 8 if width > 64 else 4, 1, "f32", "tiles",
                              "a 3-layer model step of up to 64 tokens (a graph step) whose widths are all "
                              "at most BLOCK_H: the narrowest that fits", aligned16=True)
                 # one program per 16 tokens: N <= BLOCK_H makes the tile rule's column count 1
