@@ -92,7 +92,8 @@ def test_suite_refuses_without_cuda_torch(tmp_path):
 def test_targets_put_each_model_step_beside_the_floor_and_pytorch():
     res = {"floor": {"graph H2D+kernel+D2H 1024 floats": {"p50_us": 20.0}},
            "signal_mlp": [{"model": "m", "batch": b, "cases": {
-               "tickgpu_w8a16_gpu": {"p50_us": us}, "tickgpu_w8a8_gpu": {"error": "x"},
+               "tickgpu_w8a16_gpu": {"p50_us": us}, "tickgpu_w8a16_gpu_bound": {"p50_us": us - 5},
+               "tickgpu_w8a8_gpu": {"error": "x"},
                "torch_eager_fp32_gpu": {"p50_us": 130.0}}} for b, us in ((1, 25.0), (64, 30.0))],
            "gemm": [{"m": 4096, "n": 4096, "k": 4096, "cases": {
                "tickgpu_w8a8_gemm": {"batched_us": 100.0}, "torch_fp16_matmul": {"batched_us": 150.0},
@@ -102,9 +103,14 @@ def test_targets_put_each_model_step_beside_the_floor_and_pytorch():
     assert t["mlp_w8a16_over_floor_graph_range"] == [1.25, 1.5]
     assert t["mlp_w8a16_5x_torch_eager"] == "1 of 2"                   # 5.2x and 4.3x
     assert "mlp_w8a8_within_1.3x_floor_graph" not in t                 # no timing: nothing claimed
+    assert t["mlp_w8a16_bound_within_1.3x_floor_graph"] == "2 of 2"    # 1.0x and 1.25x
+    assert t["mlp_w8a16_bound_over_floor_graph_range"] == [1.0, 1.25]
+    assert [s["bound_p50_us"] for s in t["signal_mlp"]] == [20.0, 25.0]
+    assert "mlp_w8a8_bound_within_1.3x_floor_graph" not in t
     assert t["w8a8_4096_fp16_over_tickgpu>=1.3"] == 1.5 and t["w8a8_4096_int_mm_dequant_over_tickgpu>=1.1"] == 3.0
     assert [s["p50_us"] for s in t["signal_mlp"]] == [25.0, 30.0]
     # Without the floor's figures, no ratio to it is made up.
     res.pop("floor")
     t = bq.evaluate_targets(res)
     assert "mlp_w8a16_within_1.3x_floor_graph" not in t and "over_floor_graph" not in t["signal_mlp"][0]
+    assert "mlp_w8a16_bound_within_1.3x_floor_graph" not in t and "bound_over_floor_graph" not in t["signal_mlp"][0]

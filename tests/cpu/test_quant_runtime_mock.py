@@ -468,3 +468,60 @@ def test_a_launch_refused_during_capture_ends_the_capture(kr, mock, rng):
     del mock.fail["cuLaunchKernel"]
     mlp._gpu_plan = None
     assert np.array_equal(_gpu.plan_for(mlp, kr).run(x), mlp.forward_cpu(x))
+
+
+@pytest.mark.parametrize("scheme,layernorm", [("w8a8", False), ("w16a8", True), ("w8a16", True)])
+def test_bound_step_follows_its_array(kr, ctx, mock, rng, scheme, layernorm):
+    """model.bind(x): each call reads x's current contents and gives model(x) to the bit (fused and
+    layer-by-layer steps, float32 and float64 arrays, a single token), the same error for a
+    non-finite value, the same NaN rows without the check; and new output arrays every call."""
+    for dims in ([12, 32, 32, 1], [20, 200, 40, 3]):       # one fused kernel; layer by layer
+        layers = [(rng.standard_normal((o, i)), rng.standard_normal(o)) for i, o in zip(dims[:-1], dims[1:])]
+        ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0])) if layernorm else None
+        mlp = QuantMLP(layers, layernorm=ln, scheme=scheme, out_dtype="bfloat16", backend="gpu")
+        for shape, dtype in (((5, dims[0]), np.float64), ((dims[0],), np.float32), ((64, dims[0]), np.float32)):
+            x = rng.standard_normal(shape).astype(dtype)
+            step = mlp.bind(x)
+            first = step()
+            for _ in range(2):
+                x[...] = rng.standard_normal(shape)          # in place, as a tick loop does
+                got = step()
+                assert got.dtype == np.float32 and np.array_equal(got, mlp(x))
+                assert np.array_equal(got, mlp.forward_cpu(np.atleast_2d(x).astype(np.float32)).reshape(got.shape))
+            assert not np.array_equal(first, got) and not np.shares_memory(first, got)
+        fused = _gpu.plan_for(mlp).programs[5].launches
+        assert (len(fused) == 1 and fused[0][0].startswith("quant_mlp3_")) == (max(dims) <= 128)
+        x = rng.standard_normal((7, dims[0])).astype(np.float32)
+        strict, lax = mlp.bind(x), mlp.bind(x, check=False)
+        x[3, 2] = np.nan
+        with pytest.raises(ValueError) as bound:
+            strict()
+        with pytest.raises(ValueError) as plain:
+            mlp(x)
+        assert str(bound.value) == str(plain.value) and str(bound.value).startswith("x[3, 2]: must be finite")
+        rows = lax()
+        assert np.isnan(rows[3]).all() and np.array_equal(rows, mlp(x, check=False), equal_nan=True)
+
+
+def test_bound_step_refuses_what_it_cannot_bind(kr, rng):
+    mlp = QuantMLP([(rng.standard_normal((8, 6)), None), (rng.standard_normal((2, 8)), None)], backend="gpu")
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+    with pytest.raises(TypeError, match="x: must be a NumPy array"):
+        mlp.bind(x.tolist())
+    with pytest.raises(TypeError, match="x: must be float32 or float64, got float16"):
+        mlp.bind(x.astype(np.float16))
+    with pytest.raises(ValueError, match="x: must be C-contiguous"):
+        mlp.bind(np.asfortranarray(x))
+    with pytest.raises(ValueError, match=r"x: must have shape \(tokens, 6\) or \(6,\), got \(4, 5\)"):
+        mlp.bind(x[:, :5].copy())
+    with pytest.raises(ValueError, match="1 to 64 rows.*got 65"):
+        mlp.bind(np.zeros((65, 6), np.float32))
+    with pytest.raises(ValueError, match="1 to 64 rows.*got 0"):
+        mlp.bind(np.zeros((0, 6), np.float32))
+    with pytest.raises(ValueError, match="backend is 'cpu'"):
+        QuantMLP([(np.ones((2, 6)), None)], backend="cpu").bind(x)
+    with pytest.raises(ValueError, match="w8a16.*float16 input"):
+        QuantLinear(np.ones((2, 6)), scheme="w8a16", backend="gpu").bind(x)
+    lin = QuantLinear(rng.standard_normal((3, 6)), scheme="w8a8", backend="gpu")
+    step = lin.bind(x)
+    assert np.array_equal(step(), lin(x))

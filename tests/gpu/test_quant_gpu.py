@@ -180,3 +180,23 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
                 g, w = got[keep].astype(np.float64), want[keep].astype(np.float64)
                 np.testing.assert_allclose(g, w, rtol=0.02, atol=0.02 * np.abs(w).max())
                 np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=0.02, atol=0.02 * np.abs(w).max())
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+def test_bound_step_on_the_gpu(rng, scheme):
+    """model.bind(x) on the GPU: after in-place updates of x, each call equals model(x) to the bit
+    (fused and layer-by-layer models, float32 and float64 arrays, a single token)."""
+    for dims in ([12, 32, 32, 1], [64, 256, 256, 4]):
+        layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+                  for i, o in zip(dims[:-1], dims[1:])]
+        ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1)
+        mlp = QuantMLP(layers, layernorm=ln, scheme=scheme, out_dtype="float16", backend="gpu")
+        for shape, dtype in (((1, dims[0]), np.float32), ((dims[0],), np.float64), ((64, dims[0]), np.float32)):
+            x = (rng.standard_normal(shape) * 2).astype(dtype)
+            step = mlp.bind(x)
+            for _ in range(3):
+                x[...] = rng.standard_normal(shape) * 2
+                got = step()
+                assert got.dtype == np.float16 and np.array_equal(got, mlp(x))
+                want = mlp.forward_cpu(np.atleast_2d(x).astype(np.float32)).reshape(got.shape).astype(np.float64)
+                np.testing.assert_allclose(got.astype(np.float64), want, rtol=0.02, atol=0.02 * np.abs(want).max())

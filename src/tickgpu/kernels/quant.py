@@ -333,20 +333,35 @@ def _rows_quantized(h, kmask):
 
 
 @triton.jit
-def _fused_layer(h, kmask, w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
-                 SCHEME: tl.constexpr, GELU: tl.constexpr, BLOCK_H: tl.constexpr, FAST_CVT: tl.constexpr):
-    """One Linear (+ GELU) of a fused model step on a register tile: float32 h [BLOCK_M, BLOCK_H]
-    for the int8 schemes (quantized here), float16 h for W8A16. The whole weight matrix is one
-    [BLOCK_H, BLOCK_H] tile (K-major storage, zero beyond K and N). Returns float32 outputs (zero
-    in the padding columns) and their column mask."""
+def _fused_weights(w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
+                   SCHEME: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Load one layer of a fused model step: the whole weight matrix as one [BLOCK_H, BLOCK_H]
+    tile (K-major storage, zero beyond K and N; W16A8: both limbs), scales, limb offsets, bias and
+    the output column mask. Issued before the step computes anything, so that every layer's loads
+    are in flight together with the input's."""
     offs_k = tl.arange(0, BLOCK_H)
     offs_n = tl.arange(0, BLOCK_H)
     nmask = offs_n < N
     wmask = (offs_k[:, None] < K) & nmask[None, :]
     w_off = offs_n[None, :].to(tl.int64) * stride_w + offs_k[:, None]
     w = tl.load(w_ptr + w_off, mask=wmask, other=0)
+    if SCHEME == 1:
+        w2 = tl.load(w2_ptr + w_off, mask=wmask, other=0)
+        b_offset = tl.load(o_ptr + offs_n, mask=nmask, other=0.0)
+    else:
+        w2 = w
+        b_offset = tl.zeros([BLOCK_H], dtype=tl.float32)
     b_scale = tl.load(s_ptr + offs_n, mask=nmask, other=0.0)
     bias = tl.load(b_ptr + offs_n, mask=nmask, other=0.0)
+    return w, w2, b_scale, b_offset, bias, nmask
+
+
+@triton.jit
+def _fused_layer(h, kmask, w, w2, b_scale, b_offset, bias, nmask,
+                 SCHEME: tl.constexpr, GELU: tl.constexpr, FAST_CVT: tl.constexpr):
+    """One Linear (+ GELU) of a fused model step on a register tile: float32 h [BLOCK_M, BLOCK_H]
+    for the int8 schemes (quantized here), float16 h for W8A16, with the layer's loaded weights
+    (:func:`_fused_weights`). Returns float32 outputs, zero in the padding columns."""
     if SCHEME == 2:
         if FAST_CVT:
             wf = _int8x4_to_float16(w)
@@ -358,9 +373,7 @@ def _fused_layer(h, kmask, w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
         q, a_scale, rowsum = _rows_quantized(h, kmask)
         acc = tl.dot(q, w, out_dtype=tl.int32)
         if SCHEME == 1:
-            w2 = tl.load(w2_ptr + w_off, mask=wmask, other=0)
             acc2 = tl.dot(q, w2, out_dtype=tl.int32)
-            b_offset = tl.load(o_ptr + offs_n, mask=nmask, other=0.0)
             t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
             t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
         else:
@@ -370,7 +383,7 @@ def _fused_layer(h, kmask, w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
     y = y + bias[None, :]
     if GELU:
         y = _gelu(y)
-    return tl.where(nmask[None, :], y, 0.0), nmask
+    return tl.where(nmask[None, :], y, 0.0)
 
 
 @triton.jit
@@ -399,33 +412,36 @@ def mlp3_fused_kernel(
     offs_h = tl.arange(0, BLOCK_H)
     mmask = offs_m < M
     kmask = offs_h < K0
+    w1, w1b, s1, o1, b1, n1 = _fused_weights(w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, H1, K0, stride_w1,
+                                             SCHEME, BLOCK_H)
+    w2, w2b, s2, o2, b2, n2 = _fused_weights(w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, H2, H1, stride_w2,
+                                             SCHEME, BLOCK_H)
+    w3, w3b, s3, o3, b3, n3 = _fused_weights(w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, N, H2, stride_w3,
+                                             SCHEME, BLOCK_H)
     x = tl.load(x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_h[None, :],
                 mask=mmask[:, None] & kmask[None, :], other=0.0)
     if HAS_LN:
+        g = tl.load(gamma_ptr + offs_h, mask=kmask, other=0.0)
+        b = tl.load(beta_ptr + offs_h, mask=kmask, other=0.0)
         kf = K0.to(tl.float32)
         mean = tl.math.div_rn(tl.sum(x, axis=1), kf)
         d = tl.where(kmask[None, :], x - mean[:, None], 0.0)
         var = tl.math.div_rn(tl.sum(d * d, axis=1), kf)
         rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
-        g = tl.load(gamma_ptr + offs_h, mask=kmask, other=0.0)
-        b = tl.load(beta_ptr + offs_h, mask=kmask, other=0.0)
         x = tl.where(kmask[None, :], (x - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :], 0.0)
     if SCHEME == 2:
         h = x.to(tl.float16)
     else:
         h = x
-    h, nmask = _fused_layer(h, kmask, w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, H1, K0, stride_w1,
-                            SCHEME, True, BLOCK_H, FAST_CVT)
+    h = _fused_layer(h, kmask, w1, w1b, s1, o1, b1, n1, SCHEME, True, FAST_CVT)
     if SCHEME == 2:
         h = h.to(tl.float16)
-    h, nmask = _fused_layer(h, nmask, w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, H2, H1, stride_w2,
-                            SCHEME, True, BLOCK_H, FAST_CVT)
+    h = _fused_layer(h, n1, w2, w2b, s2, o2, b2, n2, SCHEME, True, FAST_CVT)
     if SCHEME == 2:
         h = h.to(tl.float16)
-    y, nmask = _fused_layer(h, nmask, w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, N, H2, stride_w3,
-                            SCHEME, False, BLOCK_H, FAST_CVT)
+    y = _fused_layer(h, n2, w3, w3b, s3, o3, b3, n3, SCHEME, False, FAST_CVT)
     tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_h[None, :], y,
-             mask=mmask[:, None] & nmask[None, :])
+             mask=mmask[:, None] & n3[None, :])
 
 
 # ---------------------------------------------------------------------------------------------------

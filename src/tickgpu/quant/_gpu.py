@@ -354,6 +354,70 @@ class GpuPlan:
         return self._host_out(prog, y)
 
 
+class BoundStep:
+    """A model's GPU step bound to one host array: checked once, then run on its current contents.
+
+    Made by ``QuantLinear.bind`` / ``QuantMLP.bind`` (which document it). A call is the step's
+    one-pass native staging of the array into the step's mapped input, the step's graph, and the
+    output copied out: what ``model(x)`` does for this array, without re-checking the array's type,
+    shape and layout, the dispatch and the plan lookup every tick. Results are ``model(x)``'s to the
+    bit; a non-finite input raises the same error (``check=True``) or gives the same NaN rows.
+    """
+
+    def __init__(self, model, x, check: bool, not_finite):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"x: must be a NumPy array (bound once, read on every call), got {type(x).__name__}")
+        if x.dtype not in (np.float32, np.float64):
+            raise TypeError(f"x: must be float32 or float64, got {x.dtype}")
+        if not x.flags.c_contiguous:
+            raise ValueError("x: must be C-contiguous (its memory is read in place on every call)")
+        k = model.in_features
+        self.single = x.ndim == 1
+        if x.shape[-1:] != (k,) or x.ndim not in (1, 2):
+            raise ValueError(f"x: must have shape (tokens, {k}) or ({k},), got {x.shape}")
+        m = 1 if self.single else x.shape[0]
+        if not 0 < m <= GRAPH_MAX_ROWS:
+            raise ValueError(f"x: a bound step takes 1 to {GRAPH_MAX_ROWS} rows (one graph), got {m}")
+        if model.backend == "cpu":
+            raise ValueError("bind: the model's backend is 'cpu'; a bound step runs on the GPU")
+        if not model._stages_f32:
+            raise ValueError(f"bind: scheme {model.scheme!r} without a LayerNorm reads float16 input; "
+                             "call the model instead")
+        self.plan = plan_for(model)
+        with self.plan._lock:
+            prog = self.plan._program(m)
+        if prog.graph is None or prog.in_dtype is not np.float32:
+            raise RuntimeError("bind: this kernel runtime offers no graph over mapped memory for the step")
+        ffi, lib = _native()
+        if prog.x_ptr is None:
+            prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
+            prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
+        self.x, self.m, self.k, self.prog = x, m, k, prog
+        self._src = ffi.from_buffer(x)        # holds x: its buffer cannot be freed or resized
+        self._wide = x.dtype.itemsize == 8
+        self._check = 1 if check else 0
+        self._stage = lib.tg_stage_rows_f32
+        self._not_finite = not_finite
+
+    def __call__(self) -> np.ndarray:
+        """The model's output for the bound array's current contents (a new array)."""
+        prog, plan = self.prog, self.plan
+        bad, kind = prog.bad
+        with plan._lock:
+            st = self._stage(self._src, self._wide, self.m, self.k, self.k, prog.x_ptr, self._check, math.inf,
+                             bad, kind)
+            if st:
+                ffi, lib = _native()
+                raise RuntimeError(f"tg_stage_rows_f32: {ffi.string(lib.tg_status_name(st)).decode()}")
+            if kind[0]:
+                i, j = divmod(int(bad[0]), self.k)
+                self._not_finite(i, j, prog.x.host[i, j])
+            prog.graph.replay()
+            y = prog.out.host.copy()
+        y = plan._host_out(prog, y)
+        return y[0] if self.single else y
+
+
 def plan_for(model, rt=None) -> GpuPlan:
     """The model's cached plan (built, and weights uploaded, on first use)."""
     plan = getattr(model, "_gpu_plan", None)

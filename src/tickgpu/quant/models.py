@@ -230,6 +230,10 @@ class QuantLinear:
             y = self.forward_cpu(x32)
         return y[0] if single else y
 
+    def bind(self, x, *, check: bool = True) -> "_gpu.BoundStep":
+        """The GPU step bound to the array x; see :meth:`QuantMLP.bind`."""
+        return _gpu.BoundStep(self, x, check, _not_finite)
+
 
 class QuantMLP:
     """``[LayerNorm] -> Linear -> GELU -> ... -> Linear``, every Linear quantized with one scheme.
@@ -343,3 +347,23 @@ class QuantMLP:
         else:
             y = self.forward_cpu(x32)
         return y[0] if single else y
+
+    def bind(self, x, *, check: bool = True) -> "_gpu.BoundStep":
+        """The model's GPU step bound to the host array x, for a tick loop that updates x in place.
+
+        ``step = model.bind(x)`` checks x once: a C-contiguous float32 or float64 NumPy array of
+        shape (tokens, in_features) or (in_features,), 1 to 64 tokens. Each ``step()`` then reads
+        x's current contents and returns the GPU step's result (``model(x, check=check)`` on
+        backend "gpu"; "auto" is not consulted), to the bit, as a new array: one native pass
+        stages x into the step's mapped input, one graph replay runs the step, the output is
+        copied out. The binding holds x (NumPy refuses to resize it).
+
+        Raises
+        ------
+        TypeError, ValueError
+            x of the wrong type, dtype, layout, shape or row count; a model whose backend is
+            "cpu", or whose GPU step reads float16 input (W8A16 without a LayerNorm).
+        BackendUnavailable
+            No usable GPU.
+        """
+        return _gpu.BoundStep(self, x, check, _not_finite)
