@@ -145,14 +145,15 @@ def rt():
     return InterpretedRuntime()
 
 
-def _act(rt, x, has_ln=False, gamma=None, beta=None, eps=1e-5):
+def _act(rt, x, has_ln=False, gamma=None, beta=None, eps=1e-5, bk=None):
+    """The activation kernel's variant for rows of k (the plan's rule, or BLOCK_K `bk`)."""
     m, k = x.shape
     k_pad = -(-k // 16) * 16
     xb = rt.upload(x.astype(np.float32))
     g = rt.upload(np.ones(k, np.float32) if gamma is None else gamma.astype(np.float32))
     b = rt.upload(np.zeros(k, np.float32) if beta is None else beta.astype(np.float32))
     xq, s, rs = rt.empty((m, k_pad), "int8"), rt.empty((m,), "float32"), rt.empty((m,), "int32")
-    bk = 64 if k <= 64 else 512
+    bk = _gpu._row_block(k) if bk is None else bk
     rt.launch(f"quant_act{'_ln' if has_ln else ''}_k{bk}", (m, 1, 1), [xb, g, b, xq, s, rs, m, k, k, k_pad, eps])
     return rt.download(xq)[:, :k], rt.download(s), rt.download(rs)
 
@@ -165,24 +166,38 @@ def test_act_quant_kernel_is_bit_exact(rt, rng, m):
         x[1] = 0.0
         x[2, k // 2] = np.nan
         x[3, 0] = np.inf
-    q, s, rs = _act(rt, x)
     ref = quantize_activations(x)
-    assert np.array_equal(q, ref.q)
-    assert np.array_equal(s.view(np.uint32), ref.scale.view(np.uint32))  # NaN rows included
-    assert np.array_equal(rs, ref.rowsum)
+    # the plan's variant (rows up to 1,024 read once) and the chunked one, which serves any K
+    for bk in (None, 512):
+        q, s, rs = _act(rt, x, bk=bk)
+        assert np.array_equal(q, ref.q)
+        assert np.array_equal(s.view(np.uint32), ref.scale.view(np.uint32))  # NaN rows included
+        assert np.array_equal(rs, ref.rowsum)
+
+
+def test_row_kernel_variants_follow_the_row_length():
+    assert [_gpu._row_block(k) for k in (1, 64, 65, 1024, 1025, 5000)] == [64, 64, 1024, 1024, 512, 512]
+    for name in ("quant_act_k64", "quant_act_ln_k1024", "quant_layernorm_f16_k64", "quant_layernorm_f32_k1024"):
+        assert VARIANTS[name]["constexprs"]["SINGLE"] == 1, name
+    assert VARIANTS["quant_act_ln_k512"]["constexprs"]["SINGLE"] == 0
 
 
 def test_act_quant_kernel_with_layernorm(rt, rng):
     m, k = 33, 70
     x = (rng.standard_normal((m, k)) * 5 + 3).astype(np.float32)
     g, b = rng.uniform(0.5, 2, k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
-    q, s, rs = _act(rt, x, True, g, b)
     mlp = QuantMLP([(np.ones((1, k)), None)], layernorm=(g, b, 1e-5))
     ref = quantize_activations(mlp.normalize_cpu(x))
-    assert np.abs(q.astype(int) - ref.q).max() <= 1  # rounding-boundary ties only
-    assert (q != ref.q).mean() < 0.01
-    np.testing.assert_allclose(s, ref.scale, rtol=1e-5)
-    assert np.array_equal(rs, q.astype(np.int64).sum(axis=1))
+    for bk in (None, 512):
+        q, s, rs = _act(rt, x, True, g, b, bk=bk)
+        assert np.abs(q.astype(int) - ref.q).max() <= 1  # rounding-boundary ties only
+        assert (q != ref.q).mean() < 0.01
+        np.testing.assert_allclose(s, ref.scale, rtol=1e-5)
+        assert np.array_equal(rs, q.astype(np.int64).sum(axis=1))
+    # rows up to 64: one read and the chunked form's operations, so the same codes to the bit
+    x64 = x[:, :60].copy()
+    one, chunked = _act(rt, x64, True, g[:60], b[:60]), _act(rt, x64, True, g[:60], b[:60], bk=512)
+    assert all(np.array_equal(a.view(np.uint8), c.view(np.uint8)) for a, c in zip(one, chunked))
 
 
 def _gemm(rt, act, w_q, out, gelu, tile):
@@ -309,10 +324,11 @@ def test_layernorm_kernel(rt, rng):
     m, k = 15, 600
     x = (rng.standard_normal((m, k)) * 3 + 1).astype(np.float32)
     g, b = rng.uniform(0.5, 2, k).astype(np.float32), rng.standard_normal(k).astype(np.float32)
-    y = rt.empty((m, k), "float16")
-    rt.launch("quant_layernorm_f16_k512", (m, 1, 1), [rt.upload(x), rt.upload(g), rt.upload(b), y, m, k, k, k, 1e-5])
     ref = QuantMLP([(np.ones((1, k)), None)], layernorm=(g, b, 1e-5)).normalize_cpu(x)
-    np.testing.assert_allclose(rt.download(y).astype(np.float64), ref, rtol=2e-3, atol=2e-3)
+    for bk in (512, 1024):          # chunks of 512; the whole row read once
+        y = rt.empty((m, k), "float16")
+        rt.launch(f"quant_layernorm_f16_k{bk}", (m, 1, 1), [rt.upload(x), rt.upload(g), rt.upload(b), y, m, k, k, k, 1e-5])
+        np.testing.assert_allclose(rt.download(y).astype(np.float64), ref, rtol=2e-3, atol=2e-3)
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
@@ -341,7 +357,7 @@ def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
-@pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 40, 3], [64, 128, 100, 4]], ids=["h32", "h64", "h128"])
+@pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 40, 3], [64, 64, 64, 4]], ids=["h32", "h64-odd", "h64"])
 def test_fused_step_is_the_layer_by_layer_step(rt, rng, scheme, dims):
     """The fused 3-layer step against the CPU reference: the only launch of a step of up to 64
     rows; bit for bit where the layer kernels are (int8 schemes without LayerNorm, float32 out);
@@ -378,12 +394,12 @@ def test_fused_step_is_the_layer_by_layer_step(rt, rng, scheme, dims):
 
 
 def test_fused_step_leaves_other_models_layer_by_layer(rt, rng):
-    """Four layers, a width past 128, W8A16 without LayerNorm, more than 64 rows: layer by layer."""
+    """Four layers, a width past 64, W8A16 without LayerNorm, more than 64 rows: layer by layer."""
     def mlp(dims, **kw):
         return QuantMLP([(rng.standard_normal((o, i)), None) for i, o in zip(dims[:-1], dims[1:])], **kw)
 
     ln = (np.ones(8), np.zeros(8))
-    for model, m in ((mlp([8, 16, 16, 16, 2]), 4), (mlp([8, 130, 16, 2]), 4),
+    for model, m in ((mlp([8, 16, 16, 16, 2]), 4), (mlp([8, 65, 16, 2]), 4),
                      (mlp([8, 16, 16, 2], scheme="w8a16"), 4), (mlp([8, 16, 16, 2], layernorm=ln), 65)):
         plan = _gpu.plan_for(model, rt)
         assert plan.fused_variant(m) is None

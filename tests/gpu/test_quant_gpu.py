@@ -145,7 +145,7 @@ def test_warmup_launches_the_quant_kernels():
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
-@pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 40, 3], [64, 128, 100, 4]], ids=["h32", "h64", "h128"])
+@pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 40, 3], [64, 64, 64, 4]], ids=["h32", "h64-odd", "h64"])
 def test_fused_step_on_the_gpu(rng, scheme, dims):
     """A 3-layer step of up to 64 rows is one fused kernel. Without LayerNorm the int8 schemes give
     the layer-by-layer kernels' results bit for bit (same operations, same libdevice erf); every

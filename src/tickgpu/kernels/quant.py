@@ -6,7 +6,9 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
 1. ``act_quant_kernel``: per-token symmetric int8 quantization of float32 activations, optionally
    after a fused LayerNorm; writes int8 codes, float32 scales and int32 row sums. One program per
    row, walking the row in BLOCK_K chunks (a reduction pass for the LayerNorm mean and variance, one
-   for the absmax, one to quantize).
+   for the absmax, one to quantize); rows of up to 1,024 elements are read once into registers
+   (``SINGLE``): where the row is a step's input in mapped host memory, each pass's read is a PCIe
+   round trip.
 2. ``quant_gemm_kernel``: ``C = epilogue(A_q @ B_q^T)`` with int8 A (M x K, row-major) and int8 B
    stored K-major (N x K, K contiguous: each output channel's weights are one contiguous row, the
    operand layout Hopper's wgmma reads without a transpose). int32 accumulation through ``tl.dot``
@@ -22,7 +24,7 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    conversions; the interpreter, which runs no PTX, takes the plain conversion (same values).
 4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
 5. ``mlp3_fused_kernel``: a whole 3-layer model step (LayerNorm, Linear-GELU, Linear-GELU,
-   Linear) for models whose widths all fit one register tile (at most 128): the step of kernels
+   Linear) for models whose widths all fit one register tile (at most 64): the step of kernels
    1-4 in one launch, each program holding 16 tokens' activations in registers from input to
    output. A small model's layer-by-layer step is a chain of 4-6 launches, each a few dependent
    memory round trips long; fused, the input crosses PCIe once and nothing waits between layers.
@@ -103,6 +105,24 @@ def _row_moments(row_ptr, K, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _rows_quantized(h, kmask):
+    """act_quant_kernel's per-token quantization of a register tile h [BLOCK_M, BLOCK_H] (columns
+    where ~kmask are padding): int8 codes, float32 scales (NaN for a row holding a non-finite
+    value, whose codes are zeros) and int32 row sums -- the same operations in the same order."""
+    nonfinite = ((h != h) | (tl.abs(h) > FLT_MAX)) & kmask[None, :]
+    row_bad = tl.max(nonfinite.to(tl.int32), axis=1) > 0
+    amax = tl.max(tl.where(nonfinite | ~kmask[None, :], 0.0, tl.abs(h)), axis=1)
+    a = tl.maximum(amax, RANGE_FLOOR)
+    inv = tl.math.div_rn(127.0, a)
+    scale = tl.math.div_rn(a, 127.0)
+    r = _round_half_even(h * inv[:, None])
+    r = tl.minimum(tl.maximum(r, -127.0), 127.0)
+    r = tl.where(row_bad[:, None] | ~kmask[None, :], 0.0, r)
+    q = r.to(tl.int32)
+    return q.to(tl.int8), tl.where(row_bad, float("nan"), scale), tl.sum(q, axis=1)
+
+
+@triton.jit
 def act_quant_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 input rows; LayerNorm weight and bias (K,)
     xq_ptr, scale_ptr, rowsum_ptr,       # outputs: int8 codes, float32 scale per row, int32 row sums
@@ -111,6 +131,7 @@ def act_quant_kernel(
     ln_eps,                              # LayerNorm epsilon (float32), unused without HAS_LN
     HAS_LN: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    SINGLE: tl.constexpr,                # K <= BLOCK_K: the row is read once, into registers
 ):
     """One program per token (row): optional LayerNorm, absmax, int8 codes, scale and row sum."""
     pid_m = tl.program_id(axis=0)
@@ -120,48 +141,68 @@ def act_quant_kernel(
     q_row_ptr = xq_ptr + pid_m.to(tl.int64) * stride_qm
     offs_k = tl.arange(0, BLOCK_K)
 
-    if HAS_LN:
-        mean, var = _row_moments(row_ptr, K, BLOCK_K)
-        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+    if SINGLE:
+        # Each pass of the chunked form (below) reads the row again; where the row is the step's
+        # input in mapped host memory each read is a PCIe round trip. One read, the same operations
+        # on registers.
+        mask = offs_k < K
+        x = tl.load(row_ptr + offs_k, mask=mask, other=0.0)
+        if HAS_LN:
+            kf = K.to(tl.float32)
+            mean = tl.math.div_rn(tl.sum(x, axis=0), kf)
+            d = tl.where(mask, x - mean, 0.0)
+            var = tl.math.div_rn(tl.sum(d * d, axis=0), kf)
+            rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+            g = tl.load(gamma_ptr + offs_k, mask=mask, other=0.0)
+            b = tl.load(beta_ptr + offs_k, mask=mask, other=0.0)
+            x = (x - mean) * rstd * g + b
+        q, scale, rowsum = _rows_quantized(x[None, :], mask)
+        tl.store(q_row_ptr + offs_k[None, :], q, mask=mask[None, :])
+        tl.store(scale_ptr + pid_m + tl.arange(0, 1), scale)
+        tl.store(rowsum_ptr + pid_m + tl.arange(0, 1), rowsum)
     else:
-        mean = 0.0
-        rstd = 1.0
-
-    # Pass 1: absmax over the finite values; any NaN or +-inf poisons the row.
-    amax = tl.zeros([BLOCK_K], dtype=tl.float32)
-    bad = tl.zeros([BLOCK_K], dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        mask = k0 + offs_k < K
-        v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
         if HAS_LN:
-            g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
-            b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
-            v = (v - mean) * rstd * g + b
-        nonfinite = ((v != v) | (tl.abs(v) > FLT_MAX)) & mask
-        bad = tl.maximum(bad, nonfinite.to(tl.int32))
-        amax = tl.maximum(amax, tl.where(nonfinite | ~mask, 0.0, tl.abs(v)))
-    row_bad = tl.max(bad, axis=0) > 0
-    a = tl.maximum(tl.max(amax, axis=0), RANGE_FLOOR)
-    inv = tl.math.div_rn(127.0, a)
-    scale = tl.math.div_rn(a, 127.0)
+            mean, var = _row_moments(row_ptr, K, BLOCK_K)
+            rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+        else:
+            mean = 0.0
+            rstd = 1.0
 
-    # Pass 2: codes and their sum (a poisoned row is written as zeros).
-    acc = tl.zeros([BLOCK_K], dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        mask = k0 + offs_k < K
-        v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
-        if HAS_LN:
-            g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
-            b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
-            v = (v - mean) * rstd * g + b
-        r = _round_half_even(v * inv)
-        r = tl.minimum(tl.maximum(r, -127.0), 127.0)
-        r = tl.where(row_bad | ~mask, 0.0, r)
-        q = r.to(tl.int32)
-        acc += q
-        tl.store(q_row_ptr + k0 + offs_k, q.to(tl.int8), mask=mask)
-    tl.store(scale_ptr + pid_m, tl.where(row_bad, float("nan"), scale))
-    tl.store(rowsum_ptr + pid_m, tl.sum(acc, axis=0))
+        # Pass 1: absmax over the finite values; any NaN or +-inf poisons the row.
+        amax = tl.zeros([BLOCK_K], dtype=tl.float32)
+        bad = tl.zeros([BLOCK_K], dtype=tl.int32)
+        for k0 in range(0, K, BLOCK_K):
+            mask = k0 + offs_k < K
+            v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+            if HAS_LN:
+                g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+                b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+                v = (v - mean) * rstd * g + b
+            nonfinite = ((v != v) | (tl.abs(v) > FLT_MAX)) & mask
+            bad = tl.maximum(bad, nonfinite.to(tl.int32))
+            amax = tl.maximum(amax, tl.where(nonfinite | ~mask, 0.0, tl.abs(v)))
+        row_bad = tl.max(bad, axis=0) > 0
+        a = tl.maximum(tl.max(amax, axis=0), RANGE_FLOOR)
+        inv = tl.math.div_rn(127.0, a)
+        scale = tl.math.div_rn(a, 127.0)
+
+        # Pass 2: codes and their sum (a poisoned row is written as zeros).
+        acc = tl.zeros([BLOCK_K], dtype=tl.int32)
+        for k0 in range(0, K, BLOCK_K):
+            mask = k0 + offs_k < K
+            v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+            if HAS_LN:
+                g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+                b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+                v = (v - mean) * rstd * g + b
+            r = _round_half_even(v * inv)
+            r = tl.minimum(tl.maximum(r, -127.0), 127.0)
+            r = tl.where(row_bad | ~mask, 0.0, r)
+            q = r.to(tl.int32)
+            acc += q
+            tl.store(q_row_ptr + k0 + offs_k, q.to(tl.int8), mask=mask)
+        tl.store(scale_ptr + pid_m, tl.where(row_bad, float("nan"), scale))
+        tl.store(rowsum_ptr + pid_m, tl.sum(acc, axis=0))
 
 
 @triton.jit
@@ -295,6 +336,7 @@ def layernorm_kernel(
     stride_xm, stride_ym,
     ln_eps,
     BLOCK_K: tl.constexpr,
+    SINGLE: tl.constexpr,                # K <= BLOCK_K: the row is read once, into registers
 ):
     """One program per row: ``(x - mean) / sqrt(var + eps) * gamma + beta``."""
     pid_m = tl.program_id(axis=0)
@@ -303,33 +345,28 @@ def layernorm_kernel(
     row_ptr = x_ptr + pid_m.to(tl.int64) * stride_xm
     out_ptr = y_ptr + pid_m.to(tl.int64) * stride_ym
     offs_k = tl.arange(0, BLOCK_K)
-    mean, var = _row_moments(row_ptr, K, BLOCK_K)
-    rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
-    for k0 in range(0, K, BLOCK_K):
-        mask = k0 + offs_k < K
-        x = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
-        g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
-        b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+    if SINGLE:
+        mask = offs_k < K
+        x = tl.load(row_ptr + offs_k, mask=mask, other=0.0)
+        kf = K.to(tl.float32)
+        mean = tl.math.div_rn(tl.sum(x, axis=0), kf)
+        d = tl.where(mask, x - mean, 0.0)
+        var = tl.math.div_rn(tl.sum(d * d, axis=0), kf)
+        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+        g = tl.load(gamma_ptr + offs_k, mask=mask, other=0.0)
+        b = tl.load(beta_ptr + offs_k, mask=mask, other=0.0)
         y = (x - mean) * rstd * g + b
-        tl.store(out_ptr + k0 + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def _rows_quantized(h, kmask):
-    """act_quant_kernel's per-token quantization of a register tile h [BLOCK_M, BLOCK_H] (columns
-    where ~kmask are padding): int8 codes, float32 scales (NaN for a row holding a non-finite
-    value, whose codes are zeros) and int32 row sums -- the same operations in the same order."""
-    nonfinite = ((h != h) | (tl.abs(h) > FLT_MAX)) & kmask[None, :]
-    row_bad = tl.max(nonfinite.to(tl.int32), axis=1) > 0
-    amax = tl.max(tl.where(nonfinite | ~kmask[None, :], 0.0, tl.abs(h)), axis=1)
-    a = tl.maximum(amax, RANGE_FLOOR)
-    inv = tl.math.div_rn(127.0, a)
-    scale = tl.math.div_rn(a, 127.0)
-    r = _round_half_even(h * inv[:, None])
-    r = tl.minimum(tl.maximum(r, -127.0), 127.0)
-    r = tl.where(row_bad[:, None] | ~kmask[None, :], 0.0, r)
-    q = r.to(tl.int32)
-    return q.to(tl.int8), tl.where(row_bad, float("nan"), scale), tl.sum(q, axis=1)
+        tl.store(out_ptr + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
+    else:
+        mean, var = _row_moments(row_ptr, K, BLOCK_K)
+        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+        for k0 in range(0, K, BLOCK_K):
+            mask = k0 + offs_k < K
+            x = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+            g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+            b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+            y = (x - mean) * rstd * g + b
+            tl.store(out_ptr + k0 + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -468,7 +505,9 @@ GEMM_TILES = {
     "w16a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 128, 128, 8, 3)),
     "w8a16": (("s", 16, 32, 256, 4, 4), ("l", 128, 256, 64, 8, 3)),
 }
-ROW_BLOCKS = (64, 512)  # BLOCK_K of the row kernels: rows up to 64 in one chunk, longer in chunks of 512
+# BLOCK_K of the row kernels, and whether the row is read once (SINGLE, for K <= BLOCK_K): rows up
+# to 64 and up to 1,024 elements in one read, longer ones in chunks of 512 (a read a pass).
+ROW_BLOCKS = ((64, 1), (1024, 1), (512, 0))
 
 # What an aligned GEMM variant assumes besides 16-byte aligned pointers: these int parameters are
 # multiples of 16, so every row of A and B starts 16-byte aligned and the K mask is uniform over
@@ -515,13 +554,13 @@ def _act_quant_variants():
         "x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32",
         "xq_ptr": "*i8", "scale_ptr": "*fp32", "rowsum_ptr": "*i32",
         "M": "i32", "K": "i32", "stride_xm": "i32", "stride_qm": "i32", "ln_eps": "fp32",
-        "HAS_LN": "constexpr", "BLOCK_K": "constexpr",
+        "HAS_LN": "constexpr", "BLOCK_K": "constexpr", "SINGLE": "constexpr",
     }
     for has_ln in (0, 1):
-        for bk in ROW_BLOCKS:
+        for bk, single in ROW_BLOCKS:
             yield _variant(f"quant_act{'_ln' if has_ln else ''}_k{bk}", act_quant_kernel, sig,
-                           {"HAS_LN": has_ln, "BLOCK_K": bk}, 4 if bk > 64 else 1, 1, "f32",
-                           "rows", "one program per row; BLOCK_K = 64 if K <= 64 else 512")
+                           {"HAS_LN": has_ln, "BLOCK_K": bk, "SINGLE": single}, 4 if bk > 64 else 1, 1, "f32",
+                           "rows", "one program per row; BLOCK_K = 64 if K <= 64, 1024 if K <= 1024, else 512")
 
 
 def _gemm_variants():
@@ -571,13 +610,13 @@ def _w8a16_variants():
 
 def _layernorm_variants():
     for out in ("f16", "f32"):
-        for bk in ROW_BLOCKS:
+        for bk, single in ROW_BLOCKS:
             sig = {
                 "x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32", "y_ptr": _OUT_TYPES[out],
                 "M": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "ln_eps": "fp32",
-                "BLOCK_K": "constexpr",
+                "BLOCK_K": "constexpr", "SINGLE": "constexpr",
             }
-            yield _variant(f"quant_layernorm_{out}_k{bk}", layernorm_kernel, sig, {"BLOCK_K": bk},
+            yield _variant(f"quant_layernorm_{out}_k{bk}", layernorm_kernel, sig, {"BLOCK_K": bk, "SINGLE": single},
                            4 if bk > 64 else 1, 1, out, "rows", "one program per row")
 
 
@@ -585,7 +624,12 @@ def _layernorm_variants():
 # W8A16 models without a LayerNorm read float16 input, which this kernel does not take.
 MLP3_SCHEMES = (("w8a8", 0, (0, 1)), ("w16a8", 1, (0, 1)), ("w8a16", 2, (1,)))
 MLP3_BLOCK_M = 16
-MLP3_WIDTHS = (32, 64, 128)   # BLOCK_H: the widest of a model's in, hidden and out features
+# BLOCK_H: the widest of a model's in, hidden and out features. Measured on an H200 against the
+# layer-by-layer graph, same process (benchmarks/results/h200-2026-11-30-h/fused-ab-*.json): a graph
+# replay 4.1-7.4 us shorter at width 32 and 0.1-4.1 us at 64; at 128 it was 3 us longer for W8A16
+# at one row and 1.1-4.1 us for W16A8, and at 256 (each program streaming the 64 KB weight tiles
+# through one SM) twice as long.
+MLP3_WIDTHS = (32, 64)
 MLP3_MULTIPLE_OF_16 = ("stride_w1", "stride_w2", "stride_w3")
 
 
@@ -608,7 +652,7 @@ def _mlp3_variants():
             for width in MLP3_WIDTHS:
                 v = _variant(mlp3_variant_name(scheme, bool(ln), width), mlp3_fused_kernel, sig,
                              {"SCHEME": code, "HAS_LN": ln, "BLOCK_M": MLP3_BLOCK_M, "BLOCK_H": width,
-                              "FAST_CVT": 1}, 8 if width > 64 else 4, 1, "f32", "tiles",
+                              "FAST_CVT": 1}, 4, 1, "f32", "tiles",
                              "a 3-layer model step of up to 64 tokens (a graph step) whose widths are all "
                              "at most BLOCK_H: the narrowest that fits", aligned16=True)
                 # one program per 16 tokens: N <= BLOCK_H makes the tile rule's column count 1

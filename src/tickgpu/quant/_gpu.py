@@ -19,7 +19,7 @@ are launched through a *kernel runtime*: an object with
   :data:`GRAPH_MAX_ROWS` rows is one graph replay reading its input from, and writing its output
   to, mapped host memory -- no copy, one launch, one wait.
 
-A model of three layers whose widths all fit 128 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
+A model of three layers whose widths all fit 64 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
 as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches: the
 same operations, float32 out (rounded to the model's out_dtype on the host, as a kernel's store
 rounds).
@@ -65,7 +65,7 @@ W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16)}
 # The fused 3-layer step (tickgpu.kernels.quant.mlp3_fused_kernel): tokens a program, the widths its
 # variants are compiled for (BLOCK_H), and the schemes (with their LayerNorm options) it serves.
 MLP3_BLOCK_M = 16
-MLP3_WIDTHS = (32, 64, 128)
+MLP3_WIDTHS = (32, 64)
 MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
 
 
@@ -114,7 +114,9 @@ def _pad_rows(a: np.ndarray, width: int) -> np.ndarray:
 
 
 def _row_block(k: int) -> int:
-    return 64 if k <= 64 else 512
+    """BLOCK_K of the row kernels' variant for rows of k elements (tickgpu.kernels.quant.ROW_BLOCKS):
+    up to 1,024 a row is read once, longer ones a chunk of 512 at a time."""
+    return 64 if k <= 64 else 1024 if k <= 1024 else 512
 
 
 def kernel_runtime():
@@ -208,7 +210,7 @@ class GpuPlan:
 
     def fused_variant(self, m: int) -> str | None:
         """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
-        a model of three layers whose widths all fit 128 (the narrowest variant that holds them),
+        a model of three layers whose widths all fit 64 (the narrowest variant that holds them),
         of a scheme the kernel serves, m <= GRAPH_MAX_ROWS, and a bundle that has the variant."""
         from tickgpu.kernels.quant import mlp3_variant_name
 
