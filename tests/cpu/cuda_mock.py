@@ -480,19 +480,12 @@ class MockDriver:
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
             y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)
         else:
+            a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.int8, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
-            b_scale = vec("b_scale_ptr", n, np.float32)
-            if v.endswith("_qa"):       # float32 A, quantized by the kernel (true K)
-                act = quantize_activations(self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float32,
-                                                        "a_ptr").copy())
-                a, a_scale, a_rowsum = act.q, act.scale, act.rowsum
-            else:
-                a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.int8, "a_ptr")
-                a_scale = vec("a_scale_ptr", m, np.float32)
-                a_rowsum = vec("a_rowsum_ptr", m, np.int32) if "w16a8" in v else None
+            a_scale, b_scale = vec("a_scale_ptr", m, np.float32), vec("b_scale_ptr", n, np.float32)
             if "w16a8" in v:
                 b2 = self._matrix(fn, vals["b2_ptr"], n, k, vals["stride_bn"], np.int8, "b2_ptr")
-                y = gemm.linear_w16a8(a, a_scale, a_rowsum, b, b2, b_scale,
+                y = gemm.linear_w16a8(a, a_scale, vec("a_rowsum_ptr", m, np.int32), b, b2, b_scale,
                                       vec("b_offset_ptr", n, np.float32), bias, apply_gelu=gelu)
             else:
                 y = gemm.linear_w8a8(a, a_scale, b, b_scale, bias, apply_gelu=gelu)

@@ -233,15 +233,8 @@ def quant_gemm_kernel(
     GELU: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
-    QUANT_A: tl.constexpr,               # A is float32 (M x K), quantized here (scale and row sum
-                                         # pointers unused); B rows hold stride_bn >= K bytes, zero beyond K
 ):
-    """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS).
-
-    With QUANT_A the per-token quantization of act_quant_kernel (without LayerNorm) is fused in
-    front: each program finds its rows' absmax over the whole of K (a first pass over its A rows),
-    then quantizes A's tiles as it loads them and sums their codes. A model step's hidden layers
-    then need no kernel of their own between GEMMs. Same operations, same results to the bit."""
+    """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS)."""
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -254,55 +247,26 @@ def quant_gemm_kernel(
     mask_m = offs_m < M
     mask_n = offs_n < N
 
-    if QUANT_A:
-        amax = tl.zeros([BLOCK_M], dtype=tl.float32)
-        bad = tl.zeros([BLOCK_M], dtype=tl.int32)
-        for k0 in range(0, K, BLOCK_K):
-            mask_k = offs_k < K - k0
-            v = tl.load(a_ptrs + k0, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-            nonfinite = ((v != v) | (tl.abs(v) > FLT_MAX)) & mask_k[None, :]
-            bad = tl.maximum(bad, tl.max(nonfinite.to(tl.int32), axis=1))
-            amax = tl.maximum(amax, tl.max(tl.where(nonfinite | ~mask_k[None, :], 0.0, tl.abs(v)), axis=1))
-        row_bad = bad > 0
-        amax = tl.maximum(amax, RANGE_FLOOR)
-        inv = tl.math.div_rn(127.0, amax)
-        a_scale = tl.where(row_bad, float("nan"), tl.math.div_rn(amax, 127.0))
-        rowsum = tl.zeros([BLOCK_M], dtype=tl.int32)
-
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(0, K, BLOCK_K):
         mask_k = offs_k < K - k0
-        if QUANT_A:
-            v = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-            r = _round_half_even(v * inv[:, None])
-            r = tl.minimum(tl.maximum(r, -127.0), 127.0)
-            r = tl.where(row_bad[:, None] | ~mask_k[None, :], 0.0, r)
-            qi = r.to(tl.int32)
-            rowsum += tl.sum(qi, axis=1)
-            a = qi.to(tl.int8)
-            # B is zero from K to stride_bn (a multiple of 16): a mask uniform over 16-byte groups
-            mask_b = offs_k < stride_bn - k0
-        else:
-            a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0)
-            mask_b = mask_k
-        b = tl.load(b_ptrs, mask=mask_b[:, None] & mask_n[None, :], other=0)
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0)
+        b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
         acc = tl.dot(a, b, acc, out_dtype=tl.int32)
         if LIMBS:
-            b2 = tl.load(b2_ptrs, mask=mask_b[:, None] & mask_n[None, :], other=0)
+            b2 = tl.load(b2_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
             acc2 = tl.dot(a, b2, acc2, out_dtype=tl.int32)
             b2_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
 
     # Epilogue, float32, in the reference's order (tickgpu.quant.gemm).
-    if not QUANT_A:
-        a_scale = tl.load(a_scale_ptr + offs_m, mask=mask_m, other=0.0)
+    a_scale = tl.load(a_scale_ptr + offs_m, mask=mask_m, other=0.0)
     b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
     bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
     if LIMBS:
-        if not QUANT_A:
-            rowsum = tl.load(a_rowsum_ptr + offs_m, mask=mask_m, other=0)
+        rowsum = tl.load(a_rowsum_ptr + offs_m, mask=mask_m, other=0)
         b_offset = tl.load(b_offset_ptr + offs_n, mask=mask_n, other=0.0)
         t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
         t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
@@ -614,25 +578,13 @@ def _gemm_variants():
                         "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
                         "LIMBS": "constexpr", "GELU": "constexpr", "BLOCK_M": "constexpr",
                         "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                        "QUANT_A": "constexpr",
                     }
                     name = f"quant_gemm_{'w16a8' if limbs else 'w8a8'}{'_gelu' if gelu else ''}_{out}_{tile}"
                     yield _variant(name, quant_gemm_kernel, sig,
                                    {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
-                                    "BLOCK_K": bk, "GROUP_M": 8, "QUANT_A": 0}, warps, stages, out, "tiles",
+                                    "BLOCK_K": bk, "GROUP_M": 8}, warps, stages, out, "tiles",
                                    "tile 's' for M <= 64, 'l' above; K padded to a multiple of 16",
                                    aligned16=True)
-                    if tile != "s":
-                        continue
-                    # float32 A quantized in the GEMM: a step's hidden layers (M <= 64). A's row
-                    # stride and K carry no promise; B's rows are padded to a multiple of 16.
-                    v = _variant(name + "_qa", quant_gemm_kernel, {**sig, "a_ptr": "*fp32"},
-                                 {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
-                                  "BLOCK_K": bk, "GROUP_M": 8, "QUANT_A": 1}, warps, stages, out, "tiles",
-                                  "a model step's hidden layers up to 64 rows: float32 A quantized here",
-                                 aligned16=True)
-                    v["multiple_of_16"] = ("stride_bn",)
-                    yield v
 
 
 def _w8a16_variants():

@@ -189,28 +189,11 @@ class GpuPlan:
         self.programs: dict[int, _Program] = {}
         self._lock = threading.Lock()   # a program's buffers serve one step at a time
 
-    def _quantizing_gemm(self, layer, m: int, out_dtype: str) -> str | None:
-        """The int8 GEMM variant that quantizes its float32 input itself ("_qa": a hidden layer of
-        a step of up to SMALL_M rows), where the bundle has it; else None."""
-        if m > SMALL_M:
-            return None
-        name = f"quant_gemm_{self.scheme}{'_gelu' if layer.gelu else ''}_{_OUT_TAG[out_dtype]}_s_qa"
-        has = getattr(self.rt, "has", None)
-        return name if has is None or has(name) else None
-
-    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None,
-              variant=None):
+    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None):
         if out is None:
             out = self.rt.empty((m, layer.n), out_dtype)
         gelu = "_gelu" if layer.gelu else ""
         tag = _OUT_TAG[out_dtype]
-        if variant is not None:        # a "_qa" GEMM: float32 A (true K), no scale or row-sum buffers
-            bm, bn = _TILE_M_N[(self.scheme, "s")]
-            unused_rowsum = self.rt.empty((1,), "int32")
-            launches.append((variant, (-(-m // bm) * -(-layer.n // bn), 1, 1),
-                             [a, layer.scale, unused_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
-                              layer.bias, out, m, layer.n, layer.k, stride_a, layer.k_pad, layer.n]))
-            return out
         if self.scheme == "w8a16":
             variant, grid = w8a16_launch(m, layer.n, layer.k, stride_a, layer.k_pad, layer.gelu, tag,
                                          getattr(self.rt, "has", None))
@@ -291,14 +274,6 @@ class GpuPlan:
             in_dtype = np.float32
             stride = k0
             for i, layer in enumerate(self.layers):
-                out = y if i == last else None
-                out_dtype = self.out_dtype if i == last else "float32"
-                qa = self._quantizing_gemm(layer, m, out_dtype) if i > 0 else None
-                if qa is not None:
-                    # a hidden layer's float32 input quantized inside its GEMM: no kernel between
-                    h = self._gemm(layer, h, m, out_dtype, launches, stride_a=stride, out=out, variant=qa)
-                    stride = layer.n
-                    continue
                 xq = rt.empty((m, layer.k_pad), "int8")
                 scale = rt.empty((m,), "float32")
                 rowsum = rt.empty((m,), "int32")
@@ -306,8 +281,8 @@ class GpuPlan:
                 launches.append((f"quant_act{'_ln' if has_ln else ''}_k{_row_block(layer.k)}", (m, 1, 1),
                                  [h, self.gamma, self.beta, xq, scale, rowsum,
                                   m, layer.k, stride, layer.k_pad, self.ln_eps]))
-                h = self._gemm(layer, xq, m, out_dtype, launches,
-                               a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad, out=out)
+                h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32", launches,
+                               a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad, out=y if i == last else None)
                 stride = layer.n
         return self._finish(_Program(x, in_dtype, launches, h), graph)
 
