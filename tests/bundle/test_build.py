@@ -204,6 +204,9 @@ QUANT_ARGS = {   # the quant kernels' argument lists, written out here from the 
     "tg_w8a16_small_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 stride_am:i32 "
                              "stride_bn:i32 stride_cm:i32",
     "layernorm_kernel": "x_ptr gamma_ptr beta_ptr y_ptr M:i32 K:i32 stride_xm:i32 stride_ym:i32 ln_eps:f32",
+    "mlp3_fused_kernel": "x_ptr gamma_ptr beta_ptr w1_ptr w1b_ptr s1_ptr o1_ptr b1_ptr w2_ptr w2b_ptr s2_ptr o2_ptr "
+                         "b2_ptr w3_ptr w3b_ptr s3_ptr o3_ptr b3_ptr y_ptr M:i32 K0:i32 H1:i32 H2:i32 N:i32 "
+                         "stride_xm:i32 stride_w1:i32 stride_w2:i32 stride_w3:i32 stride_ym:i32 ln_eps:f32",
 }
 
 
@@ -235,17 +238,24 @@ def _check_quant_entry(k, fields):
     # Opting in above 48 KB works up to the device's limit: an sm_80 cubin also runs on 8.6/8.9
     # (99 KB); an sm_90 cubin only on 9.0 (227 KB).
     assert 0 <= k["shared"] <= (227 if k["arch"] == "sm_90" else 99) * 1024, v
-    if tiles:
+    if k["entry"] == "mlp3_fused_kernel":
+        # the fused 3-layer step: 16 tokens a program, one column tile as wide as the model's
+        # widest layer (grid = ceil(M / 16)); weight rows padded to 16 bytes
+        assert tiles and k["block_m"] == 16 and k["block_n"] in (32, 64) and v.endswith(f"_h{k['block_n']}"), v
+        assert k["elements_per_block"] == 16 * k["block_n"] and k["dtype"] == "f32", v
+        assert k["aligned16"] and k["multiple_of_16"] == ["stride_w1", "stride_w2", "stride_w3"], v
+    elif tiles:
         assert k["elements_per_block"] == k["block_m"] * k["block_n"] and k["block_m"] in (16, 128), v
         assert k["entry"] in ("quant_gemm_kernel", "w8a16_gemm_kernel"), v
         assert v.endswith(("_s", "_l", "_s_a16", "_l_a16"))
         assert (k["block_m"] <= 64) == ("_s" in v[-6:])
+        if k["aligned16"]:
+            assert k["multiple_of_16"] == ["K", "stride_am", "stride_bn"], v
+        # The int8 GEMMs are only built aligned (K is padded); W8A16 in both forms.
+        assert k["aligned16"] == (k["entry"] == "quant_gemm_kernel" or v.endswith("_a16")), v
     else:
         assert k["elements_per_block"] == 1 and k["entry"] in ("act_quant_kernel", "layernorm_kernel"), v
-    if k["aligned16"]:
-        assert k["multiple_of_16"] == ["K", "stride_am", "stride_bn"], v
-    # The int8 GEMMs are only built aligned (K is padded); W8A16 in both forms.
-    assert k["aligned16"] == (k["entry"] == "quant_gemm_kernel" or v.endswith("_a16")), v
+        assert not k["aligned16"], v
     want += [("global_scratch", "ptr"), ("profile_scratch", "ptr")]
     assert [(p["name"], p["kind"]) for p in k["params"]] == want, v
     end = 0

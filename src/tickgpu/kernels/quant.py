@@ -123,6 +123,38 @@ def _rows_quantized(h, kmask):
 
 
 @triton.jit
+def _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs):
+    """LayerNorm of register rows x [R, BLOCK] read whole (columns where ~mask are padding, loaded
+    as zeros): tree sums for the mean and variance, ``(x - mean) * rstd * gamma + beta``, padding 0."""
+    kf = K.to(tl.float32)
+    mean = tl.math.div_rn(tl.sum(x, axis=1), kf)
+    d = tl.where(mask[None, :], x - mean[:, None], 0.0)
+    var = tl.math.div_rn(tl.sum(d * d, axis=1), kf)
+    rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
+    g = tl.load(gamma_ptr + offs, mask=mask, other=0.0)
+    b = tl.load(beta_ptr + offs, mask=mask, other=0.0)
+    return tl.where(mask[None, :], (x - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :], 0.0)
+
+
+@triton.jit
+def _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, LIMBS: tl.constexpr, GELU: tl.constexpr):
+    """The float32 epilogue of the int8 GEMMs, in the reference's order (tickgpu.quant.gemm): limbs
+    combined and the zero point corrected through the row sums (LIMBS), per-token x per-channel
+    scale, bias, GELU. a_scale, rowsum: per row; b_scale, b_offset, bias: per column."""
+    if LIMBS:
+        t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
+        t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
+    else:
+        t = acc.to(tl.float32)
+    scale = a_scale[:, None] * b_scale[None, :]
+    y = t * scale
+    y = y + bias[None, :]
+    if GELU:
+        y = _gelu(y)
+    return y
+
+
+@triton.jit
 def act_quant_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 input rows; LayerNorm weight and bias (K,)
     xq_ptr, scale_ptr, rowsum_ptr,       # outputs: int8 codes, float32 scale per row, int32 row sums
@@ -146,17 +178,10 @@ def act_quant_kernel(
         # input in mapped host memory each read is a PCIe round trip. One read, the same operations
         # on registers.
         mask = offs_k < K
-        x = tl.load(row_ptr + offs_k, mask=mask, other=0.0)
+        x = tl.load(row_ptr + offs_k[None, :], mask=mask[None, :], other=0.0)
         if HAS_LN:
-            kf = K.to(tl.float32)
-            mean = tl.math.div_rn(tl.sum(x, axis=0), kf)
-            d = tl.where(mask, x - mean, 0.0)
-            var = tl.math.div_rn(tl.sum(d * d, axis=0), kf)
-            rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
-            g = tl.load(gamma_ptr + offs_k, mask=mask, other=0.0)
-            b = tl.load(beta_ptr + offs_k, mask=mask, other=0.0)
-            x = (x - mean) * rstd * g + b
-        q, scale, rowsum = _rows_quantized(x[None, :], mask)
+            x = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
+        q, scale, rowsum = _rows_quantized(x, mask)
         tl.store(q_row_ptr + offs_k[None, :], q, mask=mask[None, :])
         tl.store(scale_ptr + pid_m + tl.arange(0, 1), scale)
         tl.store(rowsum_ptr + pid_m + tl.arange(0, 1), rowsum)
@@ -261,22 +286,16 @@ def quant_gemm_kernel(
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
 
-    # Epilogue, float32, in the reference's order (tickgpu.quant.gemm).
     a_scale = tl.load(a_scale_ptr + offs_m, mask=mask_m, other=0.0)
     b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
     bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
     if LIMBS:
         rowsum = tl.load(a_rowsum_ptr + offs_m, mask=mask_m, other=0)
         b_offset = tl.load(b_offset_ptr + offs_n, mask=mask_n, other=0.0)
-        t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
-        t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
     else:
-        t = acc.to(tl.float32)
-    scale = a_scale[:, None] * b_scale[None, :]
-    y = t * scale
-    y = y + bias[None, :]
-    if GELU:
-        y = _gelu(y)
+        rowsum = 0
+        b_offset = 0.0
+    y = _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, LIMBS, GELU)
     c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -347,16 +366,9 @@ def layernorm_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     if SINGLE:
         mask = offs_k < K
-        x = tl.load(row_ptr + offs_k, mask=mask, other=0.0)
-        kf = K.to(tl.float32)
-        mean = tl.math.div_rn(tl.sum(x, axis=0), kf)
-        d = tl.where(mask, x - mean, 0.0)
-        var = tl.math.div_rn(tl.sum(d * d, axis=0), kf)
-        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
-        g = tl.load(gamma_ptr + offs_k, mask=mask, other=0.0)
-        b = tl.load(beta_ptr + offs_k, mask=mask, other=0.0)
-        y = (x - mean) * rstd * g + b
-        tl.store(out_ptr + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
+        x = tl.load(row_ptr + offs_k[None, :], mask=mask[None, :], other=0.0)
+        y = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
+        tl.store(out_ptr + offs_k[None, :], y.to(y_ptr.dtype.element_ty), mask=mask[None, :])
     else:
         mean, var = _row_moments(row_ptr, K, BLOCK_K)
         rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
@@ -406,20 +418,17 @@ def _fused_layer(h, kmask, w, w2, b_scale, b_offset, bias, nmask,
             wf = w.to(tl.float16)
         acc = tl.dot(h, wf, out_dtype=tl.float32)
         y = acc * b_scale[None, :]
+        y = y + bias[None, :]
+        if GELU:
+            y = _gelu(y)
     else:
         q, a_scale, rowsum = _rows_quantized(h, kmask)
         acc = tl.dot(q, w, out_dtype=tl.int32)
         if SCHEME == 1:
             acc2 = tl.dot(q, w2, out_dtype=tl.int32)
-            t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
-            t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
         else:
-            t = acc.to(tl.float32)
-        scale = a_scale[:, None] * b_scale[None, :]
-        y = t * scale
-    y = y + bias[None, :]
-    if GELU:
-        y = _gelu(y)
+            acc2 = acc
+        y = _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, SCHEME == 1, GELU)
     return tl.where(nmask[None, :], y, 0.0)
 
 
@@ -458,14 +467,7 @@ def mlp3_fused_kernel(
     x = tl.load(x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_h[None, :],
                 mask=mmask[:, None] & kmask[None, :], other=0.0)
     if HAS_LN:
-        g = tl.load(gamma_ptr + offs_h, mask=kmask, other=0.0)
-        b = tl.load(beta_ptr + offs_h, mask=kmask, other=0.0)
-        kf = K0.to(tl.float32)
-        mean = tl.math.div_rn(tl.sum(x, axis=1), kf)
-        d = tl.where(kmask[None, :], x - mean[:, None], 0.0)
-        var = tl.math.div_rn(tl.sum(d * d, axis=1), kf)
-        rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
-        x = tl.where(kmask[None, :], (x - mean[:, None]) * rstd[:, None] * g[None, :] + b[None, :], 0.0)
+        x = _layernorm_rows(x, kmask, K0, ln_eps, gamma_ptr, beta_ptr, offs_h)
     if SCHEME == 2:
         h = x.to(tl.float16)
     else:
