@@ -522,6 +522,8 @@ def test_bound_step_refuses_what_it_cannot_bind(kr, rng):
         QuantMLP([(np.ones((2, 6)), None)], backend="cpu").bind(x)
     with pytest.raises(ValueError, match="w8a16.*float16 input"):
         QuantLinear(np.ones((2, 6)), scheme="w8a16", backend="gpu").bind(x)
+    with pytest.raises(ValueError, match="'fp16' runs on the CPU only"):
+        QuantMLP([(np.ones((2, 6)), None)], scheme="fp16", backend="gpu").bind(x)
     lin = QuantLinear(rng.standard_normal((3, 6)), scheme="w8a8", backend="gpu")
     step = lin.bind(x)
     assert np.array_equal(step(), lin(x))

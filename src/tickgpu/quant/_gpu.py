@@ -382,6 +382,8 @@ class BoundStep:
             raise ValueError(f"x: a bound step takes 1 to {GRAPH_MAX_ROWS} rows (one graph), got {m}")
         if model.backend == "cpu":
             raise ValueError("bind: the model's backend is 'cpu'; a bound step runs on the GPU")
+        if model.scheme not in ("w8a8", "w16a8", "w8a16"):
+            raise ValueError(f"bind: scheme {model.scheme!r} runs on the CPU only; a bound step runs on the GPU")
         if not model._stages_f32:
             raise ValueError(f"bind: scheme {model.scheme!r} without a LayerNorm reads float16 input; "
                              "call the model instead")

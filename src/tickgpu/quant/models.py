@@ -362,7 +362,8 @@ class QuantMLP:
         ------
         TypeError, ValueError
             x of the wrong type, dtype, layout, shape or row count; a model whose backend is
-            "cpu", or whose GPU step reads float16 input (W8A16 without a LayerNorm).
+            "cpu", whose scheme runs on the CPU only (fp16, fp32), or whose GPU step reads
+            float16 input (W8A16 without a LayerNorm).
         BackendUnavailable
             No usable GPU.
         """
