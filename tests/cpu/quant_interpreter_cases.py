@@ -74,6 +74,14 @@ def test_plan_grid_tiles_are_the_compiled_tiles():
     # The CUDA C small-batch W8A16 kernel: 8 * MT rows and 16 channels a block.
     assert {rows: (tile, rows, 16) for tile, rows, mt, *_ in kq.W8A16_SMALL} == _gpu.W8A16_SMALL_TILES
     assert all(rows == 8 * mt for _, rows, mt, *_ in kq.W8A16_SMALL)
+    # The fused step: the plan names and sizes the variants the bundle compiles.
+    assert _gpu.MLP3_BLOCK_M == kq.MLP3_BLOCK_M and _gpu.MLP3_WIDTHS == kq.MLP3_WIDTHS
+    assert _gpu.MLP3_SCHEMES == {name: tuple(bool(ln) for ln in lns) for name, _, lns in kq.MLP3_SCHEMES}
+    for scheme, lns in _gpu.MLP3_SCHEMES.items():
+        for ln in lns:
+            for width in _gpu.MLP3_WIDTHS:
+                name = _gpu.mlp3_variant_name(scheme, ln, width)
+                assert name == kq.mlp3_variant_name(scheme, ln, width) and name in VARIANTS
 
 
 class InterpretedRuntime:

@@ -527,3 +527,31 @@ def test_bound_step_refuses_what_it_cannot_bind(kr, rng):
     lin = QuantLinear(rng.standard_normal((3, 6)), scheme="w8a8", backend="gpu")
     step = lin.bind(x)
     assert np.array_equal(step(), lin(x))
+
+
+def test_gpu_steps_import_neither_torch_nor_triton(tmp_path):
+    """A fused step, a layer-by-layer step and a bound step on the kernel runtime (mock driver),
+    in a process of their own: the run-time path never imports torch or triton."""
+    import subprocess
+
+    code = ("import sys\n"
+            f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+            "from pathlib import Path\n"
+            "import numpy as np\n"
+            "import tickgpu.runtime as rt\n"
+            "from tickgpu.quant import QuantMLP\n"
+            "from cuda_mock import MockDriver, default_entries, quant_entries, write_bundle\n"
+            f"rt.init(driver=MockDriver(), bundle_dir=write_bundle(Path({str(tmp_path / 'b')!r}), "
+            "default_entries() + quant_entries('sm_90')), staging_elements=64)\n"
+            "ln = (np.ones(12), np.zeros(12))\n"
+            "for dims in ([12, 32, 32, 1], [12, 200, 32, 1]):\n"
+            "    layers = [(np.ones((o, i)), None) for i, o in zip(dims[:-1], dims[1:])]\n"
+            "    for scheme in ('w8a8', 'w8a16'):\n"
+            "        m = QuantMLP(layers, layernorm=ln, scheme=scheme, backend='gpu')\n"
+            "        x = np.ones((3, 12), np.float32)\n"
+            "        m(x); m.bind(x)()\n"
+            "assert any(v.startswith('quant_mlp3_') for v in (l['variant'] for l in rt.context().driver.launches))\n"
+            "bad = [k for k in ('torch', 'triton') if k in sys.modules]\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]

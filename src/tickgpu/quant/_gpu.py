@@ -69,6 +69,12 @@ MLP3_WIDTHS = (32, 64)
 MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
 
 
+def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
+    """The fused step's variant name, as tickgpu.kernels.quant names it (a test holds the two equal;
+    that module imports Triton, which the run-time path never does)."""
+    return f"quant_mlp3_{scheme}{'_ln' if layernorm else ''}_h{width}"
+
+
 def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, has=None):
     """Variant and grid of a W8A16 GEMM of m x n x k (activation row stride `stride_a`, weight rows
     `stride_b` bytes, a multiple of 16); `has(variant)` says what the bundle holds (None: the Triton
@@ -212,8 +218,6 @@ class GpuPlan:
         """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
         a model of three layers whose widths all fit 64 (the narrowest variant that holds them),
         of a scheme the kernel serves, m <= GRAPH_MAX_ROWS, and a bundle that has the variant."""
-        from tickgpu.kernels.quant import mlp3_variant_name
-
         if len(self.layers) != 3 or not 0 < m <= GRAPH_MAX_ROWS:
             return None
         ln = self.ln is not None
