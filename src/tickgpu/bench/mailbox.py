@@ -16,7 +16,7 @@ from tickgpu.bench.gpu import option_inputs, time_calls
 __all__ = ["bench_resident"]
 
 N = 1024
-#: Sizes timed: the issue's 1,024-option tick, and a single option (the smallest tick there is).
+#: Sizes timed: the 1,024-option tick the latency targets name, and a single option (the smallest tick there is).
 SIZES = (N, 1)
 
 

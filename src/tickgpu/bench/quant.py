@@ -365,7 +365,7 @@ SCHEMES = ("w8a16", "w8a8", "w16a8")
 
 
 def evaluate_targets(res: dict) -> dict:
-    """The issue's targets from one run's results: per model step and GEMM row, and counts."""
+    """The suite's targets from one run's results: per model step and GEMM row, and counts."""
     t: dict = {}
     floor = res.get("floor", {}).get("graph H2D+kernel+D2H 1024 floats", {}).get("p50_us")
     mlp = res.get("signal_mlp")

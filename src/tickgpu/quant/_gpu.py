@@ -318,25 +318,13 @@ class GpuPlan:
         out_dtype. None where the step is not a graph over float32 mapped input (the caller then
         takes `run`). With `check`, the first element that is not finite (row-major) is handed to
         ``not_finite(i, j, value)``, which raises, before anything is launched."""
-        ffi, lib = _native()
         m = x.shape[0]
         with self._lock:
             prog = self._program(m)
             if prog.graph is None or prog.in_dtype is not np.float32:
                 return None
-            if prog.x_ptr is None:
-                prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
-                prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
-            bad, kind = prog.bad
-            st = lib.tg_stage_rows_f32(ffi.from_buffer(x), x.dtype.itemsize == 8, m, x.shape[1], x.shape[1],
-                                       prog.x_ptr, 1 if check else 0, math.inf, bad, kind)
-            if st:
-                raise RuntimeError(f"tg_stage_rows_f32: {ffi.string(lib.tg_status_name(st)).decode()}")
-            if kind[0]:
-                i, j = divmod(int(bad[0]), x.shape[1])
-                not_finite(i, j, prog.x.host[i, j])
-            prog.graph.replay()
-            y = prog.out.host.copy()
+            y = _staged_step(prog, _native()[0].from_buffer(x), x.dtype.itemsize == 8, m, x.shape[1],
+                             1 if check else 0, not_finite)
         return self._host_out(prog, y)
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -358,6 +346,27 @@ class GpuPlan:
                     rt.launch(variant, grid, args)
             y = rt.download(prog.out)
         return self._host_out(prog, y)
+
+
+def _staged_step(prog: _Program, src, wide: bool, m: int, k: int, check: int, not_finite) -> np.ndarray:
+    """One step of a graph program on a host batch (its plan's lock held): `src`, a native view of a
+    C-contiguous (m, k) float32 (float64 where `wide`) array, converted, checked and written into
+    the mapped input in one native pass, the graph replayed, the raw output copied out. With
+    `check`, the first element that is not finite (row-major) goes to ``not_finite(i, j, value)``,
+    which raises, before anything is launched."""
+    ffi, lib = _native()
+    if prog.x_ptr is None:
+        prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
+        prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
+    bad, kind = prog.bad
+    st = lib.tg_stage_rows_f32(src, wide, m, k, k, prog.x_ptr, check, math.inf, bad, kind)
+    if st:
+        raise RuntimeError(f"tg_stage_rows_f32: {ffi.string(lib.tg_status_name(st)).decode()}")
+    if kind[0]:
+        i, j = divmod(int(bad[0]), k)
+        not_finite(i, j, prog.x.host[i, j])
+    prog.graph.replay()
+    return prog.out.host.copy()
 
 
 class BoundStep:
@@ -384,44 +393,22 @@ class BoundStep:
         m = 1 if self.single else x.shape[0]
         if not 0 < m <= GRAPH_MAX_ROWS:
             raise ValueError(f"x: a bound step takes 1 to {GRAPH_MAX_ROWS} rows (one graph), got {m}")
-        if model.backend == "cpu":
-            raise ValueError("bind: the model's backend is 'cpu'; a bound step runs on the GPU")
-        if model.scheme not in ("w8a8", "w16a8", "w8a16"):
-            raise ValueError(f"bind: scheme {model.scheme!r} runs on the CPU only; a bound step runs on the GPU")
-        if not model._stages_f32:
-            raise ValueError(f"bind: scheme {model.scheme!r} without a LayerNorm reads float16 input; "
-                             "call the model instead")
         self.plan = plan_for(model)
         with self.plan._lock:
             prog = self.plan._program(m)
         if prog.graph is None or prog.in_dtype is not np.float32:
             raise RuntimeError("bind: this kernel runtime offers no graph over mapped memory for the step")
-        ffi, lib = _native()
-        if prog.x_ptr is None:
-            prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
-            prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
         self.x, self.m, self.k, self.prog = x, m, k, prog
-        self._src = ffi.from_buffer(x)        # holds x: its buffer cannot be freed or resized
+        self._src = _native()[0].from_buffer(x)      # holds x: its buffer cannot be freed or resized
         self._wide = x.dtype.itemsize == 8
         self._check = 1 if check else 0
-        self._stage = lib.tg_stage_rows_f32
         self._not_finite = not_finite
 
     def __call__(self) -> np.ndarray:
         """The model's output for the bound array's current contents (a new array)."""
         prog, plan = self.prog, self.plan
-        bad, kind = prog.bad
         with plan._lock:
-            st = self._stage(self._src, self._wide, self.m, self.k, self.k, prog.x_ptr, self._check, math.inf,
-                             bad, kind)
-            if st:
-                ffi, lib = _native()
-                raise RuntimeError(f"tg_stage_rows_f32: {ffi.string(lib.tg_status_name(st)).decode()}")
-            if kind[0]:
-                i, j = divmod(int(bad[0]), self.k)
-                self._not_finite(i, j, prog.x.host[i, j])
-            prog.graph.replay()
-            y = prog.out.host.copy()
+            y = _staged_step(prog, self._src, self._wide, self.m, self.k, self._check, self._not_finite)
         y = plan._host_out(prog, y)
         return y[0] if self.single else y
 

@@ -118,6 +118,18 @@ def _gpu_step(model, x, check: bool):
     return y[0] if single else y
 
 
+def _bind(model, x, check: bool) -> "_gpu.BoundStep":
+    """The model's GPU step bound to x (QuantMLP.bind documents it), after the model's own checks."""
+    if model.backend == "cpu":
+        raise ValueError("bind: the model's backend is 'cpu'; a bound step runs on the GPU")
+    if model.scheme not in GPU_SCHEMES:
+        raise ValueError(f"bind: scheme {model.scheme!r} runs on the CPU only; a bound step runs on the GPU")
+    if not model._stages_f32:
+        raise ValueError(f"bind: scheme {model.scheme!r} without a LayerNorm reads float16 input; "
+                         "call the model instead")
+    return _gpu.BoundStep(model, x, check, _not_finite)
+
+
 def _choose_backend(op: str, backend: str, scheme: str, m: int) -> str:
     chosen = dispatch.choose(op, m, backend)
     if chosen == "gpu" and scheme not in GPU_SCHEMES:
@@ -232,7 +244,7 @@ class QuantLinear:
 
     def bind(self, x, *, check: bool = True) -> "_gpu.BoundStep":
         """The GPU step bound to the array x; see :meth:`QuantMLP.bind`."""
-        return _gpu.BoundStep(self, x, check, _not_finite)
+        return _bind(self, x, check)
 
 
 class QuantMLP:
@@ -367,4 +379,4 @@ class QuantMLP:
         BackendUnavailable
             No usable GPU.
         """
-        return _gpu.BoundStep(self, x, check, _not_finite)
+        return _bind(self, x, check)
