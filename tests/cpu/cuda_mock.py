@@ -70,9 +70,6 @@ class MockDriver:
         self.graphs: dict[int, list] = {}
         self.execs: dict[int, list] = {}
         self.nodes: dict[int, tuple] = {}        # node -> (graph, index)
-        self.cooperative: dict[int, set] = {}    # graph or exec -> indices of its cooperative kernel nodes
-        self.occupancy = 1                       # blocks an SM holds (cuOccupancyMaxActiveBlocksPerMultiprocessor)
-        self.cooperative_launch = 1              # the device attribute COOPERATIVE_LAUNCH
         self._next = 0x1000
         self.has_hot_path = False
 
@@ -119,14 +116,7 @@ class MockDriver:
     def device_attribute(self, name, device):
         return {"MULTIPROCESSOR_COUNT": self.sm_count, "COMPUTE_CAPABILITY_MAJOR": self.cc[0],
                 "COMPUTE_CAPABILITY_MINOR": self.cc[1], "MANAGED_MEMORY": 1, "CONCURRENT_MANAGED_ACCESS": 1,
-                "PAGEABLE_MEMORY_ACCESS": 0, "CAN_MAP_HOST_MEMORY": 1,
-                "COOPERATIVE_LAUNCH": self.cooperative_launch}[name]
-
-    def occupancy_max_blocks(self, func, block_threads, shared, kernel=None):
-        self._op("cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel)
-        fn = self.functions[func]
-        assert block_threads == fn["block"][0] and shared == fn["shared"], (block_threads, shared)
-        return self.occupancy
+                "PAGEABLE_MEMORY_ACCESS": 0, "CAN_MAP_HOST_MEMORY": 1}[name]
 
     def compute_capability(self, device):
         return self.cc
@@ -357,16 +347,16 @@ class MockDriver:
         a = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=dtype)
         return a if stride else np.broadcast_to(a, (n,))
 
-    def _run_kernel(self, func, grid, block, shared, args, cooperative=False):
+    def _run_kernel(self, func, grid, block, shared, args):
         # Staged ticks run the whole bucket: the tail reads stale staging, as on the GPU.
         with np.errstate(all="ignore"):
-            self._run_kernel_checked(func, grid, block, shared, args, cooperative)
+            self._run_kernel_checked(func, grid, block, shared, args)
 
-    def _run_kernel_checked(self, func, grid, block, shared, args, cooperative=False):
+    def _run_kernel_checked(self, func, grid, block, shared, args):
         fn = self.functions[func]
         fam = fn["family"]
         if fam == "quant":
-            return self._run_quant(fn, grid, block, shared, args, cooperative)
+            return self._run_quant(fn, grid, block, shared, args)
         n = args[len(FAMILY_PARAMS[fam]) - 1]
         epb = fn["elements_per_block"]
         assert tuple(block) == tuple(fn["block"]), f"{fn['variant']}: block {block} != {fn['block']}"
@@ -423,7 +413,7 @@ class MockDriver:
         return np.lib.stride_tricks.as_strided(flat, (rows, cols), (stride * dtype.itemsize, dtype.itemsize),
                                                writeable=True)
 
-    def _run_quant(self, fn, grid, block, shared, args, cooperative=False):
+    def _run_quant(self, fn, grid, block, shared, args):
         from tickgpu.quant import gemm
         from tickgpu.quant.schemes import cast_output, quantize_activations
 
@@ -446,7 +436,7 @@ class MockDriver:
                     assert vals[name] % 16 == 0, f"{v}: {name} {vals[name]:#x} not 16-byte aligned"
             for name in fn["multiple_of_16"]:
                 assert vals[name] % 16 == 0, f"{v}: {name}={vals[name]} not a multiple of 16"
-        self.launches.append({"variant": v, "grid": tuple(grid), "n": m, "args": args, "cooperative": cooperative})
+        self.launches.append({"variant": v, "grid": tuple(grid), "n": m, "args": args})
         out_np = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[fn["dtype"]]
         out_name = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[fn["dtype"]]
 
@@ -463,15 +453,7 @@ class MockDriver:
             return
         entry = fn["entry"]
         if entry == "mlp3_fused_kernel":
-            self._run_mlp3(fn, vals, vec, m, 1, 3)
-            return
-        if entry == "mlp3_grid_kernel":
-            first, last = vals["first"], vals["last"]
-            assert 1 <= first <= last <= 3, f"{v}: stages {first}..{last}"
-            # stages of one launch wait for each other at grid-wide barriers: only a cooperative
-            # launch has every program resident, so that none waits for one that never started
-            assert first == last or cooperative, f"{v}: stages {first}..{last} in a launch that is not cooperative"
-            self._run_mlp3(fn, vals, vec, m, first, last, grid[0] * grid[1] * grid[2])
+            self._run_mlp3(fn, vals, vec, m)
             return
         if entry in ("act_quant_kernel", "layernorm_kernel"):
             k = vals["K"]
@@ -509,33 +491,22 @@ class MockDriver:
                 y = gemm.linear_w8a8(a, a_scale, b, b_scale, bias, apply_gelu=gelu)
         store("c_ptr", m, n, vals["stride_cm"], y)
 
-    def _run_mlp3(self, fn, vals, vec, m, first, last, programs=0):
-        """Layers first..last of a 3-layer step through the NumPy reference: mlp3_fused_kernel (all
-        three, in registers) or mlp3_grid_kernel (its hidden activations in h1_ptr / h2_ptr)."""
+    def _run_mlp3(self, fn, vals, vec, m):
+        """The fused 3-layer step, layer by layer through the NumPy reference (float32 out)."""
         from tickgpu.quant import gemm
         from tickgpu.quant.schemes import cast_output, quantize_activations
 
         v = fn["variant"]
         k0 = vals["K0"]
-        grid_step = fn["entry"] == "mlp3_grid_kernel"
-        widths = [k0, vals["H1"], vals["H2"], vals["N3" if grid_step else "N"]]
-        hidden = np.float16 if "w8a16" in v else np.float32
-
-        def rows(i):   # layer i's input (i > 1: the hidden activations the last stage wrote)
-            return self._matrix(fn, vals[f"h{i - 1}_ptr"], m, widths[i - 1], vals[f"stride_h{i - 1}"], hidden,
-                                f"h{i - 1}_ptr")
-
-        if first == 1:
-            h = self._matrix(fn, vals["x_ptr"], m, k0, vals["stride_xm"], np.float32, "x_ptr").copy()
-            if "_ln" in v:
-                g, b = vec("gamma_ptr", k0, np.float32), vec("beta_ptr", k0, np.float32)
-                x64 = h.astype(np.float64)
-                mean = x64.mean(axis=1, keepdims=True)
-                var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
-                h = (((x64 - mean) / np.sqrt(var + vals["ln_eps"])) * g + b).astype(np.float32)
-        else:
-            h = rows(first).astype(np.float32)
-        for i in range(first, last + 1):
+        widths = [k0, vals["H1"], vals["H2"], vals["N"]]
+        h = self._matrix(fn, vals["x_ptr"], m, k0, vals["stride_xm"], np.float32, "x_ptr").copy()
+        if "_ln" in v:
+            g, b = vec("gamma_ptr", k0, np.float32), vec("beta_ptr", k0, np.float32)
+            x64 = h.astype(np.float64)
+            mean = x64.mean(axis=1, keepdims=True)
+            var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
+            h = (((x64 - mean) / np.sqrt(var + vals["ln_eps"])) * g + b).astype(np.float32)
+        for i in (1, 2, 3):
             k, n = widths[i - 1], widths[i]
             w = self._matrix(fn, vals[f"w{i}_ptr"], n, k, vals[f"stride_w{i}"], np.int8, f"w{i}_ptr")
             scale, bias = vec(f"s{i}_ptr", n, np.float32), vec(f"b{i}_ptr", n, np.float32)
@@ -543,22 +514,15 @@ class MockDriver:
             if "w8a16" in v:
                 h = gemm.linear_w8a16(cast_output(h, "float16").astype(np.float32), w, scale, bias,
                                       apply_gelu=gelu)
+                continue
+            act = quantize_activations(h)
+            if "w16a8" in v:
+                lo = self._matrix(fn, vals[f"w{i}b_ptr"], n, k, vals[f"stride_w{i}"], np.int8, f"w{i}b_ptr")
+                h = gemm.linear_w16a8(act.q, act.scale, act.rowsum, w, lo, scale, vec(f"o{i}_ptr", n, np.float32),
+                                      bias, apply_gelu=gelu)
             else:
-                act = quantize_activations(h)
-                if "w16a8" in v:
-                    lo = self._matrix(fn, vals[f"w{i}b_ptr"], n, k, vals[f"stride_w{i}"], np.int8, f"w{i}b_ptr")
-                    h = gemm.linear_w16a8(act.q, act.scale, act.rowsum, w, lo, scale,
-                                          vec(f"o{i}_ptr", n, np.float32), bias, apply_gelu=gelu)
-                else:
-                    h = gemm.linear_w8a8(act.q, act.scale, w, scale, bias, apply_gelu=gelu)
-            if grid_step and i < 3:
-                rows(i + 1)[:] = h.astype(hidden)
-        if last == 3:
-            self._matrix(fn, vals["y_ptr"], m, widths[3], vals["stride_ym"], np.float32, "y_ptr")[:] = h
-        if grid_step and first < last:
-            # the barrier counter: every program arrives once a barrier
-            counter = self._matrix(fn, vals["sync_ptr"], 1, 1, 1, np.int64, "sync_ptr")
-            counter[0, 0] += (last - first) * programs
+                h = gemm.linear_w8a8(act.q, act.scale, w, scale, bias, apply_gelu=gelu)
+        self._matrix(fn, vals["y_ptr"], m, widths[3], vals["stride_ym"], np.float32, "y_ptr")[:] = h
 
     # ---- graphs -----------------------------------------------------------------------------------
     def stream_begin_capture(self, s):
@@ -577,7 +541,6 @@ class MockDriver:
         self.counts["graph_instantiate"] += 1
         e = self._handle()
         self.execs[e] = [list(op) for op in self.graphs[g]]
-        self.cooperative[e] = set(self.cooperative.get(g, ()))
         return e
 
     def graph_nodes(self, g):
@@ -587,12 +550,6 @@ class MockDriver:
             self.nodes[node] = (g, i)
             out.append((node, "kernel" if op[0] == "kernel" else "memcpy"))
         return out
-
-    def graph_kernel_node_set_cooperative(self, node, kernel=None):
-        self._op("cuGraphKernelNodeSetAttribute(COOPERATIVE)", kernel)
-        g, i = self.nodes[node]
-        assert self.graphs[g][i][0] == "kernel"
-        self.cooperative.setdefault(g, set()).add(i)
 
     def graph_memcpy_node_addresses(self, node):
         g, i = self.nodes[node]
@@ -614,18 +571,14 @@ class MockDriver:
 
     def graph_launch(self, e, s, *, sync=False):
         self._op("cuGraphLaunch")
-        for i, op in enumerate(self.execs[e]):
+        for op in self.execs[e]:
             if op[0] == "copy":
                 _, dst, src, nbytes, direction = op
                 self.check_range(dst if direction == "htod" else src, nbytes, f"graph copy {direction}")
                 ctypes.memmove(dst, src, nbytes)
             else:
                 _, func, grid, block, shared, args = op
-                cooperative = i in self.cooperative.get(e, ())
-                if cooperative and grid[0] * grid[1] * grid[2] > self.sm_count * self.occupancy:
-                    raise CudaError("cuGraphLaunch", "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", 720,
-                                    self.functions[func]["variant"])
-                self._run_kernel(func, grid, block, shared, args, cooperative=cooperative)
+                self._run_kernel(func, grid, block, shared, args)
 
     def roundtrip(self, cin, n_in, e, s, cout, n_out):
         from tickgpu._native import check, lib
@@ -636,7 +589,6 @@ class MockDriver:
 
     def graph_destroy(self, g):
         self.graphs.pop(g)   # KeyError on a graph destroyed twice or never made
-        self.cooperative.pop(g, None)
 
     def graph_exec_destroy(self, e):
         self.execs.pop(e, None)

@@ -58,9 +58,9 @@ from tickgpu.quant import _gpu  # noqa: E402
 from tickgpu.quant.schemes import quantize_activations, quantize_weight, round_to_bfloat16  # noqa: E402
 
 ODD_M = [1, 15, 16, 17, 33, 129]
-_TORCH = {"int8": torch.int8, "int32": torch.int32, "int64": torch.int64, "float16": torch.float16,
+_TORCH = {"int8": torch.int8, "int32": torch.int32, "float16": torch.float16,
           "bfloat16": torch.bfloat16, "float32": torch.float32}
-_PTR = {"*i8": torch.int8, "*i32": torch.int32, "*i64": torch.int64, "*fp16": torch.float16, "*bf16": torch.bfloat16,
+_PTR = {"*i8": torch.int8, "*i32": torch.int32, "*fp16": torch.float16, "*bf16": torch.bfloat16,
         "*fp32": torch.float32}
 VARIANTS = {v["variant"]: v for v in kq.QUANT_VARIANTS}
 
@@ -82,17 +82,6 @@ def test_plan_grid_tiles_are_the_compiled_tiles():
             for width in _gpu.MLP3_WIDTHS:
                 name = _gpu.mlp3_variant_name(scheme, ln, width)
                 assert name == kq.mlp3_variant_name(scheme, ln, width) and name in VARIANTS
-    # ... and the grid-wide step's.
-    assert (_gpu.MLP3G_BLOCK_K0, _gpu.MLP3G_BLOCK_N, _gpu.MLP3G_WIDTHS) == (
-        kq.MLP3G_BLOCK_K0, kq.MLP3G_BLOCK_N, kq.MLP3G_WIDTHS)
-    for scheme, lns in _gpu.MLP3_SCHEMES.items():
-        for ln in lns:
-            for width in _gpu.MLP3G_WIDTHS:
-                name = _gpu.mlp3g_variant_name(scheme, ln, width)
-                assert name == kq.mlp3g_variant_name(scheme, ln, width) and name in VARIANTS
-                v = VARIANTS[name]
-                assert (v["block_m"], v["block_n"]) == (_gpu.MLP3_BLOCK_M, _gpu.MLP3G_BLOCK_N)
-                assert v["constexprs"]["BLOCK_K0"] == _gpu.MLP3G_BLOCK_K0
 
 
 class InterpretedRuntime:
@@ -415,96 +404,18 @@ def test_fused_step_is_the_layer_by_layer_step(rt, rng, scheme, dims):
                     np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
-@pytest.mark.parametrize("dims", [[20, 100, 72, 3], [64, 130, 256, 4], [12, 300, 40, 33]],
-                         ids=["h128", "h256", "h512-wide-out"])
-def test_grid_step_is_the_layer_by_layer_step(rt, rng, scheme, dims):
-    """The grid-wide step (wider models) against the CPU reference, run as it runs without
-    cooperative launches: a launch a layer. Bit for bit where the layer kernels are; a NaN row
-    stays in its row."""
-    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
-              for i, o in zip(dims[:-1], dims[1:])]
-    k0 = dims[0]
-    ln = (rng.uniform(0.5, 1.5, k0), rng.standard_normal(k0) * 0.1)
-    width = next(w for w in _gpu.MLP3G_WIDTHS if max(dims[1:3]) <= w)
-    for layernorm in ((ln,) if scheme == "w8a16" else (None, ln)):
-        for out in ("float32", "bfloat16"):
-            mlp = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype=out)
-            for m in (1, 17, 64):
-                x = (rng.standard_normal((m, k0)) * 2).astype(np.float32)
-                bad = m // 2 if m > 1 else None
-                if bad is not None:
-                    x[bad, k0 // 3] = np.nan
-                rt.launches.clear()
-                got = _gpu.plan_for(mlp, rt).run(x)
-                assert rt.launches == [kq.mlp3g_variant_name(scheme, layernorm is not None, width)] * 3
-                want = mlp.forward_cpu(x)
-                assert got.dtype == want.dtype and got.shape == want.shape == (m, dims[-1])
-                keep = np.arange(m) != bad
-                if bad is not None:
-                    assert np.isnan(got[bad]).all() and np.isnan(want[bad]).all()
-                assert np.isfinite(got[keep]).all()
-                got, want = got[keep].astype(np.float64), want[keep].astype(np.float64)
-                if layernorm is None and scheme != "w8a16" and out == "float32":
-                    if DEVICE == "cpu":
-                        assert np.array_equal(got, want), np.abs(got - want).max()
-                    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-                else:
-                    np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
-
-
-def test_grid_step_barriers_count_and_match_the_staged_launches(rt, rng):
-    """One launch of all three layers (the barriers between them) on a one-program grid equals the
-    three staged launches, and each launch adds one arrival a barrier to the step's counter (the
-    counter is never reset: the next launch's barriers start where this one's ended)."""
-    dims = [16, 24, 32, 5]
-    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
-              for i, o in zip(dims[:-1], dims[1:])]
-    mlp = QuantMLP(layers, scheme="w16a8")
-    plan = _gpu.plan_for(mlp, rt)
-    l1, l2, l3 = plan.layers
-    name = kq.mlp3g_variant_name("w16a8", False, 128)
-    m = 9
-    x = rt.upload((rng.standard_normal((m, 16)) * 2).astype(np.float32))
-    sync = rt.upload(np.zeros(1, np.int64))
-
-    def step(stages):
-        y = rt.empty((m, 5), "float32")
-        h1, h2 = rt.empty((m, 24), "float32"), rt.empty((m, 32), "float32")
-        args = [x, plan.gamma, plan.beta]
-        for layer in plan.layers:
-            args += [layer.b, layer.b2, layer.scale, layer.offset, layer.bias]
-        args += [h1, h2, y, sync, m, 32, 16, 24, 32, 5, 16, l1.k_pad, l2.k_pad, l3.k_pad, 24, 32, 5, 0.0]
-        for first, last in stages:
-            rt.launch(name, (1, 1, 1), args + [first, last])
-        return rt.download(y)
-
-    staged = step([(1, 1), (2, 2), (3, 3)])
-    assert rt.download(sync)[0] == 0
-    one = step([(1, 3)])
-    assert rt.download(sync)[0] == 2
-    again = step([(1, 3)])
-    assert rt.download(sync)[0] == 4
-    want = mlp.forward_cpu(rt.download(x))
-    assert np.array_equal(staged, one) and np.array_equal(one, again)
-    np.testing.assert_allclose(one, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-
-
 def test_fused_step_leaves_other_models_layer_by_layer(rt, rng):
-    """Four layers, more than 64 input features beside a width past 64, a hidden width past
-    1,024, W8A16 without LayerNorm, more than 64 rows: layer by layer."""
+    """Four layers, a width past 64, W8A16 without LayerNorm, more than 64 rows: layer by layer."""
     def mlp(dims, **kw):
         return QuantMLP([(rng.standard_normal((o, i)), None) for i, o in zip(dims[:-1], dims[1:])], **kw)
 
     ln = (np.ones(8), np.zeros(8))
-    ln65 = (np.ones(65), np.zeros(65))
-    for model, m in ((mlp([8, 16, 16, 16, 2]), 4), (mlp([65, 80, 16, 2], layernorm=ln65), 4),
-                     (mlp([8, 1025, 16, 2]), 2),
+    for model, m in ((mlp([8, 16, 16, 16, 2]), 4), (mlp([8, 65, 16, 2]), 4),
                      (mlp([8, 16, 16, 2], scheme="w8a16"), 4), (mlp([8, 16, 16, 2], layernorm=ln), 65)):
         plan = _gpu.plan_for(model, rt)
         assert plan.fused_variant(m) is None
         rt.launches.clear()
-        x = rng.standard_normal((m, model.in_features)).astype(np.float32)
+        x = rng.standard_normal((m, 8)).astype(np.float32)
         np.testing.assert_allclose(plan.run(x), model.forward_cpu(x), rtol=0.02, atol=0.05)
         assert len(rt.launches) >= 3 and not any("mlp3" in v for v in rt.launches)
 

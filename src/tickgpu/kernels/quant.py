@@ -1,6 +1,6 @@
 """Triton kernels of the quantized linear layers (tickgpu.quant), compiled ahead of time into the bundle.
 
-Six kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.quant.schemes` and
+Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.quant.schemes` and
 :mod:`tickgpu.quant.gemm` operation for operation (those modules give the formulas):
 
 1. ``act_quant_kernel``: per-token symmetric int8 quantization of float32 activations, optionally
@@ -28,12 +28,6 @@ Six kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qua
    1-4 in one launch, each program holding 16 tokens' activations in registers from input to
    output. A small model's layer-by-layer step is a chain of 4-6 launches, each a few dependent
    memory round trips long; fused, the input crosses PCIe once and nothing waits between layers.
-6. ``mlp3_grid_kernel``: the same step for wider models (hidden widths up to 1,024, at most 64
-   input features), spread over the grid: each layer is a stage in which program (i, j) computes
-   16 tokens by 32 output channels from its input's whole rows, and a grid-wide barrier
-   (:func:`_grid_sync`, an atomic counter; the launch is cooperative, so every program is resident)
-   separates the stages. One launch a step instead of 4-6; without cooperative launches the same
-   kernel runs a launch a stage.
 
 Bit-exactness: compile with ``enable_fp_fusion=False`` (every entry of :data:`QUANT_VARIANTS` says
 so): the epilogues are then IEEE float32 operations in the reference's order, and A_q, scales, row
@@ -388,11 +382,14 @@ def layernorm_kernel(
 
 
 @triton.jit
-def _fused_weights(w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w, offs_k, offs_n, SCHEME: tl.constexpr):
-    """Load one layer's weights for a fused model step: the [len(offs_k), len(offs_n)] tile of
-    input features offs_k by output channels offs_n (K-major storage, zero beyond K and N; W16A8:
-    both limbs), their scales, limb offsets and bias, and the output column mask. Issued before the
-    step computes anything, so that the layers' loads are in flight together with the input's."""
+def _fused_weights(w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
+                   SCHEME: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Load one layer of a fused model step: the whole weight matrix as one [BLOCK_H, BLOCK_H]
+    tile (K-major storage, zero beyond K and N; W16A8: both limbs), scales, limb offsets, bias and
+    the output column mask. Issued before the step computes anything, so that every layer's loads
+    are in flight together with the input's."""
+    offs_k = tl.arange(0, BLOCK_H)
+    offs_n = tl.arange(0, BLOCK_H)
     nmask = offs_n < N
     wmask = (offs_k[:, None] < K) & nmask[None, :]
     w_off = offs_n[None, :].to(tl.int64) * stride_w + offs_k[:, None]
@@ -402,7 +399,7 @@ def _fused_weights(w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w, offs_k, o
         b_offset = tl.load(o_ptr + offs_n, mask=nmask, other=0.0)
     else:
         w2 = w
-        b_offset = tl.zeros(offs_n.shape, dtype=tl.float32)
+        b_offset = tl.zeros([BLOCK_H], dtype=tl.float32)
     b_scale = tl.load(s_ptr + offs_n, mask=nmask, other=0.0)
     bias = tl.load(b_ptr + offs_n, mask=nmask, other=0.0)
     return w, w2, b_scale, b_offset, bias, nmask
@@ -462,11 +459,11 @@ def mlp3_fused_kernel(
     mmask = offs_m < M
     kmask = offs_h < K0
     w1, w1b, s1, o1, b1, n1 = _fused_weights(w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, H1, K0, stride_w1,
-                                             offs_h, offs_h, SCHEME)
+                                             SCHEME, BLOCK_H)
     w2, w2b, s2, o2, b2, n2 = _fused_weights(w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, H2, H1, stride_w2,
-                                             offs_h, offs_h, SCHEME)
+                                             SCHEME, BLOCK_H)
     w3, w3b, s3, o3, b3, n3 = _fused_weights(w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, N, H2, stride_w3,
-                                             offs_h, offs_h, SCHEME)
+                                             SCHEME, BLOCK_H)
     x = tl.load(x_ptr + offs_m[:, None].to(tl.int64) * stride_xm + offs_h[None, :],
                 mask=mmask[:, None] & kmask[None, :], other=0.0)
     if HAS_LN:
@@ -484,118 +481,6 @@ def mlp3_fused_kernel(
     y = _fused_layer(h, n2, w3, w3b, s3, o3, b3, n3, SCHEME, False, FAST_CVT)
     tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_h[None, :], y,
              mask=mmask[:, None] & n3[None, :])
-
-
-@triton.jit
-def _grid_sync(sync_ptr, programs):
-    """Wait until every program of the launch has arrived (a grid-wide barrier).
-
-    ``sync_ptr``: an int64 counter, zero when first used, that only this step's launches touch,
-    each with the same number of programs; it is never reset: arrival n (from 0) belongs to barrier
-    ``n // programs``, which opens once the counter reaches the end of that barrier's range. The
-    program's stores are ordered before its arrival (a CTA barrier, then one release atomic), and
-    its later loads after every other program's arrival (acquire atomics, then a CTA barrier).
-    Only for launches whose programs are all resident at once (a cooperative launch): a program
-    that never started would leave the others waiting."""
-    tl.debug_barrier()
-    ticket = tl.atomic_add(sync_ptr, 1, sem="acq_rel", scope="gpu")
-    target = (ticket // programs + 1) * programs
-    seen = ticket + 1
-    while seen < target:
-        seen = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
-def _stage_rows(ptr, offs_m, mmask, stride, offs_k, kmask, SCRATCH: tl.constexpr):
-    """A stage's input rows [BLOCK_M, BLOCK_K], zero in the padding. Rows another program wrote
-    in this launch (SCRATCH) are read from L2: an SM's L1 is not kept coherent with the others'."""
-    p = ptr + offs_m[:, None].to(tl.int64) * stride + offs_k[None, :]
-    mask = mmask[:, None] & kmask[None, :]
-    if SCRATCH:
-        rows = tl.load(p, mask=mask, other=0.0, cache_modifier=".cg")
-    else:
-        rows = tl.load(p, mask=mask, other=0.0)
-    return rows
-
-
-@triton.jit
-def _stage_store(ptr, offs_m, mmask, stride, offs_n, nmask, y):
-    p = ptr + offs_m[:, None].to(tl.int64) * stride + offs_n[None, :]
-    tl.store(p, y.to(ptr.dtype.element_ty), mask=mmask[:, None] & nmask[None, :])
-
-
-@triton.jit
-def mlp3_grid_kernel(
-    x_ptr, gamma_ptr, beta_ptr,          # float32 input rows (M x K0); LayerNorm weight and bias (K0,)
-    w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr,   # per layer, as mlp3_fused_kernel takes them
-    w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr,
-    w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr,
-    h1_ptr, h2_ptr,                      # the hidden activations (M x H1, M x H2; float16 for W8A16)
-    y_ptr,                               # float32 outputs (M x N3)
-    sync_ptr,                            # int64 barrier counter of this step (see _grid_sync)
-    M, N, K0, H1, H2, N3,                # N: the widest of H1, H2 and N3 (the grid's columns)
-    stride_xm, stride_w1, stride_w2, stride_w3, stride_h1, stride_h2, stride_ym,
-    ln_eps,
-    first, last,                         # the stages (layers) this launch runs, 1 <= first <= last <= 3
-    SCHEME: tl.constexpr,                # 0: W8A8, 1: W16A8 (limbs), 2: W8A16
-    HAS_LN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_K0: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
-    FAST_CVT: tl.constexpr,
-):
-    """A 3-layer model step wider than one program holds (hidden widths up to BLOCK_H), as stages
-    spread over the grid: program (i, j) runs layer s for tokens i * BLOCK_M.. and output channels
-    j * BLOCK_N.., reading its input's whole rows (what the per-token quantization needs), and
-    writing its slice of the layer's output, which the next stage reads. A launch runs stages
-    first..last with a grid-wide barrier between them (`_grid_sync`: a cooperative launch, one
-    kernel a step); a launch a stage (first == last) needs no barrier and runs anywhere, the
-    interpreter included. The operations are mlp3_fused_kernel's, hence the layer-by-layer step's:
-    W8A8 and W16A8 without LayerNorm equal it bit for bit."""
-    pid = tl.program_id(axis=0)
-    cols = tl.cdiv(N, BLOCK_N)
-    pid_m = pid // cols
-    pid_n = pid % cols
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    mmask = offs_m < M
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k0 = tl.arange(0, BLOCK_K0)
-    offs_h = tl.arange(0, BLOCK_H)
-    col0 = pid_n * BLOCK_N
-    # The first two layers' weight slices are requested before anything waits on them: the second's
-    # arrive while the first layer runs and the barrier waits.
-    w1, w1b, s1, o1, b1, n1 = _fused_weights(w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, H1, K0, stride_w1,
-                                             offs_k0, offs_n, SCHEME)
-    w2, w2b, s2, o2, b2, n2 = _fused_weights(w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, H2, H1, stride_w2,
-                                             offs_h, offs_n, SCHEME)
-    if first <= 1:
-        if col0 < H1:
-            kmask = offs_k0 < K0
-            x = _stage_rows(x_ptr, offs_m, mmask, stride_xm, offs_k0, kmask, False)
-            if HAS_LN:
-                x = _layernorm_rows(x, kmask, K0, ln_eps, gamma_ptr, beta_ptr, offs_k0)
-            if SCHEME == 2:
-                h = x.to(tl.float16)
-            else:
-                h = x
-            y = _fused_layer(h, kmask, w1, w1b, s1, o1, b1, n1, SCHEME, True, FAST_CVT)
-            _stage_store(h1_ptr, offs_m, mmask, stride_h1, offs_n, n1, y)
-        if last >= 2:
-            _grid_sync(sync_ptr, tl.num_programs(axis=0))
-    if (first <= 2) & (last >= 2):
-        if col0 < H2:
-            kmask = offs_h < H1
-            h = _stage_rows(h1_ptr, offs_m, mmask, stride_h1, offs_h, kmask, True)
-            y = _fused_layer(h, kmask, w2, w2b, s2, o2, b2, n2, SCHEME, True, FAST_CVT)
-            _stage_store(h2_ptr, offs_m, mmask, stride_h2, offs_n, n2, y)
-        if last >= 3:
-            _grid_sync(sync_ptr, tl.num_programs(axis=0))
-    if (last >= 3) & (col0 < N3):
-        w3, w3b, s3, o3, b3, n3 = _fused_weights(w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, N3, H2, stride_w3,
-                                                 offs_h, offs_n, SCHEME)
-        kmask = offs_h < H2
-        h = _stage_rows(h2_ptr, offs_m, mmask, stride_h2, offs_h, kmask, True)
-        y = _fused_layer(h, kmask, w3, w3b, s3, o3, b3, n3, SCHEME, False, FAST_CVT)
-        _stage_store(y_ptr, offs_m, mmask, stride_ym, offs_n, n3, y)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -778,46 +663,6 @@ def _mlp3_variants():
                 yield v
 
 
-# The grid-wide 3-layer step (mlp3_grid_kernel) for models wider than MLP3_WIDTHS: input features
-# up to MLP3G_BLOCK_K0, hidden widths up to BLOCK_H, BLOCK_N output channels a program (the grid
-# is cdiv(M, 16) x cdiv(widest, BLOCK_N): at 64 tokens and width 1,024, 128 programs, which an
-# H200's 132 SMs hold at once), the schemes and LayerNorm options of MLP3_SCHEMES.
-MLP3G_BLOCK_K0 = 64
-MLP3G_BLOCK_N = 32
-MLP3G_WIDTHS = (128, 256, 512, 1024)
-MLP3G_MULTIPLE_OF_16 = ("stride_w1", "stride_w2", "stride_w3")
-
-
-def mlp3g_variant_name(scheme: str, layernorm: bool, width: int) -> str:
-    return f"quant_mlp3g_{scheme}{'_ln' if layernorm else ''}_h{width}"
-
-
-def _mlp3g_variants():
-    for scheme, code, lns in MLP3_SCHEMES:
-        hidden = "*fp16" if scheme == "w8a16" else "*fp32"
-        sig = {"x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32"}
-        for i in (1, 2, 3):
-            sig.update({f"w{i}_ptr": "*i8", f"w{i}b_ptr": "*i8", f"s{i}_ptr": "*fp32", f"o{i}_ptr": "*fp32",
-                        f"b{i}_ptr": "*fp32"})
-        sig.update({"h1_ptr": hidden, "h2_ptr": hidden, "y_ptr": "*fp32", "sync_ptr": "*i64",
-                    "M": "i32", "N": "i32", "K0": "i32", "H1": "i32", "H2": "i32", "N3": "i32",
-                    "stride_xm": "i32", "stride_w1": "i32", "stride_w2": "i32", "stride_w3": "i32",
-                    "stride_h1": "i32", "stride_h2": "i32", "stride_ym": "i32", "ln_eps": "fp32",
-                    "first": "i32", "last": "i32",
-                    "SCHEME": "constexpr", "HAS_LN": "constexpr", "BLOCK_M": "constexpr", "BLOCK_K0": "constexpr",
-                    "BLOCK_H": "constexpr", "BLOCK_N": "constexpr", "FAST_CVT": "constexpr"})
-        for ln in lns:
-            for width in MLP3G_WIDTHS:
-                v = _variant(mlp3g_variant_name(scheme, bool(ln), width), mlp3_grid_kernel, sig,
-                             {"SCHEME": code, "HAS_LN": ln, "BLOCK_M": MLP3_BLOCK_M, "BLOCK_K0": MLP3G_BLOCK_K0,
-                              "BLOCK_H": width, "BLOCK_N": MLP3G_BLOCK_N, "FAST_CVT": 1},
-                             8 if width >= 512 else 4, 1, "f32", "tiles",
-                             "a 3-layer model step of up to 64 tokens with K0 <= 64 and hidden widths up "
-                             "to BLOCK_H (the narrowest that fits), wider than the fused kernel's: one "
-                             "cooperative launch, or a launch a stage", aligned16=True)
-                v["multiple_of_16"] = MLP3G_MULTIPLE_OF_16
-                yield v
-
 # The CUDA C W8A16 kernel for M <= 16 (csrc/cuda/w8a16.cu), built by nvcc: (tile name, most rows,
 # MMA token tiles MT, warps, chunks loaded per warp before use). Each block owns 16 output channels
 # and 8 * MT tokens; its warps split K. Chosen on an H200 (benchmarks/results/h200-2026-11-30-f/
@@ -852,8 +697,7 @@ def w8a16_small_variants():
 
 
 QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),
-                              *_layernorm_variants(), *_mlp3_variants(),
-                              *_mlp3g_variants()]
+                              *_layernorm_variants(), *_mlp3_variants()]
 """Every specialization the bundle holds: variant name, kernel, Triton signature (argument name ->
 type, constexprs marked "constexpr"), constexpr values, num_warps, num_stages, compile options, the
 manifest's dtype (output element type; float32 input for the activation kernel), the grid rule

@@ -22,10 +22,7 @@ are launched through a *kernel runtime*: an object with
 A model of three layers whose widths all fit 64 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
 as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches: the
 same operations, float32 out (rounded to the model's out_dtype on the host, as a kernel's store
-rounds). Wider three-layer models (at most 64 input features, hidden widths up to 1,024) run it on
-the grid-wide kernel (``quant_mlp3g_*``): one cooperative launch where the runtime offers
-``co_resident(variant)`` (how many programs the device holds at once) and
-``capture(prepared, cooperative=True)``, else a launch a layer.
+rounds).
 
 :func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
 sources under the interpreter. Nothing here imports torch or triton.
@@ -72,22 +69,10 @@ MLP3_WIDTHS = (32, 64)
 MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
 
 
-# The grid-wide 3-layer step (tickgpu.kernels.quant.mlp3_grid_kernel), for wider models of the same
-# schemes: most input features, output channels a program, the hidden widths of its variants.
-MLP3G_BLOCK_K0 = 64
-MLP3G_BLOCK_N = 32
-MLP3G_WIDTHS = (128, 256, 512, 1024)
-
-
 def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
     """The fused step's variant name, as tickgpu.kernels.quant names it (a test holds the two equal;
     that module imports Triton, which the run-time path never does)."""
     return f"quant_mlp3_{scheme}{'_ln' if layernorm else ''}_h{width}"
-
-
-def mlp3g_variant_name(scheme: str, layernorm: bool, width: int) -> str:
-    """The grid-wide step's variant name, as tickgpu.kernels.quant names it."""
-    return f"quant_mlp3g_{scheme}{'_ln' if layernorm else ''}_h{width}"
 
 
 def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, has=None):
@@ -174,10 +159,9 @@ class _Program:
     ``out_cast``: the model's output dtype where the step writes float32 in its place (the fused
     step), rounded on the host as a kernel's store rounds (to nearest even); else None."""
 
-    def __init__(self, x, in_dtype, launches, out, out_cast=None, cooperative=False):
+    def __init__(self, x, in_dtype, launches, out, out_cast=None):
         self.x, self.in_dtype, self.launches, self.out = x, in_dtype, launches, out
         self.out_cast = out_cast
-        self.cooperative = cooperative   # one launch with grid-wide barriers: a cooperative graph
         self.prepared = None
         self.x_ptr = self.bad = None   # run_staged's native view of a mapped x, and its answer slots
         self.graph = None      # the step as one graph (x and out then live in mapped host memory)
@@ -231,33 +215,19 @@ class GpuPlan:
         return out
 
     def fused_variant(self, m: int) -> str | None:
-        """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer.
-
-        A model of three layers, of a scheme (and LayerNorm option) the fused kernels serve, and
-        m <= GRAPH_MAX_ROWS; then, by width:
-
-        - every width (input, hidden, output) at most 64: ``quant_mlp3_*``, the narrowest that
-          holds them (one program a 16 tokens, activations in registers);
-        - at most 64 input features and hidden widths up to 1,024: ``quant_mlp3g_*``, the
-          narrowest that holds the hidden widths (the layers spread over the grid, see
-          :meth:`_build_grid`).
-
-        None also where the bundle lacks the variant."""
+        """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
+        a model of three layers whose widths all fit 64 (the narrowest variant that holds them),
+        of a scheme the kernel serves, m <= GRAPH_MAX_ROWS, and a bundle that has the variant."""
         if len(self.layers) != 3 or not 0 < m <= GRAPH_MAX_ROWS:
             return None
         ln = self.ln is not None
         if ln not in MLP3_SCHEMES.get(self.scheme, ()):
             return None
-        l1, l2, l3 = self.layers
-        widest = max(l1.k, l1.n, l2.n, l3.n)
+        widest = max(self.layers[0].k, *(layer.n for layer in self.layers))
         width = next((w for w in MLP3_WIDTHS if widest <= w), None)
-        if width is not None:
-            name = mlp3_variant_name(self.scheme, ln, width)
-        else:
-            width = next((w for w in MLP3G_WIDTHS if max(l1.n, l2.n) <= w), None)
-            if width is None or l1.k > MLP3G_BLOCK_K0 or l3.n > MLP3G_WIDTHS[-1]:
-                return None
-            name = mlp3g_variant_name(self.scheme, ln, width)
+        if width is None:
+            return None
+        name = mlp3_variant_name(self.scheme, ln, width)
         has = getattr(self.rt, "has", None)
         return name if has is None or has(name) else None
 
@@ -275,33 +245,6 @@ class GpuPlan:
         return _Program(x, np.float32, launches, y,
                         out_cast=None if self.out_dtype == "float32" else self.out_dtype)
 
-    def _build_grid(self, m: int, variant: str, graph: bool) -> _Program:
-        """The step on mlp3_grid_kernel: layer s of tokens i * 16.. and output channels j * 32.. in
-        program (i, j), the hidden activations in device buffers. Where the runtime offers
-        cooperative graphs and the device holds the whole grid at once, one launch runs the three
-        layers with grid-wide barriers between them; else three launches, a layer each."""
-        rt = self.rt
-        alloc_io = rt.mapped if graph else rt.empty
-        l1, l2, l3 = self.layers
-        hidden = "float16" if self.scheme == "w8a16" else "float32"
-        x = alloc_io((m, l1.k), "float32")
-        y = alloc_io((m, l3.n), "float32")
-        h1, h2 = rt.empty((m, l1.n), hidden), rt.empty((m, l2.n), hidden)
-        sync = rt.upload(np.zeros(1, np.int64))   # the barriers' counter (this step's alone)
-        n = max(l1.n, l2.n, l3.n)
-        args = [x, self.gamma, self.beta]
-        for layer in self.layers:
-            args += [layer.b, layer.b2, layer.scale, layer.offset, layer.bias]
-        args += [h1, h2, y, sync, m, n, l1.k, l1.n, l2.n, l3.n,
-                 l1.k, l1.k_pad, l2.k_pad, l3.k_pad, l1.n, l2.n, l3.n, self.ln_eps]
-        grid = (-(-m // MLP3_BLOCK_M) * -(-n // MLP3G_BLOCK_N), 1, 1)
-        co_resident = getattr(rt, "co_resident", None)
-        cooperative = graph and co_resident is not None and grid[0] <= co_resident(variant)
-        stages = [(1, 3)] if cooperative else [(1, 1), (2, 2), (3, 3)]
-        launches = [(variant, grid, args + [first, last]) for first, last in stages]
-        return _Program(x, np.float32, launches, y, out_cast=None if self.out_dtype == "float32" else self.out_dtype,
-                        cooperative=cooperative)
-
     def _build(self, m: int) -> _Program:
         rt = self.rt
         last = len(self.layers) - 1
@@ -310,8 +253,7 @@ class GpuPlan:
         graph = m <= GRAPH_MAX_ROWS and hasattr(rt, "capture") and hasattr(rt, "mapped") and hasattr(rt, "prepare")
         fused = self.fused_variant(m)
         if fused is not None:
-            build = self._build_grid if fused.startswith("quant_mlp3g_") else self._build_fused
-            return self._finish(build(m, fused, graph), graph)
+            return self._finish(self._build_fused(m, fused, graph), graph)
         # In graph mode the step's input and output are mapped host memory the kernels address.
         alloc_io = rt.mapped if graph else rt.empty
         y = alloc_io((m, self.layers[-1].n), self.out_dtype)
@@ -353,7 +295,7 @@ class GpuPlan:
         if hasattr(rt, "prepare"):
             prog.prepared = [rt.prepare(v, g, a) for v, g, a in prog.launches]
         if graph:
-            prog.graph = rt.capture(prog.prepared, cooperative=True) if prog.cooperative else rt.capture(prog.prepared)
+            prog.graph = rt.capture(prog.prepared)
         return prog
 
     def _host_out(self, prog: _Program, y: np.ndarray) -> np.ndarray:
