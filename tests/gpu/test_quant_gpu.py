@@ -183,6 +183,80 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("dims", [[20, 100, 72, 3], [64, 256, 256, 4], [64, 1024, 1024, 4], [200, 600, 130, 40]],
+                         ids=["h100", "h256", "h1024", "h600-odd"])
+def test_wide_step_on_the_gpu(rng, scheme, dims):
+    """A 3-layer step wider than 64 (widths up to 1,024) is one cooperative kernel running the
+    layer-by-layer kernels' stages with grid-wide barriers between them. Without LayerNorm its
+    results are the layer-by-layer step's bit for bit; every scheme is within the quantization's
+    resolution of the CPU reference; a NaN row stays NaN alone; repeated steps (the barrier counter
+    carries on from one to the next) give the same bits."""
+    from tickgpu.quant import _gpu
+
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1)
+    for layernorm in ((ln,) if scheme == "w8a16" else (None, ln)):
+        step = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype="float32", backend="gpu")
+        split = QuantMLP(layers, layernorm=layernorm, scheme=scheme, out_dtype="float32", backend="gpu")
+        _gpu.plan_for(split).fused_variant = lambda m: None
+        for m in (1, 16, 17, 64):
+            x = (rng.standard_normal((m, dims[0])) * 2).astype(np.float32)
+            if m > 1:
+                x[m - 2, 0] = np.nan
+            got, ref = step(x, check=False), split(x, check=False)
+            prog = _gpu.plan_for(step).programs[m]
+            assert prog.cooperative and len(prog.launches) == 1, prog.launches
+            assert prog.launches[0][0].startswith("quant_mlp3s_")
+            for _ in range(3):
+                assert np.array_equal(step(x, check=False), got, equal_nan=True)
+            want = step.forward_cpu(x)
+            keep = np.arange(m) != (m - 2 if m > 1 else -1)
+            if m > 1:
+                assert np.isnan(got[m - 2]).all()
+            assert np.isfinite(got[keep]).all()
+            if layernorm is None:
+                assert np.array_equal(got[keep], ref[keep]), (scheme, m)
+            g, w = got[keep].astype(np.float64), want[keep].astype(np.float64)
+            np.testing.assert_allclose(g, w, rtol=0.02, atol=0.02 * np.abs(w).max())
+            np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=0.02, atol=0.02 * np.abs(w).max())
+
+
+def test_wide_step_a_launch_a_stage_equals_one_cooperative_launch(rng):
+    """The grid-wide step run a launch a stage (where cooperative launches are not available)
+    gives the cooperative launch's bits."""
+    from tickgpu.quant import _gpu
+
+    dims = [64, 512, 384, 4]
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, 64), rng.standard_normal(64) * 0.1)
+    for scheme in ("w8a8", "w16a8", "w8a16"):
+        coop = QuantMLP(layers, layernorm=ln, scheme=scheme, backend="gpu")
+        staged = QuantMLP(layers, layernorm=ln, scheme=scheme, backend="gpu")
+        plan = _gpu.plan_for(staged)
+        plan.rt = _NoCooperative(plan.rt)
+        for m in (3, 64):
+            x = rng.standard_normal((m, 64)).astype(np.float32)
+            a, b = coop(x), staged(x)
+            assert len(plan.programs[m].launches) == (4 if scheme == "w8a16" else 6)
+            assert not plan.programs[m].cooperative
+            assert np.array_equal(a, b), (scheme, m)
+
+
+class _NoCooperative:
+    """A kernel runtime without cooperative launches (everything else passed through)."""
+
+    def __init__(self, rt):
+        self._rt = rt
+
+    def __getattr__(self, name):
+        if name == "co_resident":
+            raise AttributeError(name)
+        return getattr(self._rt, name)
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
 def test_bound_step_on_the_gpu(rng, scheme):
     """model.bind(x) on the GPU: after in-place updates of x, each call equals model(x) to the bit
     (fused and layer-by-layer models, float32 and float64 arrays, a single token)."""
