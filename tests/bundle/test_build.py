@@ -207,10 +207,6 @@ QUANT_ARGS = {   # the quant kernels' argument lists, written out here from the 
     "mlp3_fused_kernel": "x_ptr gamma_ptr beta_ptr w1_ptr w1b_ptr s1_ptr o1_ptr b1_ptr w2_ptr w2b_ptr s2_ptr o2_ptr "
                          "b2_ptr w3_ptr w3b_ptr s3_ptr o3_ptr b3_ptr y_ptr M:i32 K0:i32 H1:i32 H2:i32 N:i32 "
                          "stride_xm:i32 stride_w1:i32 stride_w2:i32 stride_w3:i32 stride_ym:i32 ln_eps:f32",
-    "mlp3_step_kernel": "x_ptr gamma_ptr beta_ptr w1_ptr w1b_ptr s1_ptr o1_ptr b1_ptr w2_ptr w2b_ptr s2_ptr o2_ptr "
-                        "b2_ptr w3_ptr w3b_ptr s3_ptr o3_ptr b3_ptr a1_ptr a2_ptr a3_ptr as_ptr ar_ptr h1_ptr h2_ptr "
-                        "y_ptr sync_ptr M:i32 N:i32 K0:i32 H1:i32 H2:i32 N3:i32 K0p:i32 H1p:i32 H2p:i32 "
-                        "stride_xm:i32 stride_ym:i32 ln_eps:f32 first:i32 last:i32",
 }
 
 
@@ -248,11 +244,6 @@ def _check_quant_entry(k, fields):
         assert tiles and k["block_m"] == 16 and k["block_n"] in (32, 64) and v.endswith(f"_h{k['block_n']}"), v
         assert k["elements_per_block"] == 16 * k["block_n"] and k["dtype"] == "f32", v
         assert k["aligned16"] and k["multiple_of_16"] == ["stride_w1", "stride_w2", "stride_w3"], v
-    elif k["entry"] == "mlp3_step_kernel":
-        # the grid-wide 3-layer step: a program a 16 x 32 output tile of each GEMM stage
-        assert tiles and (k["block_m"], k["block_n"]) == (16, 32) and k["dtype"] == "f32", v
-        assert v.startswith("quant_mlp3s_") and k["elements_per_block"] == 16 * 32, v
-        assert k["aligned16"] and k["multiple_of_16"] == ["K0p", "H1p", "H2p"], v
     elif tiles:
         assert k["elements_per_block"] == k["block_m"] * k["block_n"] and k["block_m"] in (16, 128), v
         assert k["entry"] in ("quant_gemm_kernel", "w8a16_gemm_kernel"), v

@@ -70,9 +70,6 @@ class MockDriver:
         self.graphs: dict[int, list] = {}
         self.execs: dict[int, list] = {}
         self.nodes: dict[int, tuple] = {}        # node -> (graph, index)
-        self.cooperative: dict[int, set] = {}    # graph or exec -> indices of its cooperative kernel nodes
-        self.occupancy = 1                       # blocks an SM holds (cuOccupancyMaxActiveBlocksPerMultiprocessor)
-        self.cooperative_launch = 1              # the device attribute COOPERATIVE_LAUNCH
         self._next = 0x1000
         self.has_hot_path = False
 
@@ -119,14 +116,7 @@ class MockDriver:
     def device_attribute(self, name, device):
         return {"MULTIPROCESSOR_COUNT": self.sm_count, "COMPUTE_CAPABILITY_MAJOR": self.cc[0],
                 "COMPUTE_CAPABILITY_MINOR": self.cc[1], "MANAGED_MEMORY": 1, "CONCURRENT_MANAGED_ACCESS": 1,
-                "PAGEABLE_MEMORY_ACCESS": 0, "CAN_MAP_HOST_MEMORY": 1,
-                "COOPERATIVE_LAUNCH": self.cooperative_launch}[name]
-
-    def occupancy_max_blocks(self, func, block_threads, shared, kernel=None):
-        self._op("cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel)
-        fn = self.functions[func]
-        assert block_threads == fn["block"][0] and shared == fn["shared"], (block_threads, shared)
-        return self.occupancy
+                "PAGEABLE_MEMORY_ACCESS": 0, "CAN_MAP_HOST_MEMORY": 1}[name]
 
     def compute_capability(self, device):
         return self.cc
@@ -357,16 +347,16 @@ class MockDriver:
         a = np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), dtype=dtype)
         return a if stride else np.broadcast_to(a, (n,))
 
-    def _run_kernel(self, func, grid, block, shared, args, cooperative=False):
+    def _run_kernel(self, func, grid, block, shared, args):
         # Staged ticks run the whole bucket: the tail reads stale staging, as on the GPU.
         with np.errstate(all="ignore"):
-            self._run_kernel_checked(func, grid, block, shared, args, cooperative)
+            self._run_kernel_checked(func, grid, block, shared, args)
 
-    def _run_kernel_checked(self, func, grid, block, shared, args, cooperative=False):
+    def _run_kernel_checked(self, func, grid, block, shared, args):
         fn = self.functions[func]
         fam = fn["family"]
         if fam == "quant":
-            return self._run_quant(fn, grid, block, shared, args, cooperative)
+            return self._run_quant(fn, grid, block, shared, args)
         n = args[len(FAMILY_PARAMS[fam]) - 1]
         epb = fn["elements_per_block"]
         assert tuple(block) == tuple(fn["block"]), f"{fn['variant']}: block {block} != {fn['block']}"
@@ -423,7 +413,7 @@ class MockDriver:
         return np.lib.stride_tricks.as_strided(flat, (rows, cols), (stride * dtype.itemsize, dtype.itemsize),
                                                writeable=True)
 
-    def _run_quant(self, fn, grid, block, shared, args, cooperative=False):
+    def _run_quant(self, fn, grid, block, shared, args):
         from tickgpu.quant import gemm
         from tickgpu.quant.schemes import cast_output, quantize_activations
 
@@ -446,7 +436,7 @@ class MockDriver:
                     assert vals[name] % 16 == 0, f"{v}: {name} {vals[name]:#x} not 16-byte aligned"
             for name in fn["multiple_of_16"]:
                 assert vals[name] % 16 == 0, f"{v}: {name}={vals[name]} not a multiple of 16"
-        self.launches.append({"variant": v, "grid": tuple(grid), "n": m, "args": args, "cooperative": cooperative})
+        self.launches.append({"variant": v, "grid": tuple(grid), "n": m, "args": args})
         out_np = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[fn["dtype"]]
         out_name = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[fn["dtype"]]
 
@@ -464,18 +454,6 @@ class MockDriver:
         entry = fn["entry"]
         if entry == "mlp3_fused_kernel":
             self._run_mlp3(fn, vals, vec, m)
-            return
-        if entry == "mlp3_step_kernel":
-            first, last = vals["first"], vals["last"]
-            stages = 4 if "w8a16" in v else 6
-            assert 1 <= first <= last <= stages, f"{v}: stages {first}..{last}"
-            # stages of one launch wait for each other at grid-wide barriers: only a cooperative
-            # launch has every program resident, so that none waits for one that never started
-            assert first == last or cooperative, f"{v}: stages {first}..{last} in a launch that is not cooperative"
-            for stage in range(first, last + 1):
-                self._run_mlp3_stage(fn, vals, vec, m, stage)
-            counter = self._matrix(fn, vals["sync_ptr"], 1, 1, 1, np.int64, "sync_ptr")
-            counter[0, 0] += (last - first) * grid[0] * grid[1] * grid[2]   # an arrival a program and barrier
             return
         if entry in ("act_quant_kernel", "layernorm_kernel"):
             k = vals["K"]
@@ -546,69 +524,6 @@ class MockDriver:
                 h = gemm.linear_w8a8(act.q, act.scale, w, scale, bias, apply_gelu=gelu)
         self._matrix(fn, vals["y_ptr"], m, widths[3], vals["stride_ym"], np.float32, "y_ptr")[:] = h
 
-    def _run_mlp3_stage(self, fn, vals, vec, m, stage):
-        """One stage of mlp3_step_kernel through the NumPy reference, on its "device" buffers."""
-        from tickgpu.quant import gemm
-        from tickgpu.quant.schemes import cast_output, quantize_activations
-
-        v = fn["variant"]
-        widths = [vals["K0"], vals["H1"], vals["H2"], vals["N3"]]
-        pads = [vals["K0p"], vals["H1p"], vals["H2p"]]
-        w8a16 = "w8a16" in v
-        code = np.float16 if w8a16 else np.int8
-
-        def act(i):   # layer i's input on the device (rows of pads[i - 1], the first widths[i - 1] used)
-            return self._matrix(fn, vals[f"a{i}_ptr"], m, widths[i - 1], pads[i - 1], code, f"a{i}_ptr")
-
-        def layer(i, a, a_scale=None, a_rowsum=None):
-            k, n = widths[i - 1], widths[i]
-            w = self._matrix(fn, vals[f"w{i}_ptr"], n, k, pads[i - 1], np.int8, f"w{i}_ptr")
-            scale, bias = vec(f"s{i}_ptr", n, np.float32), vec(f"b{i}_ptr", n, np.float32)
-            if w8a16:
-                return gemm.linear_w8a16(a.astype(np.float32), w, scale, bias, apply_gelu=i < 3)
-            if "w16a8" in v:
-                lo = self._matrix(fn, vals[f"w{i}b_ptr"], n, k, pads[i - 1], np.int8, f"w{i}b_ptr")
-                return gemm.linear_w16a8(a, a_scale, a_rowsum, w, lo, scale, vec(f"o{i}_ptr", n, np.float32), bias,
-                                         apply_gelu=i < 3)
-            return gemm.linear_w8a8(a, a_scale, w, scale, bias, apply_gelu=i < 3)
-
-        def out(i, y):   # layer i's output: the next layer's input (W8A16), a hidden row block, or y
-            if i == 3:
-                self._matrix(fn, vals["y_ptr"], m, widths[3], vals["stride_ym"], np.float32, "y_ptr")[:] = y
-            elif w8a16:
-                act(i + 1)[:] = cast_output(y, "float16")
-            else:
-                self._matrix(fn, vals[f"h{i}_ptr"], m, widths[i], widths[i], np.float32, f"h{i}_ptr")[:] = y
-
-        scales = self._matrix(fn, vals["as_ptr"], 3, m, m, np.float32, "as_ptr")
-        rowsums = self._matrix(fn, vals["ar_ptr"], 3, m, m, np.int32, "ar_ptr")
-        if stage == 1:
-            k0 = widths[0]
-            h = self._matrix(fn, vals["x_ptr"], m, k0, vals["stride_xm"], np.float32, "x_ptr").copy()
-            if "_ln" in v:
-                g, b = vec("gamma_ptr", k0, np.float32), vec("beta_ptr", k0, np.float32)
-                x64 = h.astype(np.float64)
-                mean = x64.mean(axis=1, keepdims=True)
-                var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
-                h = (((x64 - mean) / np.sqrt(var + vals["ln_eps"])) * g + b).astype(np.float32)
-            if w8a16:
-                act(1)[:] = cast_output(h, "float16")
-                return
-        elif w8a16:
-            out(stage - 1, layer(stage - 1, act(stage - 1)))
-            return
-        elif stage % 2 == 0:     # int8 schemes: GEMM of layer stage / 2
-            i = stage // 2
-            out(i, layer(i, act(i), scales[i - 1], rowsums[i - 1]))
-            return
-        else:                    # int8 schemes: rows of layer (stage + 1) / 2's input
-            i = (stage + 1) // 2
-            h = self._matrix(fn, vals[f"h{i - 1}_ptr"], m, widths[i - 1], widths[i - 1], np.float32, f"h{i - 1}_ptr")
-        i = (stage + 1) // 2
-        ref = quantize_activations(h)
-        act(i)[:] = ref.q
-        scales[i - 1], rowsums[i - 1] = ref.scale, ref.rowsum
-
     # ---- graphs -----------------------------------------------------------------------------------
     def stream_begin_capture(self, s):
         self._op("cuStreamBeginCapture")
@@ -626,7 +541,6 @@ class MockDriver:
         self.counts["graph_instantiate"] += 1
         e = self._handle()
         self.execs[e] = [list(op) for op in self.graphs[g]]
-        self.cooperative[e] = set(self.cooperative.get(g, ()))
         return e
 
     def graph_nodes(self, g):
@@ -636,12 +550,6 @@ class MockDriver:
             self.nodes[node] = (g, i)
             out.append((node, "kernel" if op[0] == "kernel" else "memcpy"))
         return out
-
-    def graph_kernel_node_set_cooperative(self, node, kernel=None):
-        self._op("cuGraphKernelNodeSetAttribute(COOPERATIVE)", kernel)
-        g, i = self.nodes[node]
-        assert self.graphs[g][i][0] == "kernel"
-        self.cooperative.setdefault(g, set()).add(i)
 
     def graph_memcpy_node_addresses(self, node):
         g, i = self.nodes[node]
@@ -663,18 +571,14 @@ class MockDriver:
 
     def graph_launch(self, e, s, *, sync=False):
         self._op("cuGraphLaunch")
-        for i, op in enumerate(self.execs[e]):
+        for op in self.execs[e]:
             if op[0] == "copy":
                 _, dst, src, nbytes, direction = op
                 self.check_range(dst if direction == "htod" else src, nbytes, f"graph copy {direction}")
                 ctypes.memmove(dst, src, nbytes)
             else:
                 _, func, grid, block, shared, args = op
-                cooperative = i in self.cooperative.get(e, ())
-                if cooperative and grid[0] * grid[1] * grid[2] > self.sm_count * self.occupancy:
-                    raise CudaError("cuGraphLaunch", "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", 720,
-                                    self.functions[func]["variant"])
-                self._run_kernel(func, grid, block, shared, args, cooperative=cooperative)
+                self._run_kernel(func, grid, block, shared, args)
 
     def roundtrip(self, cin, n_in, e, s, cout, n_out):
         from tickgpu._native import check, lib
@@ -685,7 +589,6 @@ class MockDriver:
 
     def graph_destroy(self, g):
         self.graphs.pop(g)   # KeyError on a graph destroyed twice or never made
-        self.cooperative.pop(g, None)
 
     def graph_exec_destroy(self, e):
         self.execs.pop(e, None)

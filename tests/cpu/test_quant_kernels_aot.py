@@ -34,9 +34,6 @@ SCRIPT = textwrap.dedent("""
                 "cvt_bf16": len(re.findall(r"cvt\\.rn\\.bf16", ptx)),
                 "cp16": len(re.findall(r"cp\\.async\\.cg\\.shared\\.global.*0x10", ptx)),
                 "ld_b8": len(re.findall(r"ld\\.global(\\.\\w+)*\\.b8", ptx)),
-                "atom_acq_rel": len(re.findall(r"atom\\.global\\.gpu\\.acq_rel\\.add\\.u64", ptx)),
-                "ld_acquire": len(re.findall(r"ld\\.global\\.gpu\\.acquire\\.b64", ptx)),
-                "cp_ca": len(re.findall(r"cp\\.async\\.ca", ptx)),
             }
     print(json.dumps(out))
 """)
@@ -44,7 +41,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_quant_variants_compile_for_sm80_and_sm90():
     names = ["quant_act_k64", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f32_s", "quant_gemm_w8a8_f32_l",
-             "quant_w8a16_f16_s_a16", "quant_mlp3_w16a8_ln_h64", "quant_mlp3s_w8a8", "quant_mlp3s_w8a16_ln"]
+             "quant_w8a16_f16_s_a16", "quant_mlp3_w16a8_ln_h64"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, *names], capture_output=True, text=True,
                           env=env, timeout=600)
@@ -63,13 +60,6 @@ def test_quant_variants_compile_for_sm80_and_sm90():
         assert res[f"quant_w8a16_f32_s@{arch}"]["ld_b8"] > 0   # unaligned: byte loads
         fused = res[f"quant_mlp3_w16a8_ln_h64@{arch}"]
         assert fused["mma"] > 0 and fused["magic"] >= 2         # tensor cores; round-half-even kept
-        # The grid-wide step: a barrier between stages (5 for the int8 schemes, 3 for W8A16), each
-        # one arrival (an acq_rel atomic) and a polling loop (acquire loads: the compiler's form of
-        # adding 0), at GPU scope; what other programs wrote is never read through L1.
-        for name, barriers in (("quant_mlp3s_w8a8", 5), ("quant_mlp3s_w8a16_ln", 3)):
-            step = res[f"{name}@{arch}"]
-            assert step["atom_acq_rel"] == barriers and step["ld_acquire"] == barriers, (name, step)
-            assert step["mma"] > 0 and step["cp_ca"] == 0 and step["cp16"] > 0, (name, step)
     # The alignment promise is what turns byte loads into pipelined 16-byte async copies.
     for name in ("quant_gemm_w8a8_f32_l", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f16_s_a16"):
         assert res[f"{name}@80"]["cp16"] > 0 and res[f"{name}@80"]["ld_b8"] == 0, name

@@ -117,17 +117,6 @@ QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
                           ("y_ptr", "ptr"), ("M", "i32"), ("K0", "i32"), ("H1", "i32"), ("H2", "i32"), ("N", "i32"),
                           ("stride_xm", "i32"), ("stride_w1", "i32"), ("stride_w2", "i32"), ("stride_w3", "i32"),
                           ("stride_ym", "i32"), ("ln_eps", "f32")),
-    # the grid-wide 3-layer step: the fused step's input, LayerNorm and layers, then each layer's
-    # input on the device, the int8 schemes' row scales and sums and hidden outputs, the output,
-    # the barrier counter, sizes (N: the grid's width), padded widths, strides, epsilon, stages
-    "mlp3_step_kernel": (("x_ptr", "ptr"), ("gamma_ptr", "ptr"), ("beta_ptr", "ptr"),
-                         *((f"{p}{i}{q}", "ptr") for i in (1, 2, 3) for p, q in
-                           (("w", "_ptr"), ("w", "b_ptr"), ("s", "_ptr"), ("o", "_ptr"), ("b", "_ptr"))),
-                         ("a1_ptr", "ptr"), ("a2_ptr", "ptr"), ("a3_ptr", "ptr"), ("as_ptr", "ptr"), ("ar_ptr", "ptr"),
-                         ("h1_ptr", "ptr"), ("h2_ptr", "ptr"), ("y_ptr", "ptr"), ("sync_ptr", "ptr"),
-                         ("M", "i32"), ("N", "i32"), ("K0", "i32"), ("H1", "i32"), ("H2", "i32"), ("N3", "i32"),
-                         ("K0p", "i32"), ("H1p", "i32"), ("H2p", "i32"), ("stride_xm", "i32"), ("stride_ym", "i32"),
-                         ("ln_eps", "f32"), ("first", "i32"), ("last", "i32")),
 }
 # The CUDA C small-batch W8A16 kernel (csrc/cuda/w8a16.cu) has w8a16_gemm_kernel's contract.
 QUANT_PARAMS["tg_w8a16_small_kernel"] = QUANT_PARAMS["w8a16_gemm_kernel"]

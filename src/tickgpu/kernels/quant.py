@@ -155,33 +155,6 @@ def _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, LIMBS: t
 
 
 @triton.jit
-def _load_rows(ptrs, mask, CG: tl.constexpr):
-    """A masked load (zeros outside `mask`); with CG from L2, not the SM's L1, which is not kept
-    coherent with what other SMs wrote earlier in the same launch (a grid-wide step's stages)."""
-    if CG:
-        v = tl.load(ptrs, mask=mask, other=0, cache_modifier=".cg")
-    else:
-        v = tl.load(ptrs, mask=mask, other=0)
-    return v
-
-
-@triton.jit
-def _act_quant_row(row, x_ptr, gamma_ptr, beta_ptr, xq_ptr, scale_ptr, rowsum_ptr, K, stride_xm, stride_qm,
-                   ln_eps, HAS_LN: tl.constexpr, BLOCK_K: tl.constexpr, CG: tl.constexpr):
-    """act_quant_kernel's work on one row of at most BLOCK_K elements, read once into registers."""
-    offs_k = tl.arange(0, BLOCK_K)
-    mask = offs_k < K
-    row64 = tl.cast(row, tl.int64)   # (a loop index is a plain int under the interpreter)
-    x = _load_rows(x_ptr + row64 * stride_xm + offs_k[None, :], mask[None, :], CG)
-    if HAS_LN:
-        x = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
-    q, scale, rowsum = _rows_quantized(x, mask)
-    tl.store(xq_ptr + row64 * stride_qm + offs_k[None, :], q, mask=mask[None, :])
-    tl.store(scale_ptr + row + tl.arange(0, 1), scale)
-    tl.store(rowsum_ptr + row + tl.arange(0, 1), rowsum)
-
-
-@triton.jit
 def act_quant_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 input rows; LayerNorm weight and bias (K,)
     xq_ptr, scale_ptr, rowsum_ptr,       # outputs: int8 codes, float32 scale per row, int32 row sums
@@ -204,8 +177,14 @@ def act_quant_kernel(
         # Each pass of the chunked form (below) reads the row again; where the row is the step's
         # input in mapped host memory each read is a PCIe round trip. One read, the same operations
         # on registers.
-        _act_quant_row(pid_m, x_ptr, gamma_ptr, beta_ptr, xq_ptr, scale_ptr, rowsum_ptr, K, stride_xm, stride_qm,
-                       ln_eps, HAS_LN, BLOCK_K, False)
+        mask = offs_k < K
+        x = tl.load(row_ptr + offs_k[None, :], mask=mask[None, :], other=0.0)
+        if HAS_LN:
+            x = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
+        q, scale, rowsum = _rows_quantized(x, mask)
+        tl.store(q_row_ptr + offs_k[None, :], q, mask=mask[None, :])
+        tl.store(scale_ptr + pid_m + tl.arange(0, 1), scale)
+        tl.store(rowsum_ptr + pid_m + tl.arange(0, 1), rowsum)
     else:
         if HAS_LN:
             mean, var = _row_moments(row_ptr, K, BLOCK_K)
@@ -282,18 +261,6 @@ def quant_gemm_kernel(
 ):
     """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS)."""
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    _quant_gemm_tile(pid_m, pid_n, a_ptr, a_scale_ptr, a_rowsum_ptr, b_ptr, b2_ptr, b_scale_ptr, b_offset_ptr,
-                     bias_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm, LIMBS, GELU, BLOCK_M, BLOCK_N,
-                     BLOCK_K, False)
-
-
-@triton.jit
-def _quant_gemm_tile(pid_m, pid_n, a_ptr, a_scale_ptr, a_rowsum_ptr, b_ptr, b2_ptr, b_scale_ptr, b_offset_ptr,
-                     bias_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
-                     LIMBS: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, CG: tl.constexpr):
-    """quant_gemm_kernel's output tile (pid_m, pid_n); with CG, A and its scales and row sums are
-    read from L2 (see _load_rows)."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -309,7 +276,7 @@ def _quant_gemm_tile(pid_m, pid_n, a_ptr, a_scale_ptr, a_rowsum_ptr, b_ptr, b2_p
     acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(0, K, BLOCK_K):
         mask_k = offs_k < K - k0
-        a = _load_rows(a_ptrs, mask_m[:, None] & mask_k[None, :], CG)
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0)
         b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
         acc = tl.dot(a, b, acc, out_dtype=tl.int32)
         if LIMBS:
@@ -319,11 +286,11 @@ def _quant_gemm_tile(pid_m, pid_n, a_ptr, a_scale_ptr, a_rowsum_ptr, b_ptr, b2_p
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
 
-    a_scale = _load_rows(a_scale_ptr + offs_m, mask_m, CG)
+    a_scale = tl.load(a_scale_ptr + offs_m, mask=mask_m, other=0.0)
     b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
     bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
     if LIMBS:
-        rowsum = _load_rows(a_rowsum_ptr + offs_m, mask_m, CG)
+        rowsum = tl.load(a_rowsum_ptr + offs_m, mask=mask_m, other=0)
         b_offset = tl.load(b_offset_ptr + offs_n, mask=mask_n, other=0.0)
     else:
         rowsum = 0
@@ -348,15 +315,6 @@ def w8a16_gemm_kernel(
 ):
     """Weight-only int8 GEMM: B tiles are widened to float16 in registers (exact for |q| <= 127)."""
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    _w8a16_tile(pid_m, pid_n, a_ptr, b_ptr, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
-                GELU, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT, False)
-
-
-@triton.jit
-def _w8a16_tile(pid_m, pid_n, a_ptr, b_ptr, b_scale_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_bn, stride_cm,
-                GELU: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                FAST_CVT: tl.constexpr, CG: tl.constexpr):
-    """w8a16_gemm_kernel's output tile (pid_m, pid_n); with CG, A is read from L2 (see _load_rows)."""
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
@@ -368,7 +326,7 @@ def _w8a16_tile(pid_m, pid_n, a_ptr, b_ptr, b_scale_ptr, bias_ptr, c_ptr, M, N, 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         mask_k = offs_k < K - k0
-        a = _load_rows(a_ptrs, mask_m[:, None] & mask_k[None, :], CG)
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
         b = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
         if FAST_CVT:
             bf = _int8x4_to_float16(b)
@@ -390,17 +348,6 @@ def _w8a16_tile(pid_m, pid_n, a_ptr, b_ptr, b_scale_ptr, bias_ptr, c_ptr, M, N, 
 
 
 @triton.jit
-def _layernorm_row(row, x_ptr, gamma_ptr, beta_ptr, y_ptr, K, stride_xm, stride_ym, ln_eps, BLOCK_K: tl.constexpr):
-    """layernorm_kernel's work on one row of at most BLOCK_K elements, read once into registers."""
-    offs_k = tl.arange(0, BLOCK_K)
-    mask = offs_k < K
-    row64 = tl.cast(row, tl.int64)   # (a loop index is a plain int under the interpreter)
-    x = tl.load(x_ptr + row64 * stride_xm + offs_k[None, :], mask=mask[None, :], other=0.0)
-    y = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
-    tl.store(y_ptr + row64 * stride_ym + offs_k[None, :], y.to(y_ptr.dtype.element_ty), mask=mask[None, :])
-
-
-@triton.jit
 def layernorm_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 rows; weight and bias (K,)
     y_ptr,                               # output rows (float16 or float32)
@@ -418,7 +365,10 @@ def layernorm_kernel(
     out_ptr = y_ptr + pid_m.to(tl.int64) * stride_ym
     offs_k = tl.arange(0, BLOCK_K)
     if SINGLE:
-        _layernorm_row(pid_m, x_ptr, gamma_ptr, beta_ptr, y_ptr, K, stride_xm, stride_ym, ln_eps, BLOCK_K)
+        mask = offs_k < K
+        x = tl.load(row_ptr + offs_k[None, :], mask=mask[None, :], other=0.0)
+        y = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
+        tl.store(out_ptr + offs_k[None, :], y.to(y_ptr.dtype.element_ty), mask=mask[None, :])
     else:
         mean, var = _row_moments(row_ptr, K, BLOCK_K)
         rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
@@ -531,142 +481,6 @@ def mlp3_fused_kernel(
     y = _fused_layer(h, n2, w3, w3b, s3, o3, b3, n3, SCHEME, False, FAST_CVT)
     tl.store(y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_h[None, :], y,
              mask=mmask[:, None] & n3[None, :])
-
-
-@triton.jit
-def _grid_sync(sync_ptr, programs):
-    """Wait until every program of the launch has arrived (a grid-wide barrier).
-
-    ``sync_ptr``: an int64 counter, zero when first used, that only this step's launches touch,
-    each with the same number of programs. It is never reset: arrival n (from 0) belongs to
-    barrier ``n // programs``, which opens once the counter reaches the end of that barrier's
-    range. A program's stores are ordered before its arrival (a CTA barrier, then one acq_rel
-    atomic), and its later loads after every other program's arrival (acquire loads of the
-    counter, then a CTA barrier). Only for launches whose programs are all resident at once (a
-    cooperative launch): a program that never started would leave the others waiting."""
-    tl.debug_barrier()
-    ticket = tl.atomic_add(sync_ptr, 1, sem="acq_rel", scope="gpu")
-    target = (ticket // programs + 1) * programs
-    seen = ticket + 1
-    while seen < target:
-        seen = tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
-def _step_rows(pid, programs, M, x_ptr, gamma_ptr, beta_ptr, q_ptr, scale_ptr, rowsum_ptr, K, stride_x, stride_q,
-               ln_eps, HAS_LN: tl.constexpr, BLOCK_K: tl.constexpr, CG: tl.constexpr):
-    """A row stage of mlp3_step_kernel: act_quant_kernel's rows, spread over the grid."""
-    for row in range(pid, M, programs):
-        _act_quant_row(row, x_ptr, gamma_ptr, beta_ptr, q_ptr, scale_ptr, rowsum_ptr, K, stride_x, stride_q,
-                       ln_eps, HAS_LN, BLOCK_K, CG)
-
-
-@triton.jit
-def _step_gemm(pid, M, a_ptr, a_scale_ptr, a_rowsum_ptr, w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, c_ptr, N, K,
-               stride_a, stride_w, stride_c, SCHEME: tl.constexpr, GELU: tl.constexpr, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FAST_CVT: tl.constexpr):
-    """A GEMM stage of mlp3_step_kernel: program pid computes output tile pid of the layer (tiles
-    row-major over BLOCK_M x BLOCK_N), as quant_gemm_kernel / w8a16_gemm_kernel does; programs
-    past the layer's tiles wait for the next stage."""
-    cols = tl.cdiv(N, BLOCK_N)
-    if pid < tl.cdiv(M, BLOCK_M) * cols:
-        if SCHEME == 2:
-            _w8a16_tile(pid // cols, pid % cols, a_ptr, w_ptr, s_ptr, b_ptr, c_ptr, M, N, K, stride_a, stride_w,
-                        stride_c, GELU, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT, True)
-        else:
-            _quant_gemm_tile(pid // cols, pid % cols, a_ptr, a_scale_ptr, a_rowsum_ptr, w_ptr, w2_ptr, s_ptr, o_ptr,
-                             b_ptr, c_ptr, M, N, K, stride_a, stride_w, stride_c, SCHEME == 1, GELU, BLOCK_M,
-                             BLOCK_N, BLOCK_K, True)
-
-
-@triton.jit
-def mlp3_step_kernel(
-    x_ptr, gamma_ptr, beta_ptr,          # float32 input rows (M x K0); LayerNorm weight and bias (K0,)
-    w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr,   # per layer, as mlp3_fused_kernel takes them
-    w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr,
-    w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr,
-    a1_ptr, a2_ptr, a3_ptr,              # each layer's input on the device, rows of K0p, H1p, H2p:
-                                         # int8 codes (W8A8, W16A8); float16 (W8A16: a1 is the
-                                         # LayerNorm's output, a2 and a3 the hidden layers'), whose
-                                         # padding the caller zeroes once (the GEMMs run over it)
-    as_ptr, ar_ptr,                      # int8 schemes: per-row scales and row sums, 3 x M
-    h1_ptr, h2_ptr,                      # int8 schemes: float32 hidden outputs (M x H1, M x H2)
-    y_ptr,                               # float32 outputs (M x N3)
-    sync_ptr,                            # int64 barrier counter of this step (see _grid_sync)
-    M, N, K0, H1, H2, N3,                # N: the widest of H1, H2 and N3 (the grid's columns)
-    K0p, H1p, H2p,                       # padded row lengths of a1, a2, a3 and of the weights' rows
-    stride_xm, stride_ym,
-    ln_eps,
-    first, last,                         # the stages this launch runs (1-based; 6 for the int8 schemes, 4 for W8A16)
-    SCHEME: tl.constexpr,                # 0: W8A8, 1: W16A8 (limbs), 2: W8A16
-    HAS_LN: tl.constexpr,
-    ROW_BLOCK: tl.constexpr,             # row stages: rows of up to ROW_BLOCK read once
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    FAST_CVT: tl.constexpr,
-):
-    """A 3-layer model step wider than the fused kernel's, as the layer-by-layer step's kernels run
-    one after the other in one launch: their stages, spread over the grid, with a grid-wide
-    barrier between stages instead of a kernel boundary.
-
-    W8A8 / W16A8: rows (act_quant_kernel, with the LayerNorm) -> GEMM + GELU (quant_gemm_kernel)
-    -> rows -> GEMM + GELU -> rows -> GEMM. W8A16: LayerNorm rows (layernorm_kernel, float16 out)
-    -> three GEMMs (w8a16_gemm_kernel). The same tiles and operations as those kernels (the "s"
-    tiles), so the same bits. A launch runs stages first..last: all of them in a cooperative
-    launch, whose programs are all resident; a stage a launch (first == last, no barrier) runs
-    anywhere, the interpreter included. The grid is cdiv(M, BLOCK_M) x cdiv(N, BLOCK_N) programs."""
-    pid = tl.program_id(axis=0)
-    programs = tl.num_programs(axis=0)
-    if SCHEME == 2:
-        # LayerNorm rows -> a1 (float16); GEMMs a1 -> a2 -> a3 -> y
-        if first <= 1:
-            for row in range(pid, M, programs):
-                _layernorm_row(row, x_ptr, gamma_ptr, beta_ptr, a1_ptr, K0, stride_xm, K0p, ln_eps, ROW_BLOCK)
-            if last >= 2:
-                _grid_sync(sync_ptr, programs)
-        if (first <= 2) & (last >= 2):
-            _step_gemm(pid, M, a1_ptr, as_ptr, ar_ptr, w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, a2_ptr, H1, K0p,
-                       K0p, K0p, H1p, SCHEME, True, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT)
-            if last >= 3:
-                _grid_sync(sync_ptr, programs)
-        if (first <= 3) & (last >= 3):
-            _step_gemm(pid, M, a2_ptr, as_ptr, ar_ptr, w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, a3_ptr, H2, H1p,
-                       H1p, H1p, H2p, SCHEME, True, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT)
-            if last >= 4:
-                _grid_sync(sync_ptr, programs)
-        if last >= 4:
-            _step_gemm(pid, M, a3_ptr, as_ptr, ar_ptr, w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, y_ptr, N3, H2p,
-                       H2p, H2p, N3, SCHEME, False, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT)
-    else:
-        # rows x -> a1 -> GEMM h1 -> rows a2 -> GEMM h2 -> rows a3 -> GEMM y
-        if first <= 1:
-            _step_rows(pid, programs, M, x_ptr, gamma_ptr, beta_ptr, a1_ptr, as_ptr, ar_ptr, K0, stride_xm, K0p,
-                       ln_eps, HAS_LN, ROW_BLOCK, False)
-            if last >= 2:
-                _grid_sync(sync_ptr, programs)
-        if (first <= 2) & (last >= 2):
-            _step_gemm(pid, M, a1_ptr, as_ptr, ar_ptr, w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr, h1_ptr, H1, K0p,
-                       K0p, K0p, H1, SCHEME, True, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT)
-            if last >= 3:
-                _grid_sync(sync_ptr, programs)
-        if (first <= 3) & (last >= 3):
-            _step_rows(pid, programs, M, h1_ptr, gamma_ptr, beta_ptr, a2_ptr, as_ptr + M, ar_ptr + M, H1, H1, H1p,
-                       ln_eps, False, ROW_BLOCK, True)
-            if last >= 4:
-                _grid_sync(sync_ptr, programs)
-        if (first <= 4) & (last >= 4):
-            _step_gemm(pid, M, a2_ptr, as_ptr + M, ar_ptr + M, w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr, h2_ptr, H2,
-                       H1p, H1p, H1p, H2, SCHEME, True, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT)
-            if last >= 5:
-                _grid_sync(sync_ptr, programs)
-        if (first <= 5) & (last >= 5):
-            _step_rows(pid, programs, M, h2_ptr, gamma_ptr, beta_ptr, a3_ptr, as_ptr + 2 * M, ar_ptr + 2 * M, H2,
-                       H2, H2p, ln_eps, False, ROW_BLOCK, True)
-            if last >= 6:
-                _grid_sync(sync_ptr, programs)
-        if last >= 6:
-            _step_gemm(pid, M, a3_ptr, as_ptr + 2 * M, ar_ptr + 2 * M, w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr, y_ptr,
-                       N3, H2p, H2p, H2p, N3, SCHEME, False, BLOCK_M, BLOCK_N, BLOCK_K, FAST_CVT)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -849,42 +663,6 @@ def _mlp3_variants():
                 yield v
 
 
-# The grid-wide 3-layer step (mlp3_step_kernel) for models wider than MLP3_WIDTHS, whose widths are
-# all at most MLP3S_MAX_WIDTH (its row stages read a row once): the schemes and LayerNorm options of
-# MLP3_SCHEMES, each GEMM stage on its scheme's "s" tile.
-MLP3S_MAX_WIDTH = 1024
-MLP3S_MULTIPLE_OF_16 = ("K0p", "H1p", "H2p")
-
-
-def mlp3s_variant_name(scheme: str, layernorm: bool) -> str:
-    return f"quant_mlp3s_{scheme}{'_ln' if layernorm else ''}"
-
-
-def _mlp3s_variants():
-    tiles = {name: next(t for t in GEMM_TILES[name] if t[0] == "s") for name, _, _ in MLP3_SCHEMES}
-    for scheme, code, lns in MLP3_SCHEMES:
-        act = "*fp16" if scheme == "w8a16" else "*i8"
-        sig = {"x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32"}
-        for i in (1, 2, 3):
-            sig.update({f"w{i}_ptr": "*i8", f"w{i}b_ptr": "*i8", f"s{i}_ptr": "*fp32", f"o{i}_ptr": "*fp32",
-                        f"b{i}_ptr": "*fp32"})
-        sig.update({"a1_ptr": act, "a2_ptr": act, "a3_ptr": act, "as_ptr": "*fp32", "ar_ptr": "*i32",
-                    "h1_ptr": "*fp32", "h2_ptr": "*fp32", "y_ptr": "*fp32", "sync_ptr": "*i64",
-                    "M": "i32", "N": "i32", "K0": "i32", "H1": "i32", "H2": "i32", "N3": "i32",
-                    "K0p": "i32", "H1p": "i32", "H2p": "i32", "stride_xm": "i32", "stride_ym": "i32",
-                    "ln_eps": "fp32", "first": "i32", "last": "i32",
-                    "SCHEME": "constexpr", "HAS_LN": "constexpr", "ROW_BLOCK": "constexpr", "BLOCK_M": "constexpr",
-                    "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "FAST_CVT": "constexpr"})
-        _, bm, bn, bk, warps, stages = tiles[scheme]
-        for ln in lns:
-            v = _variant(mlp3s_variant_name(scheme, bool(ln)), mlp3_step_kernel, sig,
-                         {"SCHEME": code, "HAS_LN": ln, "ROW_BLOCK": MLP3S_MAX_WIDTH, "BLOCK_M": bm, "BLOCK_N": bn,
-                          "BLOCK_K": bk, "FAST_CVT": 1}, warps, stages, "f32", "tiles",
-                         "a 3-layer model step of up to 64 tokens, widths up to 1,024, wider than the fused "
-                         "kernel's: one cooperative launch, or a launch a stage", aligned16=True)
-            v["multiple_of_16"] = MLP3S_MULTIPLE_OF_16
-            yield v
-
 # The CUDA C W8A16 kernel for M <= 16 (csrc/cuda/w8a16.cu), built by nvcc: (tile name, most rows,
 # MMA token tiles MT, warps, chunks loaded per warp before use). Each block owns 16 output channels
 # and 8 * MT tokens; its warps split K. Chosen on an H200 (benchmarks/results/h200-2026-11-30-f/
@@ -919,8 +697,7 @@ def w8a16_small_variants():
 
 
 QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),
-                              *_layernorm_variants(), *_mlp3_variants(),
-                              *_mlp3s_variants()]
+                              *_layernorm_variants(), *_mlp3_variants()]
 """Every specialization the bundle holds: variant name, kernel, Triton signature (argument name ->
 type, constexprs marked "constexpr"), constexpr values, num_warps, num_stages, compile options, the
 manifest's dtype (output element type; float32 input for the activation kernel), the grid rule

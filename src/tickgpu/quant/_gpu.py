@@ -22,11 +22,7 @@ are launched through a *kernel runtime*: an object with
 A model of three layers whose widths all fit 64 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
 as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches: the
 same operations, float32 out (rounded to the model's out_dtype on the host, as a kernel's store
-rounds). Wider three-layer models (widths up to 1,024) run such a step on ``quant_mlp3s_*``: the
-layer-by-layer step's kernels as the stages of one kernel, with grid-wide barriers between them.
-That needs every program resident at once, so it is one cooperative launch where the runtime
-offers ``co_resident(variant)`` (how many programs the device holds at once) and
-``capture(prepared, cooperative=True)``; elsewhere the same kernel runs a launch a stage.
+rounds).
 
 :func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
 sources under the interpreter. Nothing here imports torch or triton.
@@ -71,21 +67,12 @@ W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16)}
 MLP3_BLOCK_M = 16
 MLP3_WIDTHS = (32, 64)
 MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
-# The grid-wide step (tickgpu.kernels.quant.mlp3_step_kernel): the widest model it takes, and its
-# programs' output tiles (the GEMM stages' "s" tiles).
-MLP3S_MAX_WIDTH = 1024
-MLP3S_TILE = (16, 32)
 
 
 def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
     """The fused step's variant name, as tickgpu.kernels.quant names it (a test holds the two equal;
     that module imports Triton, which the run-time path never does)."""
     return f"quant_mlp3_{scheme}{'_ln' if layernorm else ''}_h{width}"
-
-
-def mlp3s_variant_name(scheme: str, layernorm: bool) -> str:
-    """The grid-wide step's variant name, as tickgpu.kernels.quant names it."""
-    return f"quant_mlp3s_{scheme}{'_ln' if layernorm else ''}"
 
 
 def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, has=None):
@@ -172,10 +159,9 @@ class _Program:
     ``out_cast``: the model's output dtype where the step writes float32 in its place (the fused
     step), rounded on the host as a kernel's store rounds (to nearest even); else None."""
 
-    def __init__(self, x, in_dtype, launches, out, out_cast=None, cooperative=False):
+    def __init__(self, x, in_dtype, launches, out, out_cast=None):
         self.x, self.in_dtype, self.launches, self.out = x, in_dtype, launches, out
         self.out_cast = out_cast
-        self.cooperative = cooperative   # one launch with grid-wide barriers: a cooperative graph
         self.prepared = None
         self.x_ptr = self.bad = None   # run_staged's native view of a mapped x, and its answer slots
         self.graph = None      # the step as one graph (x and out then live in mapped host memory)
@@ -229,17 +215,9 @@ class GpuPlan:
         return out
 
     def fused_variant(self, m: int) -> str | None:
-        """The one-kernel step's variant for m rows, or None where the step runs layer by layer.
-
-        A model of three layers, of a scheme (and LayerNorm option) the step kernels serve, and
-        m <= GRAPH_MAX_ROWS; then, by its widest layer (input, hidden or output features):
-
-        - at most 64: ``quant_mlp3_*``, the narrowest width that holds the model (a program holds
-          16 tokens' activations in registers from input to output);
-        - at most 1,024: ``quant_mlp3s_*``, the layer-by-layer kernels as stages of one kernel
-          (see :meth:`_build_staged`).
-
-        None also where the bundle lacks the variant."""
+        """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
+        a model of three layers whose widths all fit 64 (the narrowest variant that holds them),
+        of a scheme the kernel serves, m <= GRAPH_MAX_ROWS, and a bundle that has the variant."""
         if len(self.layers) != 3 or not 0 < m <= GRAPH_MAX_ROWS:
             return None
         ln = self.ln is not None
@@ -247,12 +225,9 @@ class GpuPlan:
             return None
         widest = max(self.layers[0].k, *(layer.n for layer in self.layers))
         width = next((w for w in MLP3_WIDTHS if widest <= w), None)
-        if width is not None:
-            name = mlp3_variant_name(self.scheme, ln, width)
-        elif widest <= MLP3S_MAX_WIDTH:
-            name = mlp3s_variant_name(self.scheme, ln)
-        else:
+        if width is None:
             return None
+        name = mlp3_variant_name(self.scheme, ln, width)
         has = getattr(self.rt, "has", None)
         return name if has is None or has(name) else None
 
@@ -270,41 +245,6 @@ class GpuPlan:
         return _Program(x, np.float32, launches, y,
                         out_cast=None if self.out_dtype == "float32" else self.out_dtype)
 
-    def _build_staged(self, m: int, variant: str, graph: bool) -> _Program:
-        """The step on mlp3_step_kernel: the layer-by-layer step's kernels as stages of one kernel
-        (program p takes rows p, p + grid, ... of a row stage and output tile p of a GEMM stage).
-        Where the runtime offers cooperative graphs and the device holds the whole grid at once,
-        one launch runs every stage, with grid-wide barriers between them; else a launch a stage."""
-        rt = self.rt
-        alloc_io = rt.mapped if graph else rt.empty
-        l1, l2, l3 = self.layers
-        x = alloc_io((m, l1.k), "float32")
-        y = alloc_io((m, l3.n), "float32")
-        # Each layer's input, rows padded to 16 elements with zeros once: the GEMM stages run over
-        # the padding, which no stage writes.
-        pads = (l1.k_pad, l2.k_pad, l3.k_pad)
-        code = np.float16 if self.scheme == "w8a16" else np.int8
-        a1, a2, a3 = (rt.upload(np.zeros((m, p), code)) for p in pads)
-        scales, rowsums = rt.empty((3, m), "float32"), rt.empty((3, m), "int32")
-        hidden = (l1.n, l2.n) if self.scheme != "w8a16" else (1, 1)   # W8A16 writes a2 and a3 itself
-        h1, h2 = (rt.empty((m, n), "float32") for n in hidden)
-        sync = rt.upload(np.zeros(1, np.int64))   # the barriers' counter (this step's alone)
-        n = max(l1.n, l2.n, l3.n)
-        args = [x, self.gamma, self.beta]
-        for layer in self.layers:
-            args += [layer.b, layer.b2, layer.scale, layer.offset, layer.bias]
-        args += [a1, a2, a3, scales, rowsums, h1, h2, y, sync, m, n, l1.k, l1.n, l2.n, l3.n, *pads, l1.k, l3.n,
-                 self.ln_eps]
-        bm, bn = MLP3S_TILE
-        grid = (-(-m // bm) * -(-n // bn), 1, 1)
-        stages = 4 if self.scheme == "w8a16" else 6
-        co_resident = getattr(rt, "co_resident", None)
-        cooperative = graph and co_resident is not None and grid[0] <= co_resident(variant)
-        spans = [(1, stages)] if cooperative else [(s, s) for s in range(1, stages + 1)]
-        launches = [(variant, grid, args + [first, last]) for first, last in spans]
-        return _Program(x, np.float32, launches, y, out_cast=None if self.out_dtype == "float32" else self.out_dtype,
-                        cooperative=cooperative)
-
     def _build(self, m: int) -> _Program:
         rt = self.rt
         last = len(self.layers) - 1
@@ -313,8 +253,7 @@ class GpuPlan:
         graph = m <= GRAPH_MAX_ROWS and hasattr(rt, "capture") and hasattr(rt, "mapped") and hasattr(rt, "prepare")
         fused = self.fused_variant(m)
         if fused is not None:
-            build = self._build_staged if fused.startswith("quant_mlp3s_") else self._build_fused
-            return self._finish(build(m, fused, graph), graph)
+            return self._finish(self._build_fused(m, fused, graph), graph)
         # In graph mode the step's input and output are mapped host memory the kernels address.
         alloc_io = rt.mapped if graph else rt.empty
         y = alloc_io((m, self.layers[-1].n), self.out_dtype)
@@ -356,7 +295,7 @@ class GpuPlan:
         if hasattr(rt, "prepare"):
             prog.prepared = [rt.prepare(v, g, a) for v, g, a in prog.launches]
         if graph:
-            prog.graph = rt.capture(prog.prepared, cooperative=True) if prog.cooperative else rt.capture(prog.prepared)
+            prog.graph = rt.capture(prog.prepared)
         return prog
 
     def _host_out(self, prog: _Program, y: np.ndarray) -> np.ndarray:

@@ -400,22 +400,6 @@ class Driver:
             out.append((int(node), kind.name.replace("CU_GRAPH_NODE_TYPE_", "").lower()))
         return out
 
-    def graph_kernel_node_set_cooperative(self, graph_node: int, kernel: str | None = None) -> None:
-        """Mark a captured kernel node cooperative (before instantiation): its blocks are then
-        resident all at once, or its launch fails (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)."""
-        value = self._cu.CUkernelNodeAttrValue()
-        value.cooperative = 1
-        attr = self._cu.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-        self._check(self._cu.cuGraphKernelNodeSetAttribute(self._cu.CUgraphNode(graph_node), attr, value),
-                    "cuGraphKernelNodeSetAttribute(COOPERATIVE)", kernel)
-
-    def occupancy_max_blocks(self, func: int, block_threads: int, shared: int, kernel: str | None = None) -> int:
-        """How many blocks of `func` (`block_threads` threads, `shared` bytes of dynamic shared
-        memory) one SM holds at once: cuOccupancyMaxActiveBlocksPerMultiprocessor."""
-        return int(self._check(self._cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            self._cu.CUfunction(func), int(block_threads), int(shared)),
-            "cuOccupancyMaxActiveBlocksPerMultiprocessor", kernel))
-
     def graph_memcpy_node_addresses(self, graph_node: int) -> tuple[int, int]:
         """(destination, source) addresses of a copy node, whatever memory kinds it records."""
         p = self._check(self._cu.cuGraphMemcpyNodeGetParams(self._cu.CUgraphNode(graph_node)),

@@ -44,12 +44,10 @@ from tickgpu.runtime.launch import Launcher
 __all__ = ["DeviceBuffer", "MappedBuffer", "BufferPool", "KernelRuntime", "PreparedLaunch", "StepGraph", "DTYPES"]
 
 #: Element types of device buffers: name -> the NumPy dtype that holds them on the host.
-DTYPES = {"int8": np.dtype(np.int8), "int32": np.dtype(np.int32), "int64": np.dtype(np.int64),
-          "float16": np.dtype(np.float16),
+DTYPES = {"int8": np.dtype(np.int8), "int32": np.dtype(np.int32), "float16": np.dtype(np.float16),
           "bfloat16": np.dtype(np.uint16), "float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
           "uint8": np.dtype(np.uint8)}
-_NAME_OF = {np.dtype(np.int8): "int8", np.dtype(np.int32): "int32", np.dtype(np.int64): "int64",
-            np.dtype(np.float16): "float16",
+_NAME_OF = {np.dtype(np.int8): "int8", np.dtype(np.int32): "int32", np.dtype(np.float16): "float16",
             np.dtype(np.float32): "float32", np.dtype(np.float64): "float64", np.dtype(np.uint8): "uint8"}
 _I32 = (-2**31, 2**31)
 MIN_BLOCK = 256   # bytes: the smallest size class (and the alignment every buffer has)
@@ -189,14 +187,12 @@ class StepGraph:
 
     The graph records the argument values of its launches, so it stays valid while their buffers
     live (it keeps them) and while no scratch block they name moved: `replay` checks the bundle's
-    scratch epoch and captures again where one did. With `cooperative`, every kernel node is made
-    a cooperative launch (all its blocks resident at once: what a grid-wide barrier needs).
+    scratch epoch and captures again where one did.
     """
 
-    def __init__(self, runtime: "KernelRuntime", prepared: list, cooperative: bool = False):
+    def __init__(self, runtime: "KernelRuntime", prepared: list):
         self.runtime = runtime
         self.prepared = list(prepared)
-        self.cooperative = cooperative
         self.exec = 0
         self._graph = 0
         self._epoch = -1
@@ -223,10 +219,6 @@ class StepGraph:
                 raise
             graph = d.stream_end_capture(rt.stream)
             self._graph = graph
-            if self.cooperative:
-                for node, kind in d.graph_nodes(graph):
-                    if kind == "kernel":
-                        d.graph_kernel_node_set_cooperative(node)
             self.exec = d.graph_instantiate(graph)
             self._epoch = ctx.bundle.scratch_epoch
 
@@ -271,7 +263,6 @@ class KernelRuntime:
         self.stream = ctx.stream
         self.pool = BufferPool(ctx.driver)
         self.launches = 0
-        self._co_resident: dict[str, int] = {}
 
     # ---- memory ------------------------------------------------------------------------------
     def empty(self, shape, dtype: str) -> DeviceBuffer:
@@ -282,29 +273,9 @@ class KernelRuntime:
         """Pinned host memory of `shape` and `dtype` that kernels address directly (see `MappedBuffer`)."""
         return MappedBuffer(self.ctx.memory.pinned, shape, dtype)
 
-    def capture(self, prepared: list, cooperative: bool = False) -> StepGraph:
-        """`prepared` launches (from `prepare`) as one graph; ``replay()`` runs it and waits. With
-        `cooperative`, its kernels are cooperative launches (see `co_resident`)."""
-        return StepGraph(self, prepared, cooperative)
-
-    def co_resident(self, variant: str) -> int:
-        """How many programs of `variant` the device runs at once in a cooperative launch (a larger
-        grid is refused); 0 where the device has no cooperative launches."""
-        lk = self.ctx.bundle.kernels.get(variant)
-        if lk is None:
-            self.spec(variant)   # raises, naming the bundle
-        got = self._co_resident.get(variant)
-        if got is None:
-            ctx, d = self.ctx, self.driver
-            with ctx.lock:
-                ctx.enter()
-                if not d.device_attribute("COOPERATIVE_LAUNCH", ctx.device):
-                    got = 0
-                else:
-                    spec = lk.spec
-                    got = ctx.sm_count * d.occupancy_max_blocks(lk.func, spec.block[0], spec.shared, spec.variant)
-            self._co_resident[variant] = got
-        return got
+    def capture(self, prepared: list) -> StepGraph:
+        """`prepared` launches (from `prepare`) as one graph; ``replay()`` runs it and waits."""
+        return StepGraph(self, prepared)
 
     def upload(self, array) -> DeviceBuffer:
         """A device copy of `array` (C-contiguous copy made first if needed), queued on the stream.
@@ -470,7 +441,7 @@ class KernelRuntime:
         now. Returns the number of variants launched.
         """
         zeros = self.upload(np.zeros(1024, np.uint8))
-        outs = self.empty((16384,), "uint8")
+        outs = self.empty((4096,), "uint8")
         count = 0
         for lk in list(self.ctx.bundle.kernels.values()):
             spec = lk.spec
@@ -480,8 +451,7 @@ class KernelRuntime:
             for p in spec.contract_params:
                 if p.kind == "ptr":
                     # Outputs (written) get a region of their own; inputs share the zero block.
-                    if p.name in ("xq_ptr", "scale_ptr", "rowsum_ptr", "c_ptr", "y_ptr", "a1_ptr", "a2_ptr",
-                                  "a3_ptr", "as_ptr", "ar_ptr", "h1_ptr", "h2_ptr", "sync_ptr"):
+                    if p.name in ("xq_ptr", "scale_ptr", "rowsum_ptr", "c_ptr", "y_ptr"):
                         args.append(outs.ptr + 1024 * out_slot)
                         out_slot += 1
                     else:
@@ -489,8 +459,7 @@ class KernelRuntime:
                 elif p.kind == "f32":
                     args.append(1e-5)
                 else:
-                    # (a grid-wide step runs its first stage alone: a launch a stage, no barrier)
-                    args.append(1 if p.name in ("M", "first", "last") else 16)
+                    args.append(1 if p.name == "M" else 16)
             self.launch(spec.variant, None, args)
             count += 1
         self.synchronize()
