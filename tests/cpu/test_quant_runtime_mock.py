@@ -208,6 +208,41 @@ def test_fused_step_is_one_kernel_in_its_graph(kr, ctx, mock, rng):
     assert lin.fused_variant(1) is None   # two layers: layer by layer
 
 
+def test_auto_runs_quant_models_on_the_gpu_where_it_won(kr, mock, rng, monkeypatch):
+    """backend="auto": a QuantMLP / QuantLinear call goes to the GPU for row counts inside the op's
+    measured range (tickgpu.dispatch, ops "quant_mlp" / "quant_linear") and stays on the CPU
+    outside it, for CPU-only schemes, and without a GPU; results are the reference's either way."""
+    from tickgpu import dispatch
+
+    monkeypatch.setattr(dispatch, "gpu_range", lambda: {"quant_mlp": (4, 64), "quant_linear": (2, None)})
+    layers = [(rng.standard_normal((o, i)), rng.standard_normal(o)) for i, o in ((12, 32), (32, 32), (32, 2))]
+    x = rng.standard_normal((100, 12)).astype(np.float32)
+    models = [(QuantMLP(layers, scheme="w8a8", backend="auto"), {1: False, 4: True, 63: True, 64: False}),
+              (QuantLinear(*layers[0], scheme="w8a8", backend="auto"), {1: False, 2: True, 100: True}),
+              (QuantMLP(layers, scheme="fp16", backend="auto"), {4: False, 63: False})]
+    for model, on_gpu in models:
+        for m, want in on_gpu.items():
+            before = len(mock.launches)
+            y = model(x[:m])
+            assert (len(mock.launches) > before) == want, (type(model).__name__, model.scheme, m)
+            assert np.array_equal(y, model.forward_cpu(x[:m]))
+    monkeypatch.setenv("TICKGPU_DISABLE_GPU", "1")
+    before = len(mock.launches)
+    assert np.array_equal(models[0][0](x[:4]), models[0][0].forward_cpu(x[:4]))
+    assert len(mock.launches) == before
+
+
+def test_shipped_crossover_sends_quant_models_to_the_gpu():
+    """The shipped ranges (data/crossover.json, measured by the quant suite) cover the quant ops."""
+    from tickgpu import dispatch
+
+    dispatch.gpu_range.cache_clear()
+    ranges = dispatch.gpu_range()
+    for op in ("quant_mlp", "quant_linear"):
+        lo, hi = ranges[op]
+        assert lo >= 1 and (hi is None or hi > lo), (op, lo, hi)
+
+
 @pytest.mark.parametrize("m,tile,grid", [(1, "m8", 5), (8, "m8", 5), (9, "m16", 5), (16, "m16", 5),
                                          (17, "s", 6), (65, "l", 1)])
 def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):

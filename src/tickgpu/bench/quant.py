@@ -1,6 +1,6 @@
 """`tickgpu bench --suite quant`: the quantized GEMMs and small models side by side with PyTorch.
 
-Two sections, measured in one run on one GPU:
+Three sections, measured in one run on one GPU:
 
 * ``gemm``: one linear layer ``(M, K) x (N, K)^T`` for M in 1..4096 at N = K = 4096 and at signal-model
   sizes (256-1024): tickgpu's W8A8 (int8 tensor cores, fused per-token x per-channel epilogue), W16A8
@@ -13,6 +13,11 @@ Two sections, measured in one run on one GPU:
   1-64, plus the shipped 12-32-32-1 signal model) called from Python with NumPy in and NumPy out:
   tickgpu ``QuantMLP(backend="gpu")`` for each scheme, the CPU reference, and PyTorch eager float32 on
   the GPU and on the CPU (tensor from NumPy, forward, back to NumPy).
+* ``crossover``: what ``backend="auto"`` needs (tickgpu.dispatch): for ``QuantLinear`` (op
+  "quant_linear"; W8A8, 256 x 256 and 1,024 x 1,024) and ``QuantMLP`` (op "quant_mlp"; the shipped
+  model and 64-256-256-4 with LayerNorm, W8A8) the CPU backend against the GPU backend, NumPy in
+  and out, over 1..1,024 rows, and the range of rows where the GPU won for every model measured
+  (``gpu_range``, what tickgpu/data/crossover.json ships).
 
 GEMM timing: everything runs on one stream (tickgpu's, which PyTorch is told to use), so CUDA events
 bracket exactly the work of each call. Per case: ``p50_us`` / ``p99_us`` of events around each single
@@ -316,6 +321,73 @@ def mlp_section(torch, quick: bool) -> list:
     return rows
 
 
+CROSSOVER_ROWS = (1, 4, 16, 64, 256, 1024)
+
+
+def _crossover_models(rng):
+    """{op: [(label, CPU model, GPU model, in_features, most rows)]} for the crossover section."""
+    from importlib import resources
+
+    from tickgpu.quant import QuantLinear, QuantMLP
+
+    out: dict = {"quant_linear": [], "quant_mlp": []}
+    for nk, most in ((256, 1024), (1024, 256)):   # the NumPy reference of 1,024 rows x 1,024^2: ~0.5 s
+        w, b = rng.standard_normal((nk, nk)), rng.standard_normal(nk)
+        out["quant_linear"].append((f"W8A8 {nk} x {nk}", QuantLinear(w, b, scheme="w8a8", backend="cpu"),
+                                    QuantLinear(w, b, scheme="w8a8", backend="gpu"), nk, most))
+    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
+        sd = dict(np.load(f))
+    shipped = ([(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in (1, 3, 5)], (sd["0.weight"], sd["0.bias"]))
+    wide = _mlp_weights(rng, [MLP_FEATURES, 256, 256, MLP_OUTPUTS])
+    for label, (layers, ln) in (("shipped 12-32-32-1", shipped), (f"{MLP_FEATURES}-256-256-{MLP_OUTPUTS}", wide)):
+        out["quant_mlp"].append((f"W8A8 {label}", QuantMLP(layers, layernorm=ln, scheme="w8a8", backend="cpu"),
+                                 QuantMLP(layers, layernorm=ln, scheme="w8a8", backend="gpu"),
+                                 layers[0][0].shape[1], 1024))
+    return out
+
+
+def _intersect(ranges):
+    """The rows inside every (lo, hi) range (hi None: no upper end), or None where one is None or
+    they do not overlap."""
+    if not ranges or any(r is None for r in ranges):
+        return None
+    lo = max(r[0] for r in ranges)
+    his = [r[1] for r in ranges if r[1] is not None]
+    hi = min(his) if his else None
+    return None if hi is not None and hi <= lo else (lo, hi)
+
+
+def crossover_section(quick: bool) -> dict:
+    """Per op, each model's CPU-vs-GPU sweep over rows (NumPy in and out, p50) and its GPU range
+    (:func:`tickgpu.dispatch.range_from_sweep`), and the op's ``gpu_range``: the rows where the GPU
+    won for every model. Slow calls (the NumPy reference of wide layers) get fewer repeats."""
+    from tickgpu.dispatch import range_from_sweep
+
+    rng = np.random.default_rng(11)
+    budget_s = 0.2 if quick else 1.0
+    out: dict = {}
+    for op, models in _crossover_models(rng).items():
+        sweeps = []
+        for label, cpu, gpu, k, most in models:
+            rows = []
+            for n in (r for r in CROSSOVER_ROWS if r <= most):
+                x = (rng.standard_normal((n, k)) * 2).astype(np.float32)
+                row = {"n": n}
+                for name, model in (("cpu", cpu), ("gpu", gpu)):
+                    t0 = time.perf_counter()
+                    model(x, check=False)
+                    one = time.perf_counter() - t0
+                    repeats = int(max(5, min(2000, budget_s / max(one, 1e-6))))
+                    row[f"{name}_p50_us"] = time_calls(lambda: model(x, check=False), repeats,
+                                                       warmup=min(20, repeats))["p50_us"]
+                rows.append(row)
+                print(f"[crossover] {op} {label} rows={n} cpu={row['cpu_p50_us']:.1f}us gpu={row['gpu_p50_us']:.1f}us",
+                      flush=True)
+            sweeps.append({"model": label, "sweep": rows, "gpu_range": range_from_sweep(rows)})
+        out[op] = {"models": sweeps, "gpu_range": _intersect([m["gpu_range"] for m in sweeps])}
+    return out
+
+
 def _print_mlp(r: dict) -> None:
     parts = [f"{name}={c['p50_us']:.1f}us" for name, c in r["cases"].items() if "p50_us" in c]
     print(f"[mlp] {r['model']} batch={r['batch']}  " + "  ".join(parts), flush=True)
@@ -349,6 +421,7 @@ def run(args) -> int:
     sections = {
         "gemm": lambda: gemm_section(torch, kr, stream, quick),
         "signal_mlp": lambda: mlp_section(torch, quick),
+        "crossover": lambda: crossover_section(quick),
     }
     with torch.cuda.stream(stream):
         run_sections(res, sections)
@@ -418,6 +491,9 @@ def evaluate_targets(res: dict) -> dict:
                     t["w8a8_4096_fp16_over_tickgpu>=1.3"] = fp16 / w8
                 if w8 and int_mm:
                     t["w8a8_4096_int_mm_dequant_over_tickgpu>=1.1"] = int_mm / w8
+    cross = res.get("crossover")
+    if isinstance(cross, dict):
+        t["auto_gpu_range_rows"] = {op: c.get("gpu_range") for op, c in cross.items() if isinstance(c, dict)}
     # W8A16 at M <= 16 is not judged here: a call of a few microseconds is shorter than a PyTorch
     # matmul's own dispatch, so the "batched" figures there are host time (scripts/quant-sweep
     # measures both sides' device time in replayed graphs).
