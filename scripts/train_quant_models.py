@@ -34,12 +34,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from tickgpu.app import signal as app_signal  # noqa: E402
 from tickgpu.quant import EmaStandardizer, QuantMLP, check_causal, quantize_activations, quantize_weight  # noqa: E402
 
 DATA = ROOT / "src" / "tickgpu" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 FORMATS = ["fp32", "fp16", "w8a8", "w16a8", "w8a16"]
-HORIZON = 50  # events ahead for the signal target
+HORIZON = app_signal.HORIZON  # events ahead for the signal target
 
 
 # -- (a) signal model ----------------------------------------------------------------------------
@@ -50,42 +51,12 @@ def load_amzn():
     return msg, book
 
 
-def _ema(x, alpha):
-    out = np.empty_like(x)
-    acc = 0.0
-    for i, v in enumerate(x):
-        acc = alpha * acc + (1 - alpha) * v
-        out[i] = acc
-    return out
-
-
 def signal_features(msg, book):
     """Causal features at each event (row i uses events <= i only) and the future target."""
-    t, etype, size, direction = msg[:, 0], msg[:, 1].astype(int), msg[:, 3], msg[:, 5]
     ask, ask_sz, bid, bid_sz = book[:, 0], book[:, 1], book[:, 2], book[:, 3]
-    mid = 0.5 * (ask + bid)
-    logmid = np.log(mid)
-    n = len(mid)
-
-    def past_ret(k):
-        r = np.zeros(n)
-        r[k:] = (logmid[k:] - logmid[:-k]) * 1e4
-        return r
-
-    execution = np.isin(etype, (4, 5))
-    # an executed sell limit order (direction -1) is a buyer-initiated trade
-    signed_flow = np.where(execution, -direction * size, 0.0)
-    feats = np.column_stack([
-        (ask - bid) / 100.0,                                   # spread in cents
-        (bid_sz - ask_sz) / (bid_sz + ask_sz),                 # level-1 imbalance
-        np.log(bid_sz) - np.log(ask_sz),
-        past_ret(1), past_ret(5), past_ret(20), past_ret(100),
-        _ema(signed_flow, 0.9), _ema(signed_flow, 0.99),
-        _ema((etype == 1).astype(float), 0.95),                # submissions
-        _ema((etype == 3).astype(float), 0.95),                # deletions
-        np.log1p(np.diff(t, prepend=t[0]) * 1e3),              # ms since the previous event
-    ])
-    target = np.full(n, np.nan)
+    feats = app_signal.signal_features(msg[:, 0], msg[:, 1], msg[:, 3], msg[:, 5], ask, ask_sz, bid, bid_sz)
+    logmid = np.log(0.5 * (ask + bid))
+    target = np.full(len(logmid), np.nan)
     target[:-HORIZON] = (logmid[HORIZON:] - logmid[:-HORIZON]) * 1e4
     return feats, target
 
@@ -97,9 +68,9 @@ def prepare_signal():
     feats = np.clip(EmaStandardizer(alpha=0.999).transform(raw), -8, 8)
     report = check_causal(lambda s: EmaStandardizer(alpha=0.999).transform(s[:3000]), raw[:3000], cuts=5)
     keep = np.isfinite(target)
-    keep[:200] = False  # warm-up of the standardizer and the 100-event return
+    keep[:app_signal.WARMUP_EVENTS] = False  # warm-up of the standardizer and the 100-event return
     x, y = feats[keep].astype(np.float32), np.clip(target[keep], -30, 30).astype(np.float32)
-    split = int(0.7 * len(x))
+    split = int(app_signal.TRAIN_FRACTION * len(x))
     return (x[:split], y[:split]), (x[split:], y[split:]), report
 
 

@@ -211,21 +211,28 @@ def test_demo_runs_and_writes_reports(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "implied_vol" in r.stdout and "p99.9" in r.stdout
     rep = json.loads((out / "demo.json").read_text())
-    assert set(rep["stages"]) == {"book", "surface", "greeks", "quotes", "implied_vol", "tick_total"}
+    assert set(rep["stages"]) == {"book", "features", "signal", "surface", "greeks", "quotes", "implied_vol",
+                                  "tick_total"}
     for name, s in rep["stages"].items():
         assert {"n", "p50_us", "p99_us", "p99.9_us", "mean_us", "backend"} <= set(s)
         assert 0 < s["p50_us"] <= s["p99_us"] <= s["p99.9_us"] <= s["max_us"]
-        assert s["n"] == (rep["throughput"]["messages"] if name == "book" else 50)
+        assert s["n"] == (rep["throughput"]["messages"] if name in ("book", "features") else 50)
     assert rep["throughput"]["ticks"] == 50
     assert rep["chain"]["options"] == 4 * 20 * 2
-    assert rep["backends"] == {"book": "cpu", "surface": "cpu", "greeks": "cpu", "implied_vol": "cpu"}
+    assert rep["backends"] == {"book": "cpu", "features": "cpu", "signal": "cpu", "surface": "cpu", "greeks": "cpu",
+                               "implied_vol": "cpu"}
+    # The signal model predicted on every tick; the ticks whose next 50 events were replayed are
+    # scored against what followed (a correlation, so within [-1, 1]).
+    sig = rep["signal"]
+    assert sig["predictions"] == 50 and sig["backend"] == "cpu" and sig["scheme"] == "w8a16"
+    assert 3 <= sig["scored"] < 50 and -1 <= sig["information_coefficient"] <= 1
     # Ticks are mid changes: the replay must stop exactly where the file's 50th mid change is.
     assert rep["throughput"]["messages"] == _mid_changes_from_orderbook(50)
     check = rep["iv_check"]
     assert check["passed"] and check["non_ok"] == 0 and check["checked"] == 50 * 160
     assert check["max_abs_residual"] <= check["tolerance"] < check["max_abs_vol_error"]
     html = (out / "demo.html").read_text()
-    assert "<svg" in html and html.count("<svg") == 6 and "<script" not in html
+    assert "<svg" in html and html.count("<svg") == 8 and "<script" not in html
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 

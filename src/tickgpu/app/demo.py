@@ -1,8 +1,10 @@
 """`tickgpu demo`: a market maker's loop over a day of real order-book messages.
 
-Every LOBSTER message updates the book and its features. On every *underlying tick* -- a
+Every LOBSTER message updates the book and its features, and the shipped quantized signal
+model's twelve causal features (:mod:`tickgpu.app.signal`). On every *underlying tick* -- a
 message after which the book's mid price differs from the mid before it (both sides quoted) --
-an option chain on the underlying is repriced:
+the signal model predicts the mid change over the next 50 events (W8A16; on the GPU, a step bound
+to the features' array), and an option chain on the underlying is repriced:
 
 1. surface: each option's vol from a :class:`tickgpu.VolSurface` whose strike axis is moneyness
    K / mid, built once with a skew and a smile around the opening mid (sticky moneyness);
@@ -12,7 +14,9 @@ an option chain on the underlying is repriced:
 4. implied vol: :func:`tickgpu.implied_vol` solves the vols back from those quotes.
 
 The solved vols are checked against the model vols plus the first-order effect of the quote's
-offset (offset / vega), so a solver error cannot hide behind the noise. Every stage is timed with
+offset (offset / vega), so a solver error cannot hide behind the noise; the signal's predictions are
+scored against the mid changes that followed them (their correlation, the information coefficient).
+Every stage is timed with
 ``time.perf_counter_ns`` and the report (table, JSON, HTML with histograms) says which backend ran
 each operation.
 """
@@ -35,7 +39,8 @@ RATE, DIV = 0.0025, 0.0                # mid-2012 USD short rate; AMZN paid no d
 HALF_SPREAD = 0.05                     # dollars: a typical equity-option half-spread
 QUOTE_OFFSET_CAP = 0.01                # offset at most 1 % of the time value, so quotes stay arbitrage-free
 DEFAULT_MESSAGES = "AMZN_2012-06-21_34200000_57600000_message_1.csv"
-STAGES = ("book", "surface", "greeks", "quotes", "implied_vol", "tick_total")
+STAGES = ("book", "features", "signal", "surface", "greeks", "quotes", "implied_vol", "tick_total")
+SIGNAL_SCHEME = "w8a16"
 UNDERLYING_TICK = ("a message after which the book's mid price ((best bid + best ask) / 2) differs from the "
                    "mid before it, both sides quoted")
 # Vols solved from quotes must match vol + offset/vega to this many vol points once the
@@ -162,6 +167,22 @@ class BookFeed:
     def time_of(self, i: int) -> float:
         return float(self._time[i])
 
+    def level1(self, i: int) -> tuple[float, float, float, float]:
+        """(ask, ask size, bid, bid size) after message i, prices in LOBSTER's units (1e-4): the
+        orderbook file's row where there is one, else the replayed book's best levels."""
+        if self.levels:
+            row = self.rows[i]
+            return float(row[0]), float(row[1]), float(row[2]), float(row[3])
+        f = self.last
+        mid, half = float(f.mid), 0.5 * float(f.spread)
+        scale = self.book.price_scale
+        return ((mid + half) * scale, float(f.ask_depth[0]), (mid - half) * scale, float(f.bid_depth[0]))
+
+    def signal_update(self, feed, i: int) -> None:
+        """Message i and the level-1 book after it into the signal model's features."""
+        ty, size, _, direction = (f[i] for f in self._fields)
+        feed.update(float(self._time[i]), ty, size, direction, *self.level1(i))
+
 
 # ---- the loop -------------------------------------------------------------------------------------
 
@@ -193,7 +214,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     """
     # Decided first: an unusable backend should fail before any data is read.
     n_opt = n_expiries * n_strikes * 2
-    backends = {"book": "cpu",
+    backends = {"book": "cpu", "features": "cpu",
+                "signal": dispatch.choose("quant_mlp", 1, backend),
                 "surface": dispatch.choose("surface", n_opt, backend),
                 "greeks": dispatch.choose("greeks", n_opt, backend),
                 "implied_vol": dispatch.choose("implied_vol", n_opt, backend)}
@@ -219,6 +241,17 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
 
     if "gpu" in backends.values() and hasattr(tickgpu, "warmup"):
         tickgpu.warmup()
+
+    # The signal model reads the features' (1, 12) array in place: on the GPU a step bound to it.
+    from tickgpu.app import signal
+
+    features = signal.SignalFeed()
+    model = signal.load_model(SIGNAL_SCHEME, backend=backends["signal"])
+    if backends["signal"] == "gpu":
+        predict = model.bind(features.x, check=False)
+    else:
+        def predict():
+            return model(features.x, check=False)
 
     # Buffers reused on every tick, so the loop times the library rather than allocation.
     strike, call = chain.strike, chain.call
@@ -269,11 +302,16 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
 
     for _ in range(5):                   # warm-up: first-call costs are not the steady state
         reprice(open_mid, 0.0, 0)
+        predict()
 
     n_msg = feed.n
     book_ns = np.empty(n_msg, dtype=np.int64)
+    features_ns = np.empty(n_msg, dtype=np.int64)
     cap = ticks if ticks > 0 else n_msg
     chain_ns = np.empty((cap, 5), dtype=np.int64)     # surface, greeks, quotes, iv, total
+    signal_ns = np.empty(cap, dtype=np.int64)
+    signal_at = np.empty(cap, dtype=np.int64)         # the message each prediction was made after
+    signal_pred = np.full(cap, np.nan)
     acc = {"non_ok": 0, "max_abs_vol_error": 0.0, "max_abs_residual": 0.0, "checked": 0}
     prev_mid = math.nan
     n_ticks = 0
@@ -287,7 +325,14 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         mid = feed.step(i)
         b1 = time.perf_counter_ns()
         book_ns[i] = b1 - b0
+        feed.signal_update(features, i)
+        features_ns[i] = time.perf_counter_ns() - b1
         if math.isfinite(mid) and mid != prev_mid and math.isfinite(prev_mid):
+            s0 = time.perf_counter_ns()
+            if features.ready:
+                signal_pred[n_ticks] = predict()[0, 0]
+            signal_ns[n_ticks] = time.perf_counter_ns() - s0
+            signal_at[n_ticks] = i
             stage, vol, g, iv, status = reprice(mid, feed.time_of(i) - t0_day, n_ticks)
             chain_ns[n_ticks, :4] = stage
             chain_ns[n_ticks, 4] = (time.perf_counter_ns() - b0)
@@ -310,19 +355,31 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         progress(total, total)
     n_replayed = i
     book_ns = book_ns[:n_replayed]
+    features_ns = features_ns[:n_replayed]
     chain_ns = chain_ns[:n_ticks]
+    signal_ns, signal_at, signal_pred = signal_ns[:n_ticks], signal_at[:n_ticks], signal_pred[:n_ticks]
+    realized = signal.realized_change(features.logmid, signal_at)
+    scored = np.isfinite(signal_pred) & np.isfinite(realized)
+    # On the day the model was fitted to, its first 70% of events were the training set.
+    fitted_before = signal.training_events(n_msg) if message_path.name == signal.TRAINED_ON else 0
+    forecast = scored & (signal_at >= fitted_before)
+
+    def information_coefficient(mask):
+        return float(np.corrcoef(signal_pred[mask], realized[mask])[0, 1]) if mask.sum() >= 3 else math.nan
 
     from tickgpu.app.report import summarize_ns
 
-    samples = {"book": book_ns, "surface": chain_ns[:, 0], "greeks": chain_ns[:, 1], "quotes": chain_ns[:, 2],
-               "implied_vol": chain_ns[:, 3], "tick_total": chain_ns[:, 4]}
-    stage_backend = {"book": "cpu", "surface": backends["surface"], "greeks": backends["greeks"],
-                     "quotes": "numpy", "implied_vol": backends["implied_vol"], "tick_total": "-"}
+    samples = {"book": book_ns, "features": features_ns, "signal": signal_ns, "surface": chain_ns[:, 0],
+               "greeks": chain_ns[:, 1], "quotes": chain_ns[:, 2], "implied_vol": chain_ns[:, 3],
+               "tick_total": chain_ns[:, 4]}
+    stage_backend = {"book": "cpu", "features": "cpu", "signal": backends["signal"], "surface": backends["surface"],
+                     "greeks": backends["greeks"], "quotes": "numpy", "implied_vol": backends["implied_vol"],
+                     "tick_total": "-"}
     stages = {}
     for name in STAGES:
         s = summarize_ns(samples[name])
         s["backend"] = stage_backend[name]
-        s["per"] = "message" if name == "book" else "underlying tick"
+        s["per"] = "message" if name in ("book", "features") else "underlying tick"
         stages[name] = s
 
     passed = acc["non_ok"] == 0 and acc["max_abs_residual"] <= IV_CHECK_TOL and n_ticks > 0
@@ -349,11 +406,17 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                  "book_resyncs_from_orderbook": feed.resyncs, "messages_rejected_by_book": feed.rejected},
         "definitions": {"underlying_tick": UNDERLYING_TICK,
                         "stages": {"book": "apply one message and compute the book features",
+                                   "features": "the signal model's twelve features after the message, "
+                                               "standardized causally (tickgpu.app.signal.SignalFeed)",
+                                   "signal": f"the shipped signal model ({SIGNAL_SCHEME.upper()}) on the "
+                                             "features: predicted mid change over the next "
+                                             f"{signal.HORIZON} events, basis points",
                                    "surface": "moneyness K/mid and VolSurface.vol for every option",
                                    "greeks": "tickgpu.greeks: price + 9 greeks for every option",
                                    "quotes": "simulated quotes (NumPy, not library work)",
                                    "implied_vol": "tickgpu.implied_vol from the quotes, with status",
-                                   "tick_total": "from the tick's message to its last implied vol"},
+                                   "tick_total": "from the tick's message to its last implied vol "
+                                                 "(book, features, signal and the chain)"},
                         "wall_s": "replay wall time, the demo's own vol check excluded",
                         "units": "microseconds"},
         "chain": {"options": n_opt, "expiries": n_expiries, "strikes": n_strikes,
@@ -368,6 +431,18 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                        "messages_per_s": n_replayed / wall_s if wall_s > 0 else math.nan,
                        "tick_capacity_per_s": 1e6 / stages["tick_total"]["mean_us"] if n_ticks else math.nan},
         "iv_check": check,
+        "signal": {"model": "LayerNorm -> Linear(12, 32) -> GELU -> Linear(32, 32) -> GELU -> Linear(32, 1), "
+                            "tickgpu/data/quant_signal_mlp.npz", "scheme": SIGNAL_SCHEME,
+                   "backend": backends["signal"], "predictions": int(np.isfinite(signal_pred).sum()),
+                   "scored": int(scored.sum()), "information_coefficient": information_coefficient(scored),
+                   "fitted_before_message": fitted_before,
+                   "scored_out_of_sample": int(forecast.sum()),
+                   "information_coefficient_out_of_sample": information_coefficient(forecast),
+                   "definition": f"correlation of each prediction with the mid change over the {signal.HORIZON} "
+                                 "events that followed it (log mid, basis points); predictions whose horizon "
+                                 "runs past the replay are not scored; out of sample: after the events the "
+                                 "model was trained on (the first 70% of its training day, "
+                                 f"{signal.TRAINED_ON})"},
         "last_tick": None if last is None else {
             "mid": last[0], "microprice": float(feed.last.microprice), "spread": float(feed.last.spread),
             "imbalance": float(feed.last.imbalance),
@@ -391,11 +466,18 @@ def print_table(report: dict, console) -> None:
     for name, s in report["stages"].items():
         t.add_row(name, s["backend"], f"{s['n']:,}", *(
             "-" if not math.isfinite(s[k]) else f"{s[k]:.1f}" for k in ("p50_us", "p99_us", "p99.9_us", "mean_us")))
-    t.caption = "microseconds; book per message, the other stages per underlying tick"
+    t.caption = "microseconds; book and features per message, the other stages per underlying tick"
     console.print(t)
     console.print(f"{th['ticks']:,} ticks and {th['messages']:,} messages in {th['wall_s']:.2f} s: "
                   f"{th['ticks_per_s']:,.0f} ticks/s, {th['messages_per_s']:,.0f} messages/s "
                   f"(capacity at the mean tick cost: {th['tick_capacity_per_s']:,.0f} ticks/s)")
+    sg = report["signal"]
+    oos = (f"; out of sample {sg['information_coefficient_out_of_sample']:.3f} over {sg['scored_out_of_sample']:,}"
+           if sg["scored_out_of_sample"] else
+           f"; all before message {sg['fitted_before_message']:,}, in the data the model was trained on")
+    console.print(f"signal model ({sg['scheme']}, {sg['backend']}): {sg['predictions']:,} predictions, "
+                  f"information coefficient {sg['information_coefficient']:.3f} over the {sg['scored']:,} whose "
+                  f"next 50 events were replayed{oos}")
     c = report["iv_check"]
     style = "green" if c["passed"] else "red"
     console.print(f"[{style}]implied vol check: {c['summary']}[/{style}]")
