@@ -565,6 +565,36 @@ void tg_torch_free(void *ptr, intptr_t size, int device, void *stream);
 int tg_stage_rows_f32(const void *src, int src_f64, int64_t rows, int64_t cols, int64_t src_stride,
                       float *dst, int check, float limit, int64_t *bad, int *bad_kind);
 
+/* The shipped signal model's twelve features, one LOBSTER event at a time (tickgpu.app.signal
+ * defines them; its whole-day NumPy form is what the model was trained on, and a test holds the
+ * two equal): spread (cents), level-1 imbalance, log size ratio, log-mid returns over 1/5/20/100
+ * events (bps), EMAs of signed trade flow (0.9, 0.99), of submissions and of deletions (0.95), and
+ * log1p of the milliseconds since the previous event. Each is then standardized by the EMA mean
+ * and variance of the events before it (alpha 0.999, the rule of tickgpu.quant.EmaStandardizer)
+ * and clipped to +-8. Zero the state before the first event. */
+#define TG_SIGNAL_FEATURES 12
+#define TG_SIGNAL_HISTORY 101
+typedef struct tg_signal_feed {
+    double raw[12];             /* the last event's features before standardization */
+    double mean[12];            /* EMA statistics of the events so far (NaN: no finite value yet) */
+    double var[12];
+    double flow[2];
+    double submissions;
+    double deletions;
+    double prev_time;
+    double history[101];        /* log mids: event j at [j % TG_SIGNAL_HISTORY] (100 events back) */
+    int64_t events;
+} tg_signal_feed;
+
+/* The feed's next event: its message (time in seconds, LOBSTER type, size, direction) and the
+ * level-1 book after it (prices in LOBSTER's 1e-4 units, sizes in shares). Writes the 12
+ * standardized, clipped features to x (float32; NaN where a feature is not finite) and the
+ * event's log mid to *log_mid. A side of size <= 0 (LOBSTER's empty level, whatever its price)
+ * leaves the event without a mid or spread: NaN, as is a mid that is not positive. Returns 1 when
+ * every feature is finite (x is the model's input), 0 when not, TG_EINVAL for a NULL pointer. */
+int tg_signal_update(tg_signal_feed *feed, double time, int32_t type, double size, double direction,
+                     double ask, double ask_size, double bid, double bid_size, float *x, double *log_mid);
+
 /* TICKGPU_CDEF_END */
 
 #ifdef __cplusplus

@@ -65,8 +65,9 @@ def prepare_signal():
     msg, book = load_amzn()
     raw, target = signal_features(msg, book)
     # Causal standardization (EMA mean/std of past ticks only), then clipping of the fat tails.
-    feats = np.clip(EmaStandardizer(alpha=0.999).transform(raw), -8, 8)
-    report = check_causal(lambda s: EmaStandardizer(alpha=0.999).transform(s[:3000]), raw[:3000], cuts=5)
+    alpha, clip = app_signal.STANDARDIZER_ALPHA, app_signal.CLIP
+    feats = np.clip(EmaStandardizer(alpha=alpha).transform(raw), -clip, clip)
+    report = check_causal(lambda s: EmaStandardizer(alpha=alpha).transform(s[:3000]), raw[:3000], cuts=5)
     keep = np.isfinite(target)
     keep[:app_signal.WARMUP_EVENTS] = False  # warm-up of the standardizer and the 100-event return
     x, y = feats[keep].astype(np.float32), np.clip(target[keep], -30, 30).astype(np.float32)

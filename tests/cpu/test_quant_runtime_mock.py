@@ -232,15 +232,22 @@ def test_auto_runs_quant_models_on_the_gpu_where_it_won(kr, mock, rng, monkeypat
     assert len(mock.launches) == before
 
 
-def test_shipped_crossover_sends_quant_models_to_the_gpu():
-    """The shipped ranges (data/crossover.json, measured by the quant suite) cover the quant ops."""
+def test_shipped_crossover_sends_quant_models_to_the_gpu(kr, mock, rng):
+    """The shipped ranges (data/crossover.json, measured by the quant suite: the GPU won at every
+    size) send a GPU scheme's model to the GPU from one row under "auto"."""
     from tickgpu import dispatch
 
     dispatch.gpu_range.cache_clear()
-    ranges = dispatch.gpu_range()
-    for op in ("quant_mlp", "quant_linear"):
-        lo, hi = ranges[op]
-        assert lo >= 1 and (hi is None or hi > lo), (op, lo, hi)
+    try:
+        ranges = dispatch.gpu_range()
+        assert ranges["quant_mlp"] == ranges["quant_linear"] == (1, None)
+        assert dispatch.choose("quant_mlp", 1, "auto") == "gpu"
+        mlp = QuantMLP([(rng.standard_normal((4, 6)), None), (rng.standard_normal((2, 4)), None)], backend="auto")
+        before = len(mock.launches)
+        x = rng.standard_normal((1, 6)).astype(np.float32)
+        assert np.array_equal(mlp(x), mlp.forward_cpu(x)) and len(mock.launches) > before
+    finally:
+        dispatch.gpu_range.cache_clear()
 
 
 @pytest.mark.parametrize("m,tile,grid", [(1, "m8", 5), (8, "m8", 5), (9, "m16", 5), (16, "m16", 5),

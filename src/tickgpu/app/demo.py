@@ -328,10 +328,12 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         feed.signal_update(features, i)
         features_ns[i] = time.perf_counter_ns() - b1
         if math.isfinite(mid) and mid != prev_mid and math.isfinite(prev_mid):
-            s0 = time.perf_counter_ns()
             if features.ready:
+                s0 = time.perf_counter_ns()
                 signal_pred[n_ticks] = predict()[0, 0]
-            signal_ns[n_ticks] = time.perf_counter_ns() - s0
+                signal_ns[n_ticks] = time.perf_counter_ns() - s0
+            else:
+                signal_ns[n_ticks] = -1        # not asked: an undefined feature (see SignalFeed)
             signal_at[n_ticks] = i
             stage, vol, g, iv, status = reprice(mid, feed.time_of(i) - t0_day, n_ticks)
             chain_ns[n_ticks, :4] = stage
@@ -357,10 +359,12 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     book_ns = book_ns[:n_replayed]
     features_ns = features_ns[:n_replayed]
     chain_ns = chain_ns[:n_ticks]
-    signal_ns, signal_at, signal_pred = signal_ns[:n_ticks], signal_at[:n_ticks], signal_pred[:n_ticks]
+    signal_at, signal_pred = signal_at[:n_ticks], signal_pred[:n_ticks]
+    signal_ns = signal_ns[:n_ticks][signal_ns[:n_ticks] >= 0]     # the ticks the model was asked at
     realized = signal.realized_change(features.logmid, signal_at)
     scored = np.isfinite(signal_pred) & np.isfinite(realized)
-    # On the day the model was fitted to, its first 70% of events were the training set.
+    # On the day the model was fitted to (known by the file's name), events 200 to about 70% of
+    # the day were the training set.
     fitted_before = signal.training_events(n_msg) if message_path.name == signal.TRAINED_ON else 0
     forecast = scored & (signal_at >= fitted_before)
 
@@ -379,7 +383,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     for name in STAGES:
         s = summarize_ns(samples[name])
         s["backend"] = stage_backend[name]
-        s["per"] = "message" if name in ("book", "features") else "underlying tick"
+        s["per"] = ("message" if name in ("book", "features") else
+                    "underlying tick with every feature defined" if name == "signal" else "underlying tick")
         stages[name] = s
 
     passed = acc["non_ok"] == 0 and acc["max_abs_residual"] <= IV_CHECK_TOL and n_ticks > 0
@@ -441,8 +446,9 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                    "definition": f"correlation of each prediction with the mid change over the {signal.HORIZON} "
                                  "events that followed it (log mid, basis points); predictions whose horizon "
                                  "runs past the replay are not scored; out of sample: after the events the "
-                                 "model was trained on (the first 70% of its training day, "
-                                 f"{signal.TRAINED_ON})"},
+                                 "model was fitted to (events 200 to fitted_before_message of its training "
+                                 f"day, {signal.TRAINED_ON}, recognized by the file's name; 0 for any other "
+                                 "file)"},
         "last_tick": None if last is None else {
             "mid": last[0], "microprice": float(feed.last.microprice), "spread": float(feed.last.spread),
             "imbalance": float(feed.last.imbalance),
@@ -472,12 +478,19 @@ def print_table(report: dict, console) -> None:
                   f"{th['ticks_per_s']:,.0f} ticks/s, {th['messages_per_s']:,.0f} messages/s "
                   f"(capacity at the mean tick cost: {th['tick_capacity_per_s']:,.0f} ticks/s)")
     sg = report["signal"]
-    oos = (f"; out of sample {sg['information_coefficient_out_of_sample']:.3f} over {sg['scored_out_of_sample']:,}"
-           if sg["scored_out_of_sample"] else
-           f"; all before message {sg['fitted_before_message']:,}, in the data the model was trained on")
-    console.print(f"signal model ({sg['scheme']}, {sg['backend']}): {sg['predictions']:,} predictions, "
-                  f"information coefficient {sg['information_coefficient']:.3f} over the {sg['scored']:,} whose "
-                  f"next 50 events were replayed{oos}")
+    from tickgpu.app.signal import HORIZON
+
+    if not sg["scored"]:
+        score = f"none scored (no prediction had its next {HORIZON} events replayed)"
+    else:
+        score = (f"information coefficient {sg['information_coefficient']:.3f} over the {sg['scored']:,} whose "
+                 f"next {HORIZON} events were replayed")
+        if sg["scored_out_of_sample"]:
+            score += (f"; out of sample {sg['information_coefficient_out_of_sample']:.3f} over "
+                      f"{sg['scored_out_of_sample']:,}")
+        elif sg["fitted_before_message"]:
+            score += f"; all before message {sg['fitted_before_message']:,}, in the data the model was fitted to"
+    console.print(f"signal model ({sg['scheme']}, {sg['backend']}): {sg['predictions']:,} predictions, {score}")
     c = report["iv_check"]
     style = "green" if c["passed"] else "red"
     console.print(f"[{style}]implied vol check: {c['summary']}[/{style}]")

@@ -6,16 +6,18 @@ basis points, from twelve causal features of a level-1 LOBSTER book (scripts/tra
 trains it). This module defines those features once, for both uses:
 
 * :func:`signal_features`: every event of a day at once (the training script's form);
-* :class:`SignalFeed`: one event at a time, as a tick loop sees them, giving the same numbers
-  (a test holds the two equal to the bit on the bundled day), then standardized causally and
-  clipped as in training, into a (1, 12) float32 row that the model step reads in place.
+* :class:`SignalFeed`: one event at a time, as a tick loop sees them (the native core's
+  ``tg_signal_update``), giving the same numbers (a test holds them equal on the bundled day: the
+  float64 features to the last ulps of a logarithm, libm's against NumPy's), then standardized
+  causally and clipped as in training, into a (1, 12) float32 row that the model step reads in
+  place (bit for bit the training rows, which a test also checks).
 
 Features at event i use events <= i only. Prices and sizes are LOBSTER's: prices in units of
-1e-4 currency, sizes in shares.
+1e-4 currency, sizes in shares; a side of size 0 is empty (LOBSTER writes a sentinel price there),
+and an event with an empty side has no mid and no spread (NaN), so the model is not asked.
 """
 from __future__ import annotations
 
-import math
 from importlib import resources
 
 import numpy as np
@@ -48,7 +50,10 @@ def signal_features(time, etype, size, direction, ask, ask_size, bid, bid_size):
     size, direction = np.asarray(size, np.float64), np.asarray(direction, np.float64)
     ask, ask_sz = np.asarray(ask, np.float64), np.asarray(ask_size, np.float64)
     bid, bid_sz = np.asarray(bid, np.float64), np.asarray(bid_size, np.float64)
-    logmid = np.log(0.5 * (ask + bid))
+    # an empty side (LOBSTER: a sentinel price, size 0) leaves no mid and no spread
+    quoted = (ask_sz > 0) & (bid_sz > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logmid = np.where(quoted, np.log(np.where(quoted, 0.5 * (ask + bid), 1.0)), np.nan)
     n = len(logmid)
 
     def past_ret(k):
@@ -59,10 +64,13 @@ def signal_features(time, etype, size, direction, ask, ask_size, bid, bid_size):
     execution = np.isin(etype, (4, 5))
     # an executed sell limit order (direction -1) is a buyer-initiated trade
     signed_flow = np.where(execution, -direction * size, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        imbalance = (bid_sz - ask_sz) / (bid_sz + ask_sz)
+        log_ratio = np.log(bid_sz) - np.log(ask_sz)
     return np.column_stack([
-        (ask - bid) / 100.0,                                   # spread in cents
-        (bid_sz - ask_sz) / (bid_sz + ask_sz),                 # level-1 imbalance
-        np.log(bid_sz) - np.log(ask_sz),
+        np.where(quoted, (ask - bid) / 100.0, np.nan),         # spread in cents
+        imbalance,                                             # level-1 imbalance
+        log_ratio,
         *(past_ret(k) for k in RETURNS),
         *(_ema(signed_flow, a) for a in FLOW_ALPHAS),
         _ema((etype == 1).astype(float), COUNT_ALPHA),         # submissions
@@ -82,90 +90,39 @@ def load_model(scheme: str = "w8a16", backend: str = "auto"):
 
 
 class SignalFeed:
-    """The model's input, kept current one event at a time.
+    """The model's input, kept current one event at a time (the native core's ``tg_signal_update``).
 
     ``update(...)`` takes one LOBSTER message and the level-1 book after it, computes the twelve
     features (:func:`signal_features`' numbers for the same events), standardizes them by the EMA
     mean and variance of the events before (:class:`tickgpu.quant.EmaStandardizer`'s rule, alpha
     0.999), clips to +-8 and writes them into ``x``, a (1, 12) float32 array that a bound model step
-    (``model.bind(feed.x)``) reads in place. ``raw`` holds the unstandardized float64 features.
-    ``ready`` is False while a feature is not finite (an empty side of the book): the model has
-    nothing to read then. ``logmid`` lists every event's log mid (for the realized change the
-    model predicts).
+    (``model.bind(feed.x)``) reads in place. ``raw`` gives the unstandardized float64 features.
+    ``ready`` is False while a feature is not finite (an empty side of the book; a return reaching
+    back to an event without a mid): the model has nothing to read then. ``logmid`` lists every event's log mid (for
+    the realized change the model predicts).
     """
 
     def __init__(self):
+        from tickgpu._native import ffi, lib
+
         self.x = np.zeros((1, len(FEATURES)), np.float32)
-        self.raw = [0.0] * len(FEATURES)
         self.ready = False
         self.logmid: list[float] = []
-        self._prev_t = None
-        self._flow = [0.0] * len(FLOW_ALPHAS)
-        self._sub = self._del = 0.0
-        self._mean: list[float] | None = None
-        self._var: list[float] = []
+        self._state = ffi.new("tg_signal_feed *")
+        self._x = ffi.cast("float *", ffi.from_buffer(self.x))
+        self._lm = ffi.new("double *")
+        self._update = lib.tg_signal_update
+
+    @property
+    def raw(self) -> list[float]:
+        return list(self._state.raw)
 
     def update(self, time: float, etype: int, size: float, direction: float,
                ask: float, ask_size: float, bid: float, bid_size: float) -> None:
-        """Take event i (its message, and the level-1 book after it)."""
-        mid = 0.5 * (ask + bid)
-        lm = math.log(mid) if mid > 0 else math.nan
-        log_ratio = (math.log(bid_size) if bid_size > 0 else -math.inf) - (
-            math.log(ask_size) if ask_size > 0 else -math.inf)
-        hist = self.logmid
-        hist.append(lm)
-        n = len(hist)
-        flow = -direction * size if etype in (4, 5) else 0.0
-        for j, a in enumerate(FLOW_ALPHAS):
-            self._flow[j] = a * self._flow[j] + (1 - a) * flow
-        a = COUNT_ALPHA
-        self._sub = a * self._sub + (1 - a) * (1.0 if etype == 1 else 0.0)
-        self._del = a * self._del + (1 - a) * (1.0 if etype == 3 else 0.0)
-        gap = 0.0 if self._prev_t is None else time - self._prev_t
-        self._prev_t = time
-        total = bid_size + ask_size
-        raw = self.raw
-        raw[0] = (ask - bid) / 100.0
-        raw[1] = (bid_size - ask_size) / total if total else math.nan
-        raw[2] = log_ratio
-        for j, k in enumerate(RETURNS):
-            raw[3 + j] = (lm - hist[n - 1 - k]) * 1e4 if n > k else 0.0
-        raw[7], raw[8] = self._flow
-        raw[9], raw[10] = self._sub, self._del
-        raw[11] = math.log1p(gap * 1e3)
-        self._standardize(raw)
-
-    def _standardize(self, raw) -> None:
-        # EmaStandardizer.transform on one row, in the same operations (a test holds them equal).
-        a = STANDARDIZER_ALPHA
-        x = self.x[0]
-        ok_all = True
-        if self._mean is None:
-            self._mean = [v if math.isfinite(v) else math.nan for v in raw]
-            self._var = [0.0 if math.isfinite(v) else math.nan for v in raw]
-            for j, v in enumerate(raw):
-                ok = math.isfinite(v)
-                ok_all &= ok
-                x[j] = 0.0 if ok else math.nan
-            self.ready = ok_all
-            return
-        mean, var = self._mean, self._var
-        for j, v in enumerate(raw):
-            m, s2 = mean[j], var[j]
-            if not math.isfinite(v):
-                x[j] = math.nan
-                ok_all = False
-                continue
-            if math.isnan(m):      # a feature's first finite value: no past yet
-                z = 0.0
-                mean[j], var[j] = v, 0.0
-            else:
-                z = (v - m) / max(math.sqrt(s2), 1e-12)
-                d = v - m
-                mean[j] = m + (1 - a) * d
-                var[j] = a * (s2 + (1 - a) * d * d)
-            x[j] = min(max(z, -CLIP), CLIP)
-        self.ready = ok_all
+        """Take the next event (its message, and the level-1 book after it)."""
+        self.ready = self._update(self._state, time, etype, size, direction, ask, ask_size, bid, bid_size,
+                                  self._x, self._lm) == 1
+        self.logmid.append(self._lm[0])
 
 
 # The day the shipped model was trained on, and how (scripts/train_quant_models.py): events 200 to
