@@ -219,8 +219,8 @@ def test_demo_runs_and_writes_reports(tmp_path):
         assert s["n"] == (rep["throughput"]["messages"] if name in ("book", "features") else 50)
     assert rep["throughput"]["ticks"] == 50
     assert rep["chain"]["options"] == 4 * 20 * 2
-    assert rep["backends"] == {"book": "cpu", "features": "cpu", "signal": "cpu", "surface": "cpu", "greeks": "cpu",
-                               "implied_vol": "cpu"}
+    assert rep["backends"] == {"book": "cpu", "features": "cpu", "surface": "cpu", "greeks": "cpu",
+                               "implied_vol": "cpu", "signal": "cpu"}
     # The signal model predicted on every tick; the ticks whose next 50 events were replayed are
     # scored against what followed (a correlation, so within [-1, 1]).
     sig = rep["signal"]

@@ -215,10 +215,10 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     # Decided first: an unusable backend should fail before any data is read.
     n_opt = n_expiries * n_strikes * 2
     backends = {"book": "cpu", "features": "cpu",
-                "signal": dispatch.choose("quant_mlp", 1, backend),
                 "surface": dispatch.choose("surface", n_opt, backend),
                 "greeks": dispatch.choose("greeks", n_opt, backend),
-                "implied_vol": dispatch.choose("implied_vol", n_opt, backend)}
+                "implied_vol": dispatch.choose("implied_vol", n_opt, backend),
+                "signal": dispatch.choose("quant_mlp", 1, backend)}
     data = tickgpu.read_lobster(str(message_path), str(orderbook_path) if orderbook_path else None)
     feed = BookFeed(data)
     if feed.n == 0:
