@@ -233,6 +233,7 @@ def test_demo_runs_and_writes_reports(tmp_path):
     assert check["max_abs_residual"] <= check["tolerance"] < check["max_abs_vol_error"]
     html = (out / "demo.html").read_text()
     assert "<svg" in html and html.count("<svg") == 8 and "<script" not in html
+    assert "signal model (w8a16, cpu): 50 predictions" in html and " ".join(sig["summary"].split()) in " ".join(r.stdout.split())
     assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 

@@ -436,7 +436,9 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                        "messages_per_s": n_replayed / wall_s if wall_s > 0 else math.nan,
                        "tick_capacity_per_s": 1e6 / stages["tick_total"]["mean_us"] if n_ticks else math.nan},
         "iv_check": check,
-        "signal": {"model": "LayerNorm -> Linear(12, 32) -> GELU -> Linear(32, 32) -> GELU -> Linear(32, 1), "
+        "signal": {"summary": _signal_summary(SIGNAL_SCHEME, backends["signal"], signal_pred, scored, forecast,
+                                              fitted_before, information_coefficient),
+                   "model": "LayerNorm -> Linear(12, 32) -> GELU -> Linear(32, 32) -> GELU -> Linear(32, 1), "
                             "tickgpu/data/quant_signal_mlp.npz", "scheme": SIGNAL_SCHEME,
                    "backend": backends["signal"], "predictions": int(np.isfinite(signal_pred).sum()),
                    "scored": int(scored.sum()), "information_coefficient": information_coefficient(scored),
@@ -459,6 +461,22 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     return DemoResult(report, samples)
 
 
+def _signal_summary(scheme, backend, pred, scored, forecast, fitted_before, information_coefficient) -> str:
+    """One line on the signal model's run: predictions and how they scored."""
+    from tickgpu.app.signal import HORIZON
+
+    if not scored.any():
+        score = f"none scored (no prediction had its next {HORIZON} events replayed)"
+    else:
+        score = (f"information coefficient {information_coefficient(scored):.3f} over the {int(scored.sum()):,} "
+                 f"whose next {HORIZON} events were replayed")
+        if forecast.any():
+            score += f"; out of sample {information_coefficient(forecast):.3f} over {int(forecast.sum()):,}"
+        elif fitted_before:
+            score += f"; all before message {fitted_before:,}, in the data the model was fitted to"
+    return f"signal model ({scheme}, {backend}): {int(np.isfinite(pred).sum()):,} predictions, {score}"
+
+
 # ---- the command ----------------------------------------------------------------------------------
 
 def print_table(report: dict, console) -> None:
@@ -477,20 +495,7 @@ def print_table(report: dict, console) -> None:
     console.print(f"{th['ticks']:,} ticks and {th['messages']:,} messages in {th['wall_s']:.2f} s: "
                   f"{th['ticks_per_s']:,.0f} ticks/s, {th['messages_per_s']:,.0f} messages/s "
                   f"(capacity at the mean tick cost: {th['tick_capacity_per_s']:,.0f} ticks/s)")
-    sg = report["signal"]
-    from tickgpu.app.signal import HORIZON
-
-    if not sg["scored"]:
-        score = f"none scored (no prediction had its next {HORIZON} events replayed)"
-    else:
-        score = (f"information coefficient {sg['information_coefficient']:.3f} over the {sg['scored']:,} whose "
-                 f"next {HORIZON} events were replayed")
-        if sg["scored_out_of_sample"]:
-            score += (f"; out of sample {sg['information_coefficient_out_of_sample']:.3f} over "
-                      f"{sg['scored_out_of_sample']:,}")
-        elif sg["fitted_before_message"]:
-            score += f"; all before message {sg['fitted_before_message']:,}, in the data the model was fitted to"
-    console.print(f"signal model ({sg['scheme']}, {sg['backend']}): {sg['predictions']:,} predictions, {score}")
+    console.print(report["signal"]["summary"])
     c = report["iv_check"]
     style = "green" if c["passed"] else "red"
     console.print(f"[{style}]implied vol check: {c['summary']}[/{style}]")

@@ -169,6 +169,9 @@ def render_html(report: dict, samples_us: dict[str, np.ndarray]) -> str:
     ]
     summary_html = "".join(f"<tr><td>{esc(k)}</td><td style='text-align:left'>{esc(str(v))}</td></tr>"
                            for k, v in summary)
+    sig = report.get("signal")
+    signal_html = (f"\n<p>{esc(sig['summary'])}. Information coefficient: {esc(sig['definition'])}.</p>"
+                   if sig else "")
     svgs = "".join(f"<div>{svg_histogram(samples_us[name], name)}</div>" for name in report["stages"]
                    if name in samples_us)
     return f"""<!DOCTYPE html>
@@ -180,7 +183,7 @@ def render_html(report: dict, samples_us: dict[str, np.ndarray]) -> str:
 <h2>Latency per stage (microseconds)</h2>
 <table><tr><th>stage</th><th>backend</th><th>samples</th><th>p50</th><th>p99</th><th>p99.9</th><th>mean</th>
 <th>max</th></tr>{''.join(rows)}</table>
-<p class="{ok_cls}">Implied-vol check: {esc(check['summary'])}</p>
+<p class="{ok_cls}">Implied-vol check: {esc(check['summary'])}</p>{signal_html}
 <h2>Histograms</h2>
 <div class="grid">{svgs}</div>
 <p>Timed with <code>time.perf_counter_ns</code> around each stage of the Python loop; figures include the
