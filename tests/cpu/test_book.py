@@ -411,3 +411,12 @@ def test_features_reuse_matches_fresh_and_allocates_once():
     assert np.shares_memory(again.mid, reused.mid)          # the same buffer, overwritten
     assert float(again.mid) == (1001 + 1002) / 2 / 10_000
     assert float(fresh.mid) == (1000 + 1002) / 2 / 10_000  # a fresh result is not touched
+    # every call rescales what the core wrote once (never a rescaled value again), and an empty
+    # side gives NaN prices, not the last call's
+    for _ in range(3):
+        assert float(book.features(2, reuse=True).spread) == (1002 - 1001) / 10_000
+    book.clear()
+    book.set_side(-1, [1002], [3])
+    empty_bid = book.features(2, reuse=True)
+    assert np.isnan(float(empty_bid.mid)) and np.isnan(float(empty_bid.microprice))
+    assert float(empty_bid.imbalance) == -1.0 and empty_bid.ask_depth.tolist() == [3, 0]

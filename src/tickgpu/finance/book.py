@@ -298,10 +298,15 @@ class Book:
             buf = self._reused_features.get(levels)
             if buf is None:
                 buf = self._reused_features[levels] = _FeatureBuffers(1, levels)
-            for a in buf.scalars.values():
-                a.fill(np.nan)
-        else:
-            buf = _FeatureBuffers(1, levels)
+            buf.block.fill(np.nan)
+            check(lib.tg_book_features_now(self._book, instrument, buf.c), "tg_book_features_now")
+            # One BookFeatures of views, made once: each call rescales the prices in place and
+            # returns it (the 0-d views and the frozen record cost more than the book's own work).
+            buf.prices /= self.price_scale
+            if buf.reused is None:
+                buf.reused = buf.result(1.0, None, scalar=True)
+            return buf.reused
+        buf = _FeatureBuffers(1, levels)
         check(lib.tg_book_features_now(self._book, instrument, buf.c), "tg_book_features_now")
         return buf.result(self.price_scale, None, scalar=True)
 
@@ -409,11 +414,16 @@ class Book:
 class _FeatureBuffers:
     """Output arrays for n states and the tg_book_features struct pointing at them."""
 
+    SCALARS = ("mid", "microprice", "spread", "imbalance", "depth_imbalance")   # the prices first
+
     def __init__(self, n: int, levels: int):
         self.levels = levels
         # NaN, not garbage, in a row the core leaves unwritten (a message for no valid instrument).
-        self.scalars = {k: np.full(n, np.nan) for k in
-                        ("mid", "microprice", "spread", "imbalance", "depth_imbalance")}
+        # One block, a row per feature: the three prices are one slice, rescaled in one operation.
+        self.block = np.full((len(self.SCALARS), n), np.nan)
+        self.prices = self.block[:3]
+        self.scalars = dict(zip(self.SCALARS, self.block))
+        self.reused = None     # Book.features(reuse=True)'s record of views into these buffers
         self.bid = np.zeros((n, levels), np.int64)
         self.ask = np.zeros((n, levels), np.int64)
         c = ffi.new("tg_book_features *")
@@ -426,8 +436,8 @@ class _FeatureBuffers:
 
     def result(self, price_scale: float, codes, scalar: bool = False) -> BookFeatures:
         s = self.scalars
-        for k in ("mid", "microprice", "spread"):
-            s[k] /= price_scale
+        if price_scale != 1.0:
+            self.prices /= price_scale
         pick = (lambda a: a.reshape(a.shape[1:])) if scalar else (lambda a: a)
         return BookFeatures(
             mid=pick(s["mid"]), microprice=pick(s["microprice"]), spread=pick(s["spread"]),
