@@ -173,10 +173,8 @@ class BookFeed:
         if self.levels:
             row = self.rows[i]
             return float(row[0]), float(row[1]), float(row[2]), float(row[3])
-        f = self.last
-        mid, half = float(f.mid), 0.5 * float(f.spread)
-        scale = self.book.price_scale
-        return ((mid + half) * scale, float(f.ask_depth[0]), (mid - half) * scale, float(f.bid_depth[0]))
+        ask, ask_size, bid, bid_size = self.book.snapshot(1)[0].tolist()   # LOBSTER's own row encoding
+        return float(ask), float(ask_size), float(bid), float(bid_size)
 
     def signal_update(self, feed, i: int) -> None:
         """Message i and the level-1 book after it into the signal model's features."""
@@ -371,6 +369,11 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     def information_coefficient(mask):
         return float(np.corrcoef(signal_pred[mask], realized[mask])[0, 1]) if mask.sum() >= 3 else math.nan
 
+    score = {"predictions": int(np.isfinite(signal_pred).sum()), "scored": int(scored.sum()),
+             "information_coefficient": information_coefficient(scored), "fitted_before_message": fitted_before,
+             "scored_out_of_sample": int(forecast.sum()),
+             "information_coefficient_out_of_sample": information_coefficient(forecast)}
+
     from tickgpu.app.report import summarize_ns
 
     samples = {"book": book_ns, "features": features_ns, "signal": signal_ns, "surface": chain_ns[:, 0],
@@ -436,15 +439,10 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                        "messages_per_s": n_replayed / wall_s if wall_s > 0 else math.nan,
                        "tick_capacity_per_s": 1e6 / stages["tick_total"]["mean_us"] if n_ticks else math.nan},
         "iv_check": check,
-        "signal": {"summary": _signal_summary(SIGNAL_SCHEME, backends["signal"], signal_pred, scored, forecast,
-                                              fitted_before, information_coefficient),
+        "signal": {"summary": _signal_summary(SIGNAL_SCHEME, backends["signal"], score),
                    "model": "LayerNorm -> Linear(12, 32) -> GELU -> Linear(32, 32) -> GELU -> Linear(32, 1), "
                             "tickgpu/data/quant_signal_mlp.npz", "scheme": SIGNAL_SCHEME,
-                   "backend": backends["signal"], "predictions": int(np.isfinite(signal_pred).sum()),
-                   "scored": int(scored.sum()), "information_coefficient": information_coefficient(scored),
-                   "fitted_before_message": fitted_before,
-                   "scored_out_of_sample": int(forecast.sum()),
-                   "information_coefficient_out_of_sample": information_coefficient(forecast),
+                   "backend": backends["signal"], **score,
                    "definition": f"correlation of each prediction with the mid change over the {signal.HORIZON} "
                                  "events that followed it (log mid, basis points); predictions whose horizon "
                                  "runs past the replay are not scored; out of sample: after the events the "
@@ -461,20 +459,21 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     return DemoResult(report, samples)
 
 
-def _signal_summary(scheme, backend, pred, scored, forecast, fitted_before, information_coefficient) -> str:
-    """One line on the signal model's run: predictions and how they scored."""
+def _signal_summary(scheme, backend, s: dict) -> str:
+    """One line on the signal model's run from its report entries: predictions and how they scored."""
     from tickgpu.app.signal import HORIZON
 
-    if not scored.any():
-        score = f"none scored (no prediction had its next {HORIZON} events replayed)"
+    if not s["scored"]:
+        text = f"none scored (no prediction had its next {HORIZON} events replayed)"
     else:
-        score = (f"information coefficient {information_coefficient(scored):.3f} over the {int(scored.sum()):,} "
-                 f"whose next {HORIZON} events were replayed")
-        if forecast.any():
-            score += f"; out of sample {information_coefficient(forecast):.3f} over {int(forecast.sum()):,}"
-        elif fitted_before:
-            score += f"; all before message {fitted_before:,}, in the data the model was fitted to"
-    return f"signal model ({scheme}, {backend}): {int(np.isfinite(pred).sum()):,} predictions, {score}"
+        text = (f"information coefficient {s['information_coefficient']:.3f} over the {s['scored']:,} "
+                f"whose next {HORIZON} events were replayed")
+        if s["scored_out_of_sample"]:
+            text += (f"; out of sample {s['information_coefficient_out_of_sample']:.3f} over "
+                     f"{s['scored_out_of_sample']:,}")
+        elif s["fitted_before_message"]:
+            text += f"; all before message {s['fitted_before_message']:,}, in the data the model was fitted to"
+    return f"signal model ({scheme}, {backend}): {s['predictions']:,} predictions, {text}"
 
 
 # ---- the command ----------------------------------------------------------------------------------

@@ -79,14 +79,20 @@ def signal_features(time, etype, size, direction, ask, ask_size, bid, bid_size):
     ])
 
 
+def shipped_weights():
+    """The shipped model's float weights: ([(weight, bias)] of its three Linear layers, (gamma, beta)
+    of its LayerNorm)."""
+    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
+        sd = dict(np.load(f))
+    return [(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in (1, 3, 5)], (sd["0.weight"], sd["0.bias"])
+
+
 def load_model(scheme: str = "w8a16", backend: str = "auto"):
     """The shipped signal model as a :class:`tickgpu.quant.QuantMLP`."""
     from tickgpu.quant import QuantMLP
 
-    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
-        sd = dict(np.load(f))
-    layers = [(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in (1, 3, 5)]
-    return QuantMLP(layers, layernorm=(sd["0.weight"], sd["0.bias"]), scheme=scheme, backend=backend)
+    layers, ln = shipped_weights()
+    return QuantMLP(layers, layernorm=ln, scheme=scheme, backend=backend)
 
 
 class SignalFeed:
@@ -98,8 +104,8 @@ class SignalFeed:
     0.999), clips to +-8 and writes them into ``x``, a (1, 12) float32 array that a bound model step
     (``model.bind(feed.x)``) reads in place. ``raw`` gives the unstandardized float64 features.
     ``ready`` is False while a feature is not finite (an empty side of the book; a return reaching
-    back to an event without a mid): the model has nothing to read then. ``logmid`` lists every event's log mid (for
-    the realized change the model predicts).
+    back to an event without a mid): the model has nothing to read then. ``logmid`` lists every
+    event's log mid (for the realized change the model predicts).
     """
 
     def __init__(self):

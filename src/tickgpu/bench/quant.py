@@ -309,12 +309,9 @@ def mlp_section(torch, quick: bool) -> list:
             rows.append(mlp_case(torch, layers, ln, batch, quick, f"random {MLP_FEATURES}-{h}-{h}-{MLP_OUTPUTS}"))
             _print_mlp(rows[-1])
     # The shipped signal model (tickgpu/data/quant_signal_mlp.npz: LayerNorm, 12-32-32-1).
-    from importlib import resources
+    from tickgpu.app.signal import shipped_weights
 
-    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
-        sd = dict(np.load(f))
-    layers = [(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in (1, 3, 5)]
-    ln = (sd["0.weight"], sd["0.bias"])
+    layers, ln = shipped_weights()
     for batch in (1, 64):
         rows.append(mlp_case(torch, layers, ln, batch, quick, "shipped signal model 12-32-32-1"))
         _print_mlp(rows[-1])
@@ -326,8 +323,7 @@ CROSSOVER_ROWS = (1, 4, 16, 64, 256, 1024)
 
 def _crossover_models(rng):
     """{op: [(label, CPU model, GPU model, in_features, most rows)]} for the crossover section."""
-    from importlib import resources
-
+    from tickgpu.app.signal import shipped_weights
     from tickgpu.quant import QuantLinear, QuantMLP
 
     out: dict = {"quant_linear": [], "quant_mlp": []}
@@ -335,9 +331,7 @@ def _crossover_models(rng):
         w, b = rng.standard_normal((nk, nk)), rng.standard_normal(nk)
         out["quant_linear"].append((f"W8A8 {nk} x {nk}", QuantLinear(w, b, scheme="w8a8", backend="cpu"),
                                     QuantLinear(w, b, scheme="w8a8", backend="gpu"), nk, most))
-    with resources.files("tickgpu").joinpath("data/quant_signal_mlp.npz").open("rb") as f:
-        sd = dict(np.load(f))
-    shipped = ([(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in (1, 3, 5)], (sd["0.weight"], sd["0.bias"]))
+    shipped = shipped_weights()
     wide = _mlp_weights(rng, [MLP_FEATURES, 256, 256, MLP_OUTPUTS])
     for label, (layers, ln) in (("shipped 12-32-32-1", shipped), (f"{MLP_FEATURES}-256-256-{MLP_OUTPUTS}", wide)):
         out["quant_mlp"].append((f"W8A8 {label}", QuantMLP(layers, layernorm=ln, scheme="w8a8", backend="cpu"),
