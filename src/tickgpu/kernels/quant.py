@@ -105,6 +105,19 @@ def _row_moments(row_ptr, K, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _row_chunk(row_ptr, gamma_ptr, beta_ptr, k0, offs_k, K, mean, rstd, HAS_LN: tl.constexpr):
+    """Elements k0 + offs_k of a row read in chunks (zeros past K) and, with HAS_LN, normalized
+    ``(x - mean) * rstd * gamma + beta``; also the chunk's mask."""
+    mask = k0 + offs_k < K
+    v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
+    if HAS_LN:
+        g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
+        b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
+        v = (v - mean) * rstd * g + b
+    return v, mask
+
+
+@triton.jit
 def _rows_quantized(h, kmask):
     """act_quant_kernel's per-token quantization of a register tile h [BLOCK_M, BLOCK_H] (columns
     where ~kmask are padding): int8 codes, float32 scales (NaN for a row holding a non-finite
@@ -197,12 +210,7 @@ def act_quant_kernel(
         amax = tl.zeros([BLOCK_K], dtype=tl.float32)
         bad = tl.zeros([BLOCK_K], dtype=tl.int32)
         for k0 in range(0, K, BLOCK_K):
-            mask = k0 + offs_k < K
-            v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
-            if HAS_LN:
-                g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
-                b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
-                v = (v - mean) * rstd * g + b
+            v, mask = _row_chunk(row_ptr, gamma_ptr, beta_ptr, k0, offs_k, K, mean, rstd, HAS_LN)
             nonfinite = ((v != v) | (tl.abs(v) > FLT_MAX)) & mask
             bad = tl.maximum(bad, nonfinite.to(tl.int32))
             amax = tl.maximum(amax, tl.where(nonfinite | ~mask, 0.0, tl.abs(v)))
@@ -214,12 +222,7 @@ def act_quant_kernel(
         # Pass 2: codes and their sum (a poisoned row is written as zeros).
         acc = tl.zeros([BLOCK_K], dtype=tl.int32)
         for k0 in range(0, K, BLOCK_K):
-            mask = k0 + offs_k < K
-            v = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
-            if HAS_LN:
-                g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
-                b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
-                v = (v - mean) * rstd * g + b
+            v, mask = _row_chunk(row_ptr, gamma_ptr, beta_ptr, k0, offs_k, K, mean, rstd, HAS_LN)
             r = _round_half_even(v * inv)
             r = tl.minimum(tl.maximum(r, -127.0), 127.0)
             r = tl.where(row_bad | ~mask, 0.0, r)
@@ -373,11 +376,7 @@ def layernorm_kernel(
         mean, var = _row_moments(row_ptr, K, BLOCK_K)
         rstd = tl.math.div_rn(1.0, tl.math.sqrt_rn(var + ln_eps))
         for k0 in range(0, K, BLOCK_K):
-            mask = k0 + offs_k < K
-            x = tl.load(row_ptr + k0 + offs_k, mask=mask, other=0.0)
-            g = tl.load(gamma_ptr + k0 + offs_k, mask=mask, other=0.0)
-            b = tl.load(beta_ptr + k0 + offs_k, mask=mask, other=0.0)
-            y = (x - mean) * rstd * g + b
+            y, mask = _row_chunk(row_ptr, gamma_ptr, beta_ptr, k0, offs_k, K, mean, rstd, True)
             tl.store(out_ptr + k0 + offs_k, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 
