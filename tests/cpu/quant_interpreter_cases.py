@@ -92,6 +92,8 @@ class InterpretedRuntime:
     runtime does.
     """
 
+    sm_count = 132   # an H200's: model plans choose the tiles they would there (gemm_tile)
+
     def __init__(self):
         self.launches = []
 
@@ -251,8 +253,7 @@ def test_quant_gemm_kernel_is_bit_exact(rt, rng, m, fmt):
     act = quantize_activations(x)
     wq = quantize_weight(rng.standard_normal((n, k)) + rng.uniform(-2, 2, (n, 1)), fmt)
     out = str(rng.choice(["float32", "float16", "bfloat16"]))
-    tile = "s" if m <= 64 else "l"
-    y, bias = _gemm(rt, act, wq, out, False, tile)
+    y, bias = _gemm(rt, act, wq, out, False, _gpu.gemm_tile("w16a8" if fmt == "int16" else "w8a8", m, n, 1))
     if fmt == "int8":
         ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias, out_dtype=out)
         ref_f32 = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias)
@@ -296,16 +297,38 @@ def test_quant_gemm_kernel_gelu(rt, rng, fmt):
     np.testing.assert_allclose(y, ref, rtol=4e-7, atol=3e-7)
 
 
-@pytest.mark.parametrize("m", [1, 17, 129])
-def test_w8a16_kernel(rt, rng, m):
-    n, k = int(rng.integers(1, 150)), int(rng.integers(1, 200))
+_INT8_TILES = [(fmt, t[0]) for fmt, scheme in (("int8", "w8a8"), ("int16", "w16a8")) for t in kq.GEMM_TILES[scheme]]
+
+
+@pytest.mark.parametrize("fmt,tile", _INT8_TILES)
+def test_every_gemm_tile_is_bit_exact(rt, rng, fmt, tile):
+    """Each compiled tile over a partial second tile of rows and of columns, against the reference."""
+    bm, bn = _gpu._TILE_M_N[("w16a8" if fmt == "int16" else "w8a8", tile)]
+    m, n, k = 2 * bm - 3, 2 * bn - 5, int(rng.integers(100, 300))
+    act = quantize_activations(rng.standard_normal((m, k)).astype(np.float32))
+    wq = quantize_weight(rng.standard_normal((n, k)) + rng.uniform(-2, 2, (n, 1)), fmt)
+    y, bias = _gemm(rt, act, wq, "float32", False, tile)
+    if fmt == "int8":
+        ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias)
+    else:
+        hi, lo = wq.limbs
+        ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias)
+    assert np.array_equal(y.view(np.uint32), np.asarray(ref, np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("m,tile", [(1, "s"), (17, "s")] + [(None, t[0]) for t in kq.GEMM_TILES["w8a16"]])
+def test_w8a16_kernel(rt, rng, m, tile):
+    bm, bn = _gpu._TILE_M_N[("w8a16", tile)]
+    if m is None:   # each tile over a partial second tile of rows and of columns
+        m, n = 2 * bm - 3, 2 * bn - 5
+    else:
+        n = int(rng.integers(1, 150))
+    k = int(rng.integers(1, 200))
     x = rng.standard_normal((m, k)).astype(np.float32)
     wq = quantize_weight(rng.standard_normal((n, k)), "int8")
     k_pad = -(-k // 16) * 16
     bias = rng.standard_normal(n).astype(np.float32)
     c = rt.empty((m, n), "float32")
-    tile = "s" if m <= 64 else "l"
-    bm, bn = _gpu._TILE_M_N[("w8a16", tile)]
     rt.launch(f"quant_w8a16_f32_{tile}", (-(-m // bm) * -(-n // bn), 1, 1),
               [rt.upload(x.astype(np.float16)), rt.upload(_gpu._pad_rows(wq.q, k_pad)), rt.upload(wq.scale),
                rt.upload(bias), c, m, n, k, k, k_pad, n])
@@ -315,14 +338,13 @@ def test_w8a16_kernel(rt, rng, m):
     assert np.all(np.abs(rt.download(c) - ref) <= bound + 1e-6)
 
 
-@pytest.mark.parametrize("m", [3, 70])
-def test_w8a16_aligned_variant(rt, rng, m):
-    n, k = int(rng.integers(1, 100)), 16 * int(rng.integers(1, 8))
+@pytest.mark.parametrize("m,tile", [(3, "s"), (70, "s"), (70, "m"), (70, "w"), (70, "l")])
+def test_w8a16_aligned_variant(rt, rng, m, tile):
+    n, k = int(rng.integers(1, 300)), 16 * int(rng.integers(1, 8))
     x = rng.standard_normal((m, k)).astype(np.float32)
     wq = quantize_weight(rng.standard_normal((n, k)), "int8")
     bias = rng.standard_normal(n).astype(np.float32)
     c = rt.empty((m, n), "float16")
-    tile = "s" if m <= 64 else "l"
     bm, bn = _gpu._TILE_M_N[("w8a16", tile)]
     rt.launch(f"quant_w8a16_f16_{tile}_a16", (-(-m // bm) * -(-n // bn), 1, 1),
               [rt.upload(x.astype(np.float16)), rt.upload(wq.q), rt.upload(wq.scale), rt.upload(bias), c,

@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 import tickgpu.runtime as rt  # noqa: E402
 from tickgpu import dispatch  # noqa: E402
 from tickgpu.bench import quant as bq  # noqa: E402
+from tickgpu.quant._gpu import gemm_tile  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_mock import MockDriver, default_entries, quant_entries, write_bundle  # noqa: E402
@@ -50,7 +51,8 @@ class _TorchOnCpu:
 @pytest.fixture
 def kr(tmp_path, monkeypatch):
     entries = default_entries() + quant_entries("sm_90")
-    rt.init(driver=MockDriver(), bundle_dir=write_bundle(tmp_path / "b", entries), staging_elements=64)
+    # Two SMs: a 70 x 130 layer fills them with the wider tiles, so the cases run those too.
+    rt.init(driver=MockDriver(sm_count=2), bundle_dir=write_bundle(tmp_path / "b", entries), staging_elements=64)
     monkeypatch.setattr(dispatch, "gpu_available", lambda: True)
     yield rt.kernel_runtime()
     rt.reset()
@@ -68,7 +70,10 @@ def test_gemm_case_runs_every_implementation(kr, m, n, k):
             assert c["tops"] > 0 and c["p50_us"] > 0
     for name in ("tickgpu_w8a8_gemm", "tickgpu_w16a8_gemm", "tickgpu_w8a16_gemm"):
         assert r["cases"][name]["max_abs_err"] == 0.0, name   # the mock computes the reference itself
-    assert r["tile"] == ("s" if m <= 64 else "l")
+    assert r["tiles"] == {s: gemm_tile(s, m, n, 2) for s in ("w8a8", "w16a8")}
+    assert r["tiles"] == ({"w8a8": "w", "w16a8": "l"} if m == 70 else {"w8a8": "s", "w16a8": "s"})
+    assert r["w8a16_variant"] == {1: "quant_w8a16_f16_m8", 17: "quant_w8a16_f16_s_a16",
+                                  70: "quant_w8a16_f16_w_a16"}[m]
 
 
 def test_mlp_case_runs_every_implementation(kr):

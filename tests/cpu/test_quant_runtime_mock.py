@@ -85,9 +85,10 @@ def test_arg_buffer_packs_quant_params_at_manifest_offsets(ctx):
         buf.pack(*vals, 1)
 
 
-# W8A8 tiles: "s" 16 x 32, "l" 128 x 256 (tickgpu.kernels.quant.GEMM_TILES).
+# W8A8 tiles: "s" 16 x 32, "m" 64 x 64, "w" 64 x 128, "l" 128 x 128 (tickgpu.kernels.quant.GEMM_TILES).
 @pytest.mark.parametrize("m,n,tile,grid", [(1, 70, "s", 3), (16, 64, "s", 2), (17, 70, "s", 6), (64, 1, "s", 4),
-                                           (65, 129, "l", 1), (300, 257, "l", 6)])
+                                           (70, 130, "m", 6), (70, 130, "w", 4), (65, 129, "l", 2),
+                                           (300, 257, "l", 9)])
 def test_launch_uses_the_manifests_tile_grid(kr, mock, rng, m, n, tile, grid):
     k = 48
     a = kr.upload(rng.integers(-127, 128, (m, k), dtype=np.int8))
@@ -251,7 +252,7 @@ def test_shipped_crossover_sends_quant_models_to_the_gpu(kr, mock, rng):
 
 
 @pytest.mark.parametrize("m,tile,grid", [(1, "m8", 5), (8, "m8", 5), (9, "m16", 5), (16, "m16", 5),
-                                         (17, "s", 6), (65, "l", 1)])
+                                         (17, "s", 6), (65, "s", 15)])
 def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     """M <= 8 / <= 16: the CUDA C kernel's variants (16 channels a block); above: the Triton tiles."""
     n, k = 70, 37     # odd K: activation rows of 37 elements, weight rows padded to 48 bytes
@@ -262,9 +263,49 @@ def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     last = mock.launches[-1]
     assert last["variant"] == f"quant_w8a16_gelu_f16_{tile}" and last["grid"] == (grid, 1, 1)
     assert tuple(last["args"][5:11]) == (m, n, k, k, 48, n)   # (Triton kernels: then two scratch pointers)
-    name, g = _gpu.w8a16_launch(m, n, k, k, 48, True, "f16")   # a runtime without has(): Triton only
-    assert name == f"quant_w8a16_gelu_f16_{'s' if m <= 64 else 'l'}"
-    assert g == (-(-m // (16 if m <= 64 else 128)) * -(-n // (32 if m <= 64 else 256)), 1, 1)
+    name, g = _gpu.w8a16_launch(m, n, k, k, 48, True, "f16", 132)   # a runtime without has(): Triton only
+    assert name == "quant_w8a16_gelu_f16_s" and g == (-(-m // 16) * -(-n // 32), 1, 1)
+    # On one SM the 64 x 256 tile's two programs make the two waves it wants (from 33 rows).
+    name, g = _gpu.w8a16_launch(m, n, k, k, 48, True, "f16", 1)
+    assert (name, g) == (("quant_w8a16_gelu_f16_l", (2, 1, 1)) if m > 32 else
+                         ("quant_w8a16_gelu_f16_s", (-(-m // 16) * -(-n // 32), 1, 1)))
+
+
+# The tile rule against the measured sweep (benchmarks/results/h200-2026-11-30-j/quant-sweep-mid.json,
+# an H200's 132 SMs): the tile it chose at each of these shapes.
+@pytest.mark.parametrize("scheme,m,n,tile", [
+    ("w8a8", 1, 4096, "s"), ("w8a8", 16, 4096, "s"), ("w8a8", 32, 4096, "s"), ("w8a8", 64, 4096, "m"),
+    ("w8a8", 64, 1024, "s"), ("w8a8", 128, 4096, "m"), ("w8a8", 128, 1024, "s"), ("w8a8", 512, 4096, "w"),
+    ("w8a8", 512, 1024, "m"), ("w8a8", 1024, 4096, "l"), ("w8a8", 4096, 4096, "l"), ("w8a8", 1024, 256, "m"),
+    ("w16a8", 64, 4096, "m"), ("w16a8", 256, 4096, "m"), ("w16a8", 512, 4096, "l"), ("w16a8", 128, 1024, "s"),
+    ("w8a16", 64, 4096, "s"), ("w8a16", 65, 4096, "m"), ("w8a16", 512, 4096, "w"), ("w8a16", 1024, 4096, "l"),
+    ("w8a16", 1024, 256, "s"), ("w8a16", 4096, 1024, "l")])
+def test_gemm_tile_rule_at_the_measured_shapes(scheme, m, n, tile):
+    assert _gpu.gemm_tile(scheme, m, n, 132) == tile
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+def test_gemm_tile_rule_properties(scheme):
+    for sms in (1, 2, 108, 132):
+        for m in (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 1000, 5000):
+            for n in (1, 4, 31, 32, 33, 256, 1000, 4096, 16384):
+                tile = _gpu.gemm_tile(scheme, m, n, sms)
+                bm, bn = _gpu._TILE_M_N[(scheme, tile)]
+                if m <= 16:
+                    assert tile == "s"   # per-tick batches keep the per-tick tile, on any GPU
+                if tile != "s":
+                    assert 2 * m > bm   # more than half the tile's rows used
+                    waves = dict(_gpu.GEMM_LADDER[scheme])[tile]
+                    assert -(-m // bm) * -(-n // bn) >= waves * sms
+
+
+def test_a_model_plan_launches_the_rules_tile(kr, mock, rng):
+    """A 65 x 4096 W8A8 layer on 132 SMs: the 64 x 64 tile (128 programs), with its grid."""
+    lin = QuantLinear(rng.standard_normal((4096, 24)), rng.standard_normal(4096), scheme="w8a8", out_dtype="float32")
+    x = rng.standard_normal((65, 24)).astype(np.float32)
+    assert np.array_equal(_gpu.plan_for(lin, kr).run(x), lin.forward_cpu(x))
+    last = mock.launches[-1]
+    assert last["variant"] == "quant_gemm_w8a8_f32_m" and last["grid"] == (2 * 64, 1, 1)
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
@@ -376,7 +417,7 @@ def test_quant_linear_single_token_and_tiles(kr, mock, rng):
         x = rng.standard_normal((m, 70)).astype(np.float32)
         assert np.array_equal(_gpu.plan_for(lin, kr).run(x), lin.forward_cpu(x))
         last = mock.launches[-1]
-        assert last["variant"] == f"quant_gemm_w16a8_gelu_bf16_{'s' if m <= 64 else 'l'}"
+        assert last["variant"] == f"quant_gemm_w16a8_gelu_bf16_{_gpu.gemm_tile('w16a8', m, 130, 132)}"
         assert last["args"][11] == 80   # K padded to 16
 
 

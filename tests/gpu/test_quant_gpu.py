@@ -16,8 +16,9 @@ from tickgpu.quant import QuantLinear, QuantMLP
 
 pytestmark = pytest.mark.gpu
 
-# (M, N, K): one tile and many, both tile shapes ("s" M <= 64, "l" above), K padded and not,
-# K longer than one BLOCK_K, N not a multiple of the tile.
+# (M, N, K): one tile and many, K padded and not, K longer than one BLOCK_K, N not a multiple of the
+# tile. At these widths the tile rule picks the per-tick tile "s"; test_every_tile_on_this_gpu
+# finds shapes for the others.
 SHAPES = [(1, 7, 5), (16, 64, 64), (17, 77, 301), (33, 130, 1000), (64, 1, 16), (65, 300, 96),
           (129, 257, 520), (1000, 64, 48)]
 
@@ -54,6 +55,41 @@ def test_w8a16_gpu_within_the_sum_order_bound(rng, m, n, k):
     # float32 accumulation in any order: |error| <= k eps sum |x w|, times the channel scale
     bound = (k + 2) * np.finfo(np.float32).eps * (x16 @ np.abs(wq.q.astype(np.float64)).T) * wq.scale
     assert np.all(np.abs(got - want) <= bound + 1e-6 * np.abs(want).max())
+
+
+def _shape_for_tile(scheme, tile, sm_count):
+    """The smallest (m, n) of a few candidates for which the tile rule picks `tile` on this GPU."""
+    from tickgpu.quant._gpu import gemm_tile
+
+    cands = sorted(((m, n) for m in (40, 65, 130, 300, 512, 1024, 2048) for n in (1024, 4096, 8192)),
+                   key=lambda mn: mn[0] * mn[1])
+    return next(mn for mn in cands if gemm_tile(scheme, *mn, sm_count) == tile)
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+def test_every_tile_on_this_gpu(rng, scheme):
+    """Each GEMM tile the bundle has, at a shape where the rule picks it on this GPU: the plan
+    launches it, and the results are the reference's (bit for bit for the int8 activations)."""
+    from tickgpu.quant import _gpu
+
+    rt = _gpu.kernel_runtime()
+    for tile in {t for s, t in _gpu._TILE_M_N if s == scheme}:
+        m, n = _shape_for_tile(scheme, tile, rt.sm_count)
+        k = 72
+        lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme=scheme, out_dtype="float16",
+                          backend="gpu")
+        x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10, (m, 1))).astype(np.float32)
+        got, want = lin(x), lin.forward_cpu(x)
+        variant = _gpu.plan_for(lin).programs[m].launches[-1][0]
+        assert variant.split("_f16_")[1].removesuffix("_a16") == tile, (scheme, m, n, variant)
+        if scheme == "w8a16":
+            wq = lin.weight_q
+            x16 = np.abs(x.astype(np.float16).astype(np.float64))
+            bound = (k + 2) * np.finfo(np.float32).eps * (x16 @ np.abs(wq.q.astype(np.float64)).T) * wq.scale
+            err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+            assert np.all(err <= bound + 2 * 2.0**-10 * np.abs(want.astype(np.float64)) + 1e-6), (tile, m, n)
+        else:
+            assert np.array_equal(got.view(np.uint16), want.view(np.uint16)), (tile, m, n)
 
 
 _ULP = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}

@@ -107,7 +107,7 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
     `device` is where the PyTorch side runs ("cuda"; tests pass "cpu" with a driver stand-in).
     """
     from tickgpu.quant import gemm as ref
-    from tickgpu.quant._gpu import w8a16_launch
+    from tickgpu.quant._gpu import gemm_tile, w8a16_launch
     from tickgpu.quant.schemes import quantize_activations, quantize_weight
 
     dev = torch.device(device)
@@ -117,7 +117,7 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
     x = rng.standard_normal((m, k)).astype(np.float32)
     w8, w16 = quantize_weight(w, "int8"), quantize_weight(w, "int16")
     hi, lo = w16.limbs
-    tile = "s" if m <= 64 else "l"
+    tiles = {scheme: gemm_tile(scheme, m, n, kr.sm_count) for scheme in ("w8a8", "w16a8")}
     row_block = 64 if k <= 64 else 512
 
     # tickgpu: operands resident, launches prepared once.
@@ -132,11 +132,11 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
     c8, c16, cw = (kr.empty((m, n), "float16") for _ in range(3))
     act = kr.prepare(f"quant_act_k{row_block}", None, [xb, g, b0, xq, xs, xr, m, k, k, k_pad, 1e-5])
     act.launch(sync=True)   # the codes the GEMMs read
-    w8a8 = kr.prepare(f"quant_gemm_w8a8_f16_{tile}", None,
+    w8a8 = kr.prepare(f"quant_gemm_w8a8_f16_{tiles['w8a8']}", None,
                       [xq, xs, xr, b8, b8, s8, s8, bb, c8, m, n, k_pad, k_pad, k_pad, n])
-    w16a8 = kr.prepare(f"quant_gemm_w16a8_f16_{tile}", None,
+    w16a8 = kr.prepare(f"quant_gemm_w16a8_f16_{tiles['w16a8']}", None,
                        [xq, xs, xr, bhi, blo, s16, off, bb, c16, m, n, k_pad, k_pad, k_pad, n])
-    w8a16_variant, _ = w8a16_launch(m, n, k, k, k_pad, False, "f16", getattr(kr, "has", None))
+    w8a16_variant, _ = w8a16_launch(m, n, k, k, k_pad, False, "f16", kr.sm_count, getattr(kr, "has", None))
     w8a16 = kr.prepare(w8a16_variant, None, [x16, b8, s8, bb, cw, m, n, k, k, k_pad, n])
 
     # PyTorch: the same data.
@@ -180,7 +180,7 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
         "torch_int8_layer": int8_layer,
     }
     reps = _repeats(m, n, k, quick)
-    out: dict = {"m": m, "n": n, "k": k, "tile": tile, "w8a16_variant": w8a16_variant, "int_mm_rows": int_mm_rows,
+    out: dict = {"m": m, "n": n, "k": k, "tiles": tiles, "w8a16_variant": w8a16_variant, "int_mm_rows": int_mm_rows,
                  "cases": {}}
     flops = 2.0 * m * n * k
     for name, fn in cases.items():

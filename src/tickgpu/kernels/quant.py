@@ -488,23 +488,28 @@ def mlp3_fused_kernel(
 
 _OUT_TYPES = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
 
-# Per scheme, (name, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages): "s" for per-tick batches
-# (M <= 64, the latency case), "l" for large batches. Chosen by scripts/quant-sweep on an H200
-# (benchmarks/results/h200-2026-11-30-d/quant-sweep.json), device time of graph-replayed launches:
-# - w8a8 "l": 128 x 256 x 128 tiles reach 1.31x cuBLAS fp16 at 4096^3 (128 x 128 x 64: 0.66x);
-#   "s": narrow 32-channel tiles with a deep K step spread M <= 16 over 4x more programs, so the
-#   int8 weight bytes stream at full bandwidth (1.45-1.6x fp16 at N = K = 4096).
-# - w16a8 "l": two int32 accumulators per tile, so 128 x 128 (a 128 x 256 tile would spill them).
-# - w8a16 "s": with the fast widening (FAST_CVT), 16 x 32 x 256 tiles, 4 stages: at M = 1 / 16,
-#   N = K = 4096, 8.2 / 8.6 us against cuBLAS fp16's 9.5 / 10.1 with both weight sets in L2
-#   (1.16-1.18x), 9.4 us against 13.5 / 13.7 with weights rotated past L2 (1.44-1.45x); 1.03-1.08x
-#   at N = K = 256-1024 (benchmarks/results/h200-2026-11-30-e/w8a16-probe.json; split-K, more
-#   stages, and weights as the MMA's register operand were no faster).
-#   "l": 128 x 256 x 64 (0.41x fp16 at M >= 1024: weight-only int8 is for small batches).
+# Per scheme, (name, BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages), smallest first. Which tile
+# serves an m x n launch is tickgpu.quant._gpu.gemm_tile's rule (the grid it makes against the SM
+# count). Chosen by scripts/quant-sweep on an H200, device time of graph-replayed launches:
+# - "s", the per-tick tile (benchmarks/results/h200-2026-11-30-d/quant-sweep.json): narrow
+#   32-channel tiles with a deep K step spread M <= 16 over 4x more programs, so the int8 weight
+#   bytes stream at full bandwidth (W8A8 1.45-1.6x fp16 at N = K = 4096). W8A16 with the fast
+#   widening (FAST_CVT), 16 x 32 x 256, 4 stages: at M = 1 / 16, N = K = 4096, 8.2 / 8.6 us against
+#   cuBLAS fp16's 9.5 / 10.1 with both weight sets in L2 (split-K, more stages, and weights as the
+#   MMA's register operand were no faster, h200-2026-11-30-e/w8a16-probe.json).
+# - "m", "w", "l" for batches beyond a tick (h200-2026-11-30-j/quant-sweep-mid.json, M = 32-4,096
+#   at N = K = 256-4,096, every candidate against every shape). With one large tile above M = 64,
+#   as before, M = 65-512 left most SMs idle (128 x 256 tiles at M = 128, N = 4096: 16 programs,
+#   W8A8 32.3 us against the 64 x 64 tile's 9.3 and cuBLAS fp16's 13.2). Per scheme the kept tiles
+#   are the ones that were fastest somewhere; 128 x 128 x 64 with 4 warps beat the former W8A8 large
+#   tile (128 x 256 x 128, 8 warps) at every shape, 4096^3 included (122 against 133 us), and
+#   64 x 256 x 64 the former W8A16 one (128 x 256 x 64).
 GEMM_TILES = {
-    "w8a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 256, 128, 8, 3)),
-    "w16a8": (("s", 16, 32, 256, 4, 3), ("l", 128, 128, 128, 8, 3)),
-    "w8a16": (("s", 16, 32, 256, 4, 4), ("l", 128, 256, 64, 8, 3)),
+    "w8a8": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 4), ("w", 64, 128, 128, 4, 3),
+             ("l", 128, 128, 64, 4, 4)),
+    "w16a8": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 4), ("l", 128, 128, 128, 8, 3)),
+    "w8a16": (("s", 16, 32, 256, 4, 4), ("m", 64, 64, 128, 4, 3), ("w", 64, 128, 64, 4, 3),
+              ("l", 64, 256, 64, 8, 3)),
 }
 # BLOCK_K of the row kernels, and whether the row is read once (SINGLE, for K <= BLOCK_K): rows up
 # to 64 and up to 1,024 elements in one read, longer ones in chunks of 512 (a read a pass).
@@ -584,7 +589,7 @@ def _gemm_variants():
                     yield _variant(name, quant_gemm_kernel, sig,
                                    {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
                                     "BLOCK_K": bk, "GROUP_M": 8}, warps, stages, out, "tiles",
-                                   "tile 's' for M <= 64, 'l' above; K padded to a multiple of 16",
+                                   "tile by tickgpu.quant._gpu.gemm_tile; K padded to a multiple of 16",
                                    aligned16=True)
 
 
@@ -605,7 +610,7 @@ def _w8a16_variants():
                                    {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
                                     "FAST_CVT": 1},
                                    warps, stages, out, "tiles",
-                                   "tile 's' for M <= 64, 'l' above; '_a16' where K and the row strides "
+                                   "tile by tickgpu.quant._gpu.gemm_tile; '_a16' where K and the row strides "
                                    "of A and B are multiples of 16", aligned16=aligned)
 
 

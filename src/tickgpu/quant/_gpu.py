@@ -46,7 +46,6 @@ import numpy as np
 from tickgpu.errors import BackendUnavailable
 from tickgpu.quant.schemes import cast_output
 
-SMALL_M = 64  # at or below: the small-batch tile ("s"), above: the large one ("l")
 # At or below: a step is one replayed graph on mapped host memory. A signal model's step is a few
 # microseconds of GPU work behind ~6 launches, a host-to-device and a device-to-host copy; as a
 # graph over memory the kernels read and write across PCIe it is one launch and one wait, and the
@@ -54,9 +53,35 @@ SMALL_M = 64  # at or below: the small-batch tile ("s"), above: the large one ("
 GRAPH_MAX_ROWS = 64
 # (BLOCK_M, BLOCK_N) of each scheme's tiles, as tickgpu.kernels.quant.GEMM_TILES compiles them (the
 # grid of a launch; a test holds the two equal, and the runtime checks every grid against the manifest).
-_TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "l"): (128, 256),
-             ("w16a8", "s"): (16, 32), ("w16a8", "l"): (128, 128),
-             ("w8a16", "s"): (16, 32), ("w8a16", "l"): (128, 256)}
+_TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "m"): (64, 64), ("w8a8", "w"): (64, 128), ("w8a8", "l"): (128, 128),
+             ("w16a8", "s"): (16, 32), ("w16a8", "m"): (64, 64), ("w16a8", "l"): (128, 128),
+             ("w8a16", "s"): (16, 32), ("w8a16", "m"): (64, 64), ("w8a16", "w"): (64, 128),
+             ("w8a16", "l"): (64, 256)}
+# Which tile serves an m x n GEMM (gemm_tile): per scheme, the larger tiles from the largest down,
+# each with the fewest programs, as a multiple of the SM count, at which it beat the smaller ones.
+# Measured with scripts/quant-sweep on an H200 (132 SMs; M = 32-4,096, N = K = 256-4,096,
+# benchmarks/results/h200-2026-11-30-j/quant-sweep-mid.json): a larger tile does less work a
+# weight byte but runs fewer programs, and wins once it has about two waves of them (W8A8 "l",
+# "w"; W8A16 "l", "w"), or one (W16A8 "l", whose two accumulators fit one program an SM; the 64 x 64
+# tiles "m", which have K-deep work even at a few programs an SM: half of one for the int8 schemes).
+# Over the sweep's 16 shapes the rule's tile was within 1.10x of the fastest candidate for W8A8,
+# 1.06x for W16A8 and 1.29x for W8A16, where the former rule ("s" to 64 rows, one large tile above)
+# was up to 3.5x, 2.5x and 4.7x off. A tile also needs more than half its rows used (m > BLOCK_M / 2).
+GEMM_LADDER = {"w8a8": (("l", 1.9), ("w", 1.9), ("m", 0.45)),
+               "w16a8": (("l", 0.9), ("m", 0.45)),
+               "w8a16": (("l", 1.9), ("w", 1.9), ("m", 0.9))}
+
+
+def gemm_tile(scheme: str, m: int, n: int, sm_count: int) -> str:
+    """The tile ("s", "m", "w" or "l") of scheme's GEMM kernel for m rows and n output channels on a
+    GPU of `sm_count` SMs (GEMM_LADDER says why)."""
+    for tile, waves in GEMM_LADDER[scheme]:
+        bm, bn = _TILE_M_N[(scheme, tile)]
+        if 2 * m > bm and -(-m // bm) * -(-n // bn) >= waves * sm_count:
+            return tile
+    return "s"
+
+
 _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 # The CUDA C W8A16 kernel for small batches (csrc/cuda/w8a16.cu): (BLOCK_M, BLOCK_N) of its variants
 # by the most rows each serves, as tickgpu.kernels.quant.W8A16_SMALL builds them (which says what
@@ -75,17 +100,18 @@ def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
     return f"quant_mlp3_{scheme}{'_ln' if layernorm else ''}_h{width}"
 
 
-def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, has=None):
+def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: bool, out_tag: str, sm_count: int,
+                 has=None):
     """Variant and grid of a W8A16 GEMM of m x n x k (activation row stride `stride_a`, weight rows
-    `stride_b` bytes, a multiple of 16); `has(variant)` says what the bundle holds (None: the Triton
-    variants only). One rule for the model plans and the benchmarks."""
+    `stride_b` bytes, a multiple of 16) on a GPU of `sm_count` SMs; `has(variant)` says what the
+    bundle holds (None: the Triton variants only). One rule for the model plans and the benchmarks."""
     g = "_gelu" if gelu else ""
     if has is not None and stride_b % 16 == 0:
         for rows, (tag, bm, bn) in W8A16_SMALL_TILES.items():   # the smallest tile the bundle has
             name = f"quant_w8a16{g}_{out_tag}_{tag}"
             if m <= rows and has(name):
                 return name, (-(-m // bm) * -(-n // bn), 1, 1)
-    tile = "s" if m <= SMALL_M else "l"
+    tile = gemm_tile("w8a16", m, n, sm_count)
     bm, bn = _TILE_M_N[("w8a16", tile)]
     aligned = "_a16" if k % 16 == 0 and stride_a % 16 == 0 else ""
     return f"quant_w8a16{g}_{out_tag}_{tile}{aligned}", (-(-m // bm) * -(-n // bn), 1, 1)
@@ -202,11 +228,11 @@ class GpuPlan:
         tag = _OUT_TAG[out_dtype]
         if self.scheme == "w8a16":
             variant, grid = w8a16_launch(m, layer.n, layer.k, stride_a, layer.k_pad, layer.gelu, tag,
-                                         getattr(self.rt, "has", None))
+                                         self.rt.sm_count, getattr(self.rt, "has", None))
             launches.append((variant, grid, [a, layer.b, layer.scale, layer.bias, out,
                                              m, layer.n, layer.k, stride_a, layer.k_pad, layer.n]))
         else:
-            tile = "s" if m <= SMALL_M else "l"
+            tile = gemm_tile(self.scheme, m, layer.n, self.rt.sm_count)
             bm, bn = _TILE_M_N[(self.scheme, tile)]
             grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
             launches.append((f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,

@@ -261,6 +261,7 @@ class KernelRuntime:
         self.ctx = ctx
         self.driver = ctx.driver
         self.stream = ctx.stream
+        self.sm_count = ctx.sm_count   # the GEMM tile rule's (tickgpu.quant._gpu.gemm_tile)
         self.pool = BufferPool(ctx.driver)
         self.launches = 0
 
