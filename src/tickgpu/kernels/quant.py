@@ -502,14 +502,16 @@ _OUT_TYPES = {"f32": "*fp32", "f16": "*fp16", "bf16": "*bf16"}
 #   as before, M = 65-512 left most SMs idle (128 x 256 tiles at M = 128, N = 4096: 16 programs,
 #   W8A8 32.3 us against the 64 x 64 tile's 9.3 and cuBLAS fp16's 13.2). Per scheme the kept tiles
 #   are the ones that were fastest somewhere; 128 x 128 x 64 with 4 warps beat the former W8A8 large
-#   tile (128 x 256 x 128, 8 warps) at every shape, 4096^3 included (122 against 133 us), and
-#   64 x 256 x 64 the former W8A16 one (128 x 256 x 64).
+#   tile (128 x 256 x 128, 8 warps) at every shape, 4096^3 included (122 against 133 us). W8A16
+#   keeps its large tile (128 x 256 x 64): 64 x 256 x 64 was faster as the sweep compiled it (81
+#   against 85 us at M = 1,024, N = K = 4096) but not as this bundle does (121 us in the quant suite,
+#   h200-2026-11-30-j/quant-*-154803.json), where the other new tiles ran as the sweep had them.
 GEMM_TILES = {
     "w8a8": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 4), ("w", 64, 128, 128, 4, 3),
              ("l", 128, 128, 64, 4, 4)),
     "w16a8": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 4), ("l", 128, 128, 128, 8, 3)),
     "w8a16": (("s", 16, 32, 256, 4, 4), ("m", 64, 64, 128, 4, 3), ("w", 64, 128, 64, 4, 3),
-              ("l", 64, 256, 64, 8, 3)),
+              ("l", 128, 256, 64, 8, 3)),
 }
 # BLOCK_K of the row kernels, and whether the row is read once (SINGLE, for K <= BLOCK_K): rows up
 # to 64 and up to 1,024 elements in one read, longer ones in chunks of 512 (a read a pass).

@@ -56,20 +56,20 @@ GRAPH_MAX_ROWS = 64
 _TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "m"): (64, 64), ("w8a8", "w"): (64, 128), ("w8a8", "l"): (128, 128),
              ("w16a8", "s"): (16, 32), ("w16a8", "m"): (64, 64), ("w16a8", "l"): (128, 128),
              ("w8a16", "s"): (16, 32), ("w8a16", "m"): (64, 64), ("w8a16", "w"): (64, 128),
-             ("w8a16", "l"): (64, 256)}
+             ("w8a16", "l"): (128, 256)}
 # Which tile serves an m x n GEMM (gemm_tile): per scheme, the larger tiles from the largest down,
 # each with the fewest programs, as a multiple of the SM count, at which it beat the smaller ones.
 # Measured with scripts/quant-sweep on an H200 (132 SMs; M = 32-4,096, N = K = 256-4,096,
 # benchmarks/results/h200-2026-11-30-j/quant-sweep-mid.json): a larger tile does less work a
 # weight byte but runs fewer programs, and wins once it has about two waves of them (W8A8 "l",
-# "w"; W8A16 "l", "w"), or one (W16A8 "l", whose two accumulators fit one program an SM; the 64 x 64
+# "w"; W8A16 "w"), or one (the 8-warp large tiles of W16A8 and W8A16, one program an SM; the 64 x 64
 # tiles "m", which have K-deep work even at a few programs an SM: half of one for the int8 schemes).
 # Over the sweep's 16 shapes the rule's tile was within 1.10x of the fastest candidate for W8A8,
 # 1.06x for W16A8 and 1.29x for W8A16, where the former rule ("s" to 64 rows, one large tile above)
 # was up to 3.5x, 2.5x and 4.7x off. A tile also needs more than half its rows used (m > BLOCK_M / 2).
 GEMM_LADDER = {"w8a8": (("l", 1.9), ("w", 1.9), ("m", 0.45)),
                "w16a8": (("l", 0.9), ("m", 0.45)),
-               "w8a16": (("l", 1.9), ("w", 1.9), ("m", 0.9))}
+               "w8a16": (("l", 0.9), ("w", 1.9), ("m", 0.9))}
 
 
 def gemm_tile(scheme: str, m: int, n: int, sm_count: int) -> str:
