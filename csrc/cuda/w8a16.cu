@@ -1,5 +1,5 @@
 /*
- * w8a16.cu -- weight-only int8 GEMM for small batches (M <= 16): C = epilogue(A @ (B * scale)^T).
+ * w8a16.cu -- weight-only int8 GEMM for small batches (M <= 32): C = epilogue(A @ (B * scale)^T).
  *
  * A is float16 (M x K, row stride stride_am elements), B int8 (N x K, K contiguous, row stride
  * stride_bn bytes), scale and bias float32 (N,), C (M x N, row stride stride_cm) float32, float16

@@ -227,9 +227,9 @@ def _check_quant_entry(k, fields):
         want.append((name, kind or "ptr"))
     if k["source"] == "cuda":
         # The small-batch W8A16 kernel: static shared memory only, 16 output channels a block,
-        # 8 or 16 rows; only its weight rows must be 16-byte multiples.
+        # 8, 16 or 32 rows; only its weight rows must be 16-byte multiples.
         assert k["entry"] == "tg_w8a16_small_kernel" and k["shared"] == 0, v
-        assert tiles and k["block_n"] == 16 and k["block_m"] in (8, 16), v
+        assert tiles and k["block_n"] == 16 and k["block_m"] in (8, 16, 32), v
         assert k["elements_per_block"] == k["block_m"] * k["block_n"], v
         assert v.endswith(f"_m{k['block_m']}") and v.startswith("quant_w8a16_"), v
         assert k["aligned16"] and k["multiple_of_16"] == ["stride_bn"], v

@@ -72,7 +72,7 @@ def test_gemm_case_runs_every_implementation(kr, m, n, k):
         assert r["cases"][name]["max_abs_err"] == 0.0, name   # the mock computes the reference itself
     assert r["tiles"] == {s: gemm_tile(s, m, n, 2) for s in ("w8a8", "w16a8")}
     assert r["tiles"] == ({"w8a8": "w", "w16a8": "l"} if m == 70 else {"w8a8": "s", "w16a8": "s"})
-    assert r["w8a16_variant"] == {1: "quant_w8a16_f16_m8", 17: "quant_w8a16_f16_s_a16",
+    assert r["w8a16_variant"] == {1: "quant_w8a16_f16_m8", 17: "quant_w8a16_f16_m32",
                                   70: "quant_w8a16_f16_w_a16"}[m]
 
 

@@ -252,9 +252,9 @@ def test_shipped_crossover_sends_quant_models_to_the_gpu(kr, mock, rng):
 
 
 @pytest.mark.parametrize("m,tile,grid", [(1, "m8", 5), (8, "m8", 5), (9, "m16", 5), (16, "m16", 5),
-                                         (17, "s", 6), (65, "s", 15)])
+                                         (17, "m32", 5), (32, "m32", 5), (33, "s", 9), (65, "s", 15)])
 def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
-    """M <= 8 / <= 16: the CUDA C kernel's variants (16 channels a block); above: the Triton tiles."""
+    """M <= 8 / 16 / 32: the CUDA C kernel's variants (16 channels a block); above: the Triton tiles."""
     n, k = 70, 37     # odd K: activation rows of 37 elements, weight rows padded to 48 bytes
     lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme="w8a16",
                       out_dtype="float16", gelu=True)
@@ -265,9 +265,11 @@ def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     assert tuple(last["args"][5:11]) == (m, n, k, k, 48, n)   # (Triton kernels: then two scratch pointers)
     name, g = _gpu.w8a16_launch(m, n, k, k, 48, True, "f16", 132)   # a runtime without has(): Triton only
     assert name == "quant_w8a16_gelu_f16_s" and g == (-(-m // 16) * -(-n // 32), 1, 1)
-    # On one SM the 128 x 256 tile's one program is the wave it wants (from 65 rows).
+    # On one SM the 128 x 256 tile's one program is the wave it wants (from 65 rows), and from
+    # 33 rows the 64 x 64 tile's two.
     name, g = _gpu.w8a16_launch(m, n, k, k, 48, True, "f16", 1)
     assert (name, g) == (("quant_w8a16_gelu_f16_l", (1, 1, 1)) if m > 64 else
+                         ("quant_w8a16_gelu_f16_m", (2, 1, 1)) if m > 32 else
                          ("quant_w8a16_gelu_f16_s", (-(-m // 16) * -(-n // 32), 1, 1)))
 
 

@@ -98,9 +98,9 @@ _ULP = {"float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
 @pytest.mark.parametrize("out", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("gelu", [False, True])
 @pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (3, 1000, 1000), (8, 33, 4100), (9, 17, 63), (13, 777, 1001),
-                                   (16, 256, 256), (16, 5, 7)])
+                                   (16, 256, 256), (16, 5, 7), (17, 300, 4096), (25, 129, 77), (32, 64, 1000)])
 def test_w8a16_small_batch_kernel(rng, m, n, k, gelu, out):
-    """M <= 16: the CUDA C kernel (csrc/cuda/w8a16.cu), odd N and K, K past one block's share."""
+    """M <= 32: the CUDA C kernel (csrc/cuda/w8a16.cu), odd N and K, K past one block's share."""
     from tickgpu.quant import _gpu
 
     lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme="w8a16", gelu=gelu,
@@ -108,7 +108,8 @@ def test_w8a16_small_batch_kernel(rng, m, n, k, gelu, out):
     x = (rng.standard_normal((m, k)) * rng.uniform(0.1, 10, (m, 1))).astype(np.float32)
     got, want = lin(x).astype(np.float64), lin.forward_cpu(x).astype(np.float64)
     variant = _gpu.plan_for(lin).programs[m].launches[-1][0]
-    assert variant == f"quant_w8a16{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{'m8' if m <= 8 else 'm16'}"
+    tile = "m8" if m <= 8 else "m16" if m <= 16 else "m32"
+    assert variant == f"quant_w8a16{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{tile}"
     wq = lin.weight_q
     x16 = np.abs(x.astype(np.float16).astype(np.float64))
     bound = (k + 2) * np.finfo(np.float32).eps * (x16 @ np.abs(wq.q.astype(np.float64)).T) * wq.scale

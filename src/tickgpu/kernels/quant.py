@@ -669,14 +669,18 @@ def _mlp3_variants():
                 yield v
 
 
-# The CUDA C W8A16 kernel for M <= 16 (csrc/cuda/w8a16.cu), built by nvcc: (tile name, most rows,
+# The CUDA C W8A16 kernel for M <= 32 (csrc/cuda/w8a16.cu), built by nvcc: (tile name, most rows,
 # MMA token tiles MT, warps, chunks loaded per warp before use). Each block owns 16 output channels
 # and 8 * MT tokens; its warps split K. Chosen on an H200 (benchmarks/results/h200-2026-11-30-f/
 # w8a16cu-probe.json: of 54 configurations of MT x channels per warp x warps x group, 51 built):
 # at N = K = 4096, M = 1 / 8 / 16, 5.1 / 5.5 / 6.9 us with the weights in L2 and 6.9 / 7.0 / 8.1 us streamed from
 # memory, against cuBLAS fp16's 9.3-9.6 / 13.5-13.7 us and this file's tile kernel's 8.1-8.3 /
-# 9.2-9.3 us. tickgpu.quant._gpu.W8A16_SMALL_TILES holds the same tiles (a test says so).
-W8A16_SMALL = (("m8", 8, 1, 16, 2), ("m16", 16, 2, 16, 1))
+# 9.2-9.3 us. "m32" (h200-2026-11-30-j/w8a16-mt.json, 7 configurations of 4-8 token tiles): at
+# M = 17 / 24 / 32, N = K = 4096, 8.9 / 8.9 / 9.9 us in L2, against the tile kernel's 11.3-11.5 and
+# cuBLAS fp16's 10.0-10.6 (1.07-1.16x; the tile kernel was slower than fp16 there); at N = K = 1024
+# and 256, 2.4-3.7 us against fp16's 2.7-3.8. Six and eight token tiles were slower than fp16.
+# tickgpu.quant._gpu.W8A16_SMALL_TILES holds the same tiles (a test says so).
+W8A16_SMALL = (("m8", 8, 1, 16, 2), ("m16", 16, 2, 16, 1), ("m32", 32, 4, 8, 1))
 W8A16_SMALL_SOURCE = "csrc/cuda/w8a16.cu"
 # (A form of it reading a model's float32 input through the LayerNorm, one launch fewer a step,
 # was slower: the input lives in mapped host memory and every block read it across PCIe three

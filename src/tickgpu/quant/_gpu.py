@@ -31,8 +31,8 @@ Layout on the device: int8 weight rows and int8 activation rows are padded to a 
 elements (16-byte aligned rows for vectorized loads), float16 rows to a multiple of 8; outputs are
 dense (M, N). The int8 GEMMs run over the padded K: the weights' padding is zero, so whatever the
 activations' padding holds adds nothing to the integer sums (their variants are compiled assuming K
-and both row strides are multiples of 16). W8A16 runs over the true K: up to 16 rows on the CUDA C
-small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8" and "_m16") where the bundle has it, else
+and both row strides are multiples of 16). W8A16 runs over the true K: up to 32 rows on the CUDA C
+small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8", "_m16" and "_m32") where the bundle has it, else
 on the Triton tile kernel, whose aligned variant ("_a16") serves K and activation row strides that
 are multiples of 16.
 """
@@ -86,7 +86,7 @@ _OUT_TAG = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 # The CUDA C W8A16 kernel for small batches (csrc/cuda/w8a16.cu): (BLOCK_M, BLOCK_N) of its variants
 # by the most rows each serves, as tickgpu.kernels.quant.W8A16_SMALL builds them (which says what
 # they measured; benchmarks/results/h200-2026-11-30-f/README.md has the same-run comparisons).
-W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16)}
+W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16), 32: ("m32", 32, 16)}
 # The fused 3-layer step (tickgpu.kernels.quant.mlp3_fused_kernel): tokens a program, the widths its
 # variants are compiled for (BLOCK_H), and the schemes (with their LayerNorm options) it serves.
 MLP3_BLOCK_M = 16
