@@ -283,6 +283,19 @@ int tg_lobster_replay(tg_book *book, int32_t instrument, int64_t n, const tg_mes
                       int32_t levels, const int64_t *orderbook, int8_t *row_reason,
                       tg_replay_stats *stats);
 
+/* One message of a tick-by-tick replay against the orderbook row that follows it, in one call:
+ * applies the message (as tg_book_apply_fields; *code, may be NULL, receives its tg_book_code, and
+ * a rejected message leaves the book as it was); with levels > 0 compares the book's window with
+ * `row` (4 * levels values, LOBSTER's layout; an empty row level must be empty in the book, its
+ * price not compared) and, where they differ, sets both sides from the row (tg_book_sync_row;
+ * levels beyond the row are dropped); *resynced (may be NULL) receives 1 if so, else 0. Then the
+ * features of the state after it into row 0 of `out` (may be NULL). Returns TG_OK (whether or not
+ * the message applied), TG_EDATA (the row is not a book: the book is as the message left it),
+ * TG_ENOMEM, TG_ERANGE (instrument; a row of more than max_levels levels) or TG_EINVAL. */
+int tg_book_step(tg_book *book, int32_t instrument, int32_t type, int64_t size, int64_t price,
+                 int32_t direction, int32_t levels, const int64_t *row, const tg_book_features *out,
+                 int8_t *code, int32_t *resynced);
+
 typedef enum {
     TG_CSV_OK = 0,
     TG_CSV_FIELDS = 1,     /* wrong number of fields on a line */

@@ -140,6 +140,36 @@ int tg_lobster_replay(tg_book *book, int32_t instrument, int64_t n, const tg_mes
     return TG_OK;
 }
 
+int tg_book_step(tg_book *book, int32_t instrument, int32_t type, int64_t size, int64_t price,
+                 int32_t direction, int32_t levels, const int64_t *row, const tg_book_features *out,
+                 int8_t *code, int32_t *resynced)
+{
+    if (book == NULL || levels < 0 || (levels > 0 && row == NULL) || (out != NULL && out->levels < 0))
+        return TG_EINVAL;
+    if (instrument < 0 || instrument >= book->n_instruments)
+        return TG_ERANGE;
+    if (resynced)
+        *resynced = 0;
+    tg_message m = {0.0, type, 0, size, price, direction, instrument};
+    int emptied;
+    int c = tg_book_apply_one(book, instrument, &m, &emptied);
+    if (code)
+        *code = (int8_t)c;
+    if (c == TG_BOOK_NO_MEMORY)
+        return TG_ENOMEM;
+    tg_instrument *in = &book->inst[instrument];
+    if (levels > 0 && !window_matches(in, levels, row)) {
+        int status = tg_book_sync_row(book, instrument, levels, row);
+        if (status != TG_OK)
+            return status;
+        if (resynced)
+            *resynced = 1;
+    }
+    if (out)
+        tg_book_features_row(in, out, 0);
+    return TG_OK;
+}
+
 /* ---- CSV numbers --------------------------------------------------------------------------- */
 
 static int is_digit(char c)

@@ -307,3 +307,83 @@ def test_time_column_is_correctly_rounded(tmp_path, rng):
     body = "".join(f"{t},5,0,1,100,1\n" for t in texts)
     d = read_lobster(_write(tmp_path, "m.csv", body))
     assert d.messages["time"].tolist() == [float(t) for t in texts]
+
+
+# ---- Book.step: the tick-by-tick replay call ------------------------------------------------------
+def _step_by_parts(book, ty, size, price, direction, row):
+    """What Book.step does, from the general calls: apply, compare the window, resync, features."""
+    from tickgpu.finance.book import BookError
+
+    try:
+        book.apply_one(ty, size, price, direction)
+        code = 0
+    except BookError as e:
+        code = int(e.code)
+    resynced = False
+    if row is not None:
+        snap = book.snapshot(row.size // 4)
+        empty = row[1::2] == 0   # an empty row level: its price is not compared
+        got = snap.ravel()
+        same = np.array_equal(got[1::2], row[1::2]) and np.array_equal(got[0::2][~empty], row[0::2][~empty])
+        if not same:
+            book.sync_from_orderbook_row(row)
+            resynced = True
+    return book.features(reuse=True), code, resynced
+
+
+@pytest.mark.parametrize("with_rows", [True, False])
+def test_book_step_is_the_general_calls(sample, with_rows):
+    """Over the first 30,000 messages of each sample: the same features, codes and resyncs."""
+    data, _, _, levels = sample
+    m = data.messages[:30_000]
+    fields = [m[k].tolist() for k in ("type", "size", "price", "direction")]
+    a, b = Book(), Book()
+    resyncs = rejected = 0
+    for i in range(m.size):
+        row = data.orderbook[i] if with_rows else None
+        fa, code_a, rs_a = a.step(fields[0][i], fields[1][i], fields[2][i], fields[3][i], row)
+        fb, code_b, rs_b = _step_by_parts(b, fields[0][i], fields[1][i], fields[2][i], fields[3][i], row)
+        assert (int(code_a), rs_a) == (code_b, rs_b), i
+        for k in ("mid", "microprice", "spread", "imbalance", "bid_depth", "ask_depth"):
+            np.testing.assert_array_equal(getattr(fa, k), getattr(fb, k), err_msg=f"{k} at {i}")
+        resyncs += rs_a
+        rejected += code_a != 0
+    if with_rows:
+        assert resyncs > 0   # the first row at least: the initial book is not in the message file
+        np.testing.assert_array_equal(a.snapshot(levels).ravel(), data.orderbook[m.size - 1])
+    else:
+        assert resyncs == 0 and rejected > 0   # without the file's rows the book misses the opening book
+
+
+def test_book_step_arguments_and_refusals():
+    from tickgpu.finance.book import EMPTY_ASK_PRICE, MessageCode
+
+    book = Book(initial_levels=2, max_levels=2)
+    row = np.array([1002, 3, 1000, 5, 1003, 4, 999, 7], np.int64)
+    f, code, resynced = book.step(1, 5, 1000, 1, row)
+    assert code == MessageCode.OK and resynced and float(f.mid) == 0.1001
+    # A rejected message is returned, not raised, and leaves the book as it was.
+    f2, code, resynced = book.step(2, 1, 1500, 1, row)
+    assert code == MessageCode.NO_LEVEL and not resynced and f2 is f and float(f.mid) == 0.1001
+    for bad, err, match in [(row.astype(np.float64), TypeError, "row: .*int64"),
+                            (row[::2], TypeError, "row: .*C-contiguous"),
+                            (row.reshape(2, 4), TypeError, "row: .*one-dimensional"),
+                            (list(row), TypeError, "row: .*got list"),
+                            (row[:6], ValueError, "row: must hold 4 \\* levels values"),
+                            (np.zeros(0, np.int64), ValueError, "row: must hold 4 \\* levels values")]:
+        with pytest.raises(err, match=match):
+            book.step(1, 1, 1000, 1, bad)
+    before = book.snapshot(2)
+    not_a_book = np.array([1002, 3, 1000, 5, 1001, 4, 999, 7], np.int64)   # asks not getting worse
+    with pytest.raises(ValueError, match="row: not a valid book"):
+        book.step(1, 2, 1000, 1, not_a_book)
+    after = book.snapshot(2)
+    assert after[0, 3] == before[0, 3] + 2 and np.array_equal(after[:, :3], before[:, :3])   # the message applied
+    too_deep = np.array([1002, 3, 1000, 5, 1003, 4, 999, 7, 1004, 1, 998, 1], np.int64)
+    with pytest.raises(ValueError, match="max_levels=2"):
+        book.step(5, 1, 1000, 1, too_deep)
+    with pytest.raises(IndexError, match="instrument"):
+        book.step(1, 1, 1000, 1, row, instrument=1)
+    empty = np.array([EMPTY_ASK_PRICE, 0, 1000, 5], np.int64)
+    f, code, resynced = book.step(5, 1, 1000, 1, empty)
+    assert resynced and np.isnan(float(f.mid)) and float(f.imbalance) == 1.0

@@ -326,6 +326,64 @@ static void test_sync_row(void)
     tg_book_destroy(book);
 }
 
+/* tg_book_step: a message, the row check with its resync, and the features, in one call. */
+static void test_step(void)
+{
+    tg_book *book = NULL;
+    CHECK(tg_book_create(2, 2, 100, &book) == TG_OK);
+    int64_t row[12] = {101, 5, 99, 7, 102, 6, 98, 8, EMPTY_ASK, 0, 97, 9};
+    CHECK(tg_book_sync_row(book, 0, 3, row) == TG_OK);
+    double mid = 0, spread = 0;
+    int64_t bid_size[1] = {0}, ask_size[1] = {0};
+    tg_book_features f = {1, &mid, NULL, &spread, NULL, NULL, bid_size, ask_size};
+    int8_t code = -1;
+    int32_t resynced = -1;
+
+    /* 3 more shares at the best bid: the row that follows says so, no resync. */
+    int64_t after[12];
+    memcpy(after, row, sizeof row);
+    after[3] = 10;
+    CHECK(tg_book_step(book, 0, 1, 3, 99, 1, 3, after, &f, &code, &resynced) == TG_OK);
+    CHECK(code == TG_BOOK_OK && resynced == 0);
+    CHECK(mid == 100.0 && spread == 2.0 && bid_size[0] == 10 && ask_size[0] == 5);
+
+    /* The row disagrees (an ask level the messages never showed): the book takes the row. */
+    int64_t other[12];
+    memcpy(other, after, sizeof after);
+    other[0] = 100;
+    other[1] = 4;
+    CHECK(tg_book_step(book, 0, 5, 10, 100, 1, 3, other, &f, &code, &resynced) == TG_OK);
+    CHECK(code == TG_BOOK_OK && resynced == 1 && mid == 99.5 && ask_size[0] == 4);
+    int64_t out[12];
+    CHECK(tg_book_snapshot(book, 0, 3, out, out + 1, out + 2, out + 3, 4) == TG_OK);
+    CHECK(memcmp(out, other, sizeof other) == 0);
+
+    /* A rejected message (cancel at a price with no level) leaves the book; the row check runs. */
+    CHECK(tg_book_step(book, 0, 3, 1, 50, 1, 3, other, &f, &code, &resynced) == TG_OK);
+    CHECK(code == TG_BOOK_NO_LEVEL && resynced == 0 && mid == 99.5);
+
+    /* No row: the message and the features only. */
+    CHECK(tg_book_step(book, 0, 4, 4, 100, -1, 0, NULL, &f, &code, &resynced) == TG_OK);
+    CHECK(code == TG_BOOK_OK && resynced == 0 && mid == 100.5 && ask_size[0] == 6);   /* 100 gone */
+
+    /* A row that is not a book: TG_EDATA, the book as the message left it. */
+    int64_t bad[12];
+    CHECK(tg_book_snapshot(book, 0, 3, bad, bad + 1, bad + 2, bad + 3, 4) == TG_OK);
+    bad[11] = -1;
+    CHECK(tg_book_step(book, 0, 1, 1, 99, 1, 3, bad, &f, &code, &resynced) == TG_EDATA);
+    CHECK(code == TG_BOOK_OK && resynced == 0);
+    CHECK(tg_book_snapshot(book, 0, 1, out, out + 1, out + 2, out + 3, 4) == TG_OK);
+    CHECK(out[2] == 99 && out[3] == 11);   /* the message applied */
+
+    /* Arguments. */
+    CHECK(tg_book_step(book, 2, 1, 1, 99, 1, 0, NULL, &f, &code, NULL) == TG_ERANGE);
+    CHECK(tg_book_step(book, 0, 1, 1, 99, 1, 3, NULL, &f, &code, NULL) == TG_EINVAL);
+    CHECK(tg_book_step(book, 0, 1, 1, 99, 1, -1, row, &f, &code, NULL) == TG_EINVAL);
+    CHECK(tg_book_step(NULL, 0, 1, 1, 99, 1, 0, NULL, &f, &code, NULL) == TG_EINVAL);
+    CHECK(tg_book_step(book, 0, 1, 1, 99, 1, 0, NULL, NULL, NULL, NULL) == TG_OK);   /* outputs optional */
+    tg_book_destroy(book);
+}
+
 static void test_replay(void)
 {
     tg_book *book = NULL;
@@ -404,6 +462,7 @@ int main(void)
     test_random_stream_many_instruments();
     test_growth_and_bounds();
     test_sync_row();
+    test_step();
     test_replay();
     test_csv();
     if (failures)

@@ -132,9 +132,6 @@ class BookFeed:
     """
 
     def __init__(self, data):
-        from tickgpu.finance.book import BookError
-
-        self._book_error = BookError
         self.book = tickgpu.Book()
         m = data.messages
         self.n = len(m)
@@ -148,20 +145,15 @@ class BookFeed:
         self.last = None
 
     def step(self, i: int) -> float:
-        """Apply message i and compute the features; return the mid in dollars (NaN if a side
-        is empty)."""
+        """Apply message i, check the book against the file's row and compute the features (one
+        native call, `Book.step`); return the mid in dollars (NaN if a side is empty)."""
         ty, size, price, direction = (f[i] for f in self._fields)
-        book = self.book
-        try:
-            book.apply_one(ty, size, price, direction)
-        except self._book_error:
+        self.last, code, resynced = self.book.step(ty, size, price, direction,
+                                                   self.rows[i] if self.levels else None)
+        if code:
             self.rejected += 1
-        if self.levels:
-            row = self.rows[i]
-            if not np.array_equal(book.snapshot(self.levels).ravel(), row):
-                book.sync_from_orderbook_row(row)
-                self.resyncs += 1
-        self.last = book.features(reuse=True)
+        if resynced:
+            self.resyncs += 1
         return float(self.last.mid)
 
     def time_of(self, i: int) -> float:

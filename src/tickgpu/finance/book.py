@@ -176,6 +176,8 @@ class Book:
         self._n_rejected = ffi.new("int64_t *")
         self._first_rejected = ffi.new("int64_t *")
         self._reused_features: dict[int, _FeatureBuffers] = {}
+        self._step = lib.tg_book_step
+        self._step_resynced = ffi.new("int32_t *")
 
     # ---- messages ------------------------------------------------------------------------
 
@@ -233,6 +235,66 @@ class Book:
                 raise MemoryError("Book.apply_one: level growth failed")
             rec = message_array(type, size, price, direction, instrument=instrument)[()]
             raise self._error(rec, 0, code, "message")
+
+    def step(self, type: int, size: int, price: int, direction: int, row=None, instrument: int = 0):
+        """One message of a tick-by-tick replay, in one native call: apply it, check the book's
+        window against the LOBSTER orderbook row that follows it (if given), set the book from the
+        row where they differ, and compute the level-1 features.
+
+        Parameters
+        ----------
+        type, size, price, direction : int
+            The message's fields, as for :meth:`apply_one` (price in ticks).
+        row : numpy.ndarray, optional
+            The orderbook file's row after this message: one-dimensional, C-contiguous int64 of
+            4 * L values (ask price, ask size, bid price, bid size per level). An empty level of
+            the row must be empty in the book; its price is not compared. Levels beyond the row
+            are dropped when the book is set from it.
+        instrument : int
+
+        Returns
+        -------
+        (BookFeatures, MessageCode, bool)
+            The features after the message, as ``features(reuse=True)`` gives them (views the
+            next such call overwrites); the message's code (a rejected message is not raised, as
+            replays count them: the book stays as it was); whether the book was set from the row.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A `row` that is not such an array, or not a valid book (the book is then as the
+            message left it). MemoryError if level growth failed.
+        """
+        if row is None:
+            levels, ptr = 0, ffi.NULL
+        else:
+            # (`type` is the message's field here.)
+            if not isinstance(row, np.ndarray) or row.dtype != np.int64 or row.ndim != 1 or not row.flags.c_contiguous:
+                got = (f"dtype {row.dtype}, shape {row.shape}" if isinstance(row, np.ndarray)
+                       else row.__class__.__name__)
+                raise TypeError("row: must be a one-dimensional C-contiguous int64 NumPy array (4 * levels "
+                                f"values), got {got}")
+            if row.size == 0 or row.size % 4:
+                raise ValueError(f"row: must hold 4 * levels values (levels >= 1), got {row.size}")
+            levels, ptr = row.size // 4, ffi.from_buffer("int64_t[]", row)
+        buf = self._reused_features.get(1)
+        if buf is None:
+            buf = self._reused_features[1] = _FeatureBuffers(1, 1)
+        status = self._step(self._book, instrument, type, size, price, direction, levels, ptr, buf.c,
+                            self._one_code, self._step_resynced)
+        if status:
+            if status == lib.TG_ERANGE:
+                self._instrument(instrument)
+                raise ValueError(f"row: more than max_levels={self.max_levels} levels")
+            if status == lib.TG_EDATA:
+                raise ValueError(f"row: not a valid book: {_explain_bad_row(row)}")
+            if status == lib.TG_ENOMEM:
+                raise MemoryError("Book.step: level growth failed")
+            check(status, "tg_book_step")
+        buf.prices /= self.price_scale
+        if buf.reused is None:
+            buf.reused = buf.result(1.0, None, scalar=True)
+        return buf.reused, MessageCode(self._one_code[0]), bool(self._step_resynced[0])
 
     def _as_messages(self, messages) -> np.ndarray:
         if isinstance(messages, np.void):
