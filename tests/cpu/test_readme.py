@@ -24,3 +24,5 @@ def test_readme_example_runs_and_round_trips():
     np.testing.assert_allclose(ns["vols"], 0.2, rtol=1e-12)
     assert (ns["status"] == 0).all()
     assert ns["stats"].mismatches == 0 and ns["stats"].messages == 999
+    assert ns["resynced"] and ns["code"] == 0   # the first row: the opening book is not in the messages
+    np.testing.assert_array_equal(ns["book"].snapshot(10).ravel(), ns["data"].orderbook[0])
