@@ -137,9 +137,12 @@ class BookFeed:
         self.n = len(m)
         # Python lists: indexing a NumPy array per message costs more than the book update.
         self._fields = [m[k].tolist() for k in ("type", "size", "price", "direction")]
-        self._time = m["time"]
+        self._time = m["time"].tolist()
         self.rows = data.orderbook
         self.levels = int(data.levels) if data.orderbook is not None else 0
+        # The file's level-1 columns (ask, ask size, bid, bid size) as floats, for the signal feed.
+        self._level1 = (None if data.orderbook is None else
+                        [data.orderbook[:, k].astype(np.float64).tolist() for k in range(4)])
         self.resyncs = 0
         self.rejected = 0
         self.last = None
@@ -147,8 +150,8 @@ class BookFeed:
     def step(self, i: int) -> float:
         """Apply message i, check the book against the file's row and compute the features (one
         native call, `Book.step`); return the mid in dollars (NaN if a side is empty)."""
-        ty, size, price, direction = (f[i] for f in self._fields)
-        self.last, code, resynced = self.book.step(ty, size, price, direction,
+        ty, size, price, direction = self._fields
+        self.last, code, resynced = self.book.step(ty[i], size[i], price[i], direction[i],
                                                    self.rows[i] if self.levels else None)
         if code:
             self.rejected += 1
@@ -157,21 +160,21 @@ class BookFeed:
         return float(self.last.mid)
 
     def time_of(self, i: int) -> float:
-        return float(self._time[i])
+        return self._time[i]
 
     def level1(self, i: int) -> tuple[float, float, float, float]:
         """(ask, ask size, bid, bid size) after message i, prices in LOBSTER's units (1e-4): the
         orderbook file's row where there is one, else the replayed book's best levels."""
-        if self.levels:
-            row = self.rows[i]
-            return float(row[0]), float(row[1]), float(row[2]), float(row[3])
+        if self._level1 is not None:
+            a, az, b, bz = self._level1
+            return a[i], az[i], b[i], bz[i]
         ask, ask_size, bid, bid_size = self.book.snapshot(1)[0].tolist()   # LOBSTER's own row encoding
         return float(ask), float(ask_size), float(bid), float(bid_size)
 
     def signal_update(self, feed, i: int) -> None:
         """Message i and the level-1 book after it into the signal model's features."""
-        ty, size, _, direction = (f[i] for f in self._fields)
-        feed.update(float(self._time[i]), ty, size, direction, *self.level1(i))
+        ty, size, _, direction = self._fields
+        feed.update(self._time[i], ty[i], size[i], direction[i], *self.level1(i))
 
 
 # ---- the loop -------------------------------------------------------------------------------------
