@@ -387,3 +387,20 @@ def test_book_step_arguments_and_refusals():
     empty = np.array([EMPTY_ASK_PRICE, 0, 1000, 5], np.int64)
     f, code, resynced = book.step(5, 1, 1000, 1, empty)
     assert resynced and np.isnan(float(f.mid)) and float(f.imbalance) == 1.0
+
+
+@pytest.mark.parametrize("args,err,match", [
+    ((1.5, 5, 1000, 1), TypeError, "type must be an integer, got 1.5"),
+    ((1, 5, 1000, 1.0), TypeError, "direction must be an integer, got 1.0"),
+    ((1, 2**70, 1000, 1), OverflowError, "size 1180591620717411303424 does not fit int64"),
+    ((1, 5, "1000", 1), TypeError, "price must be an integer, got '1000'"),
+])
+def test_message_fields_that_do_not_fit_are_named(args, err, match):
+    book = Book()
+    with pytest.raises(err, match=f"Book.step: {match}"):
+        book.step(*args)
+    with pytest.raises(err, match=f"Book.apply_one: {match}"):
+        book.apply_one(*args)
+    with pytest.raises(OverflowError, match="Book.step: instrument 1099511627776 does not fit int32"):
+        book.step(1, 5, 1000, 1, None, 2**40)
+    assert book.snapshot(1).tolist() == [[9999999999, 0, -9999999999, 0]]   # nothing applied

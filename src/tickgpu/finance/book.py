@@ -229,7 +229,11 @@ class Book:
         ``price`` is in integer ticks (a halt's -1/0/1 for type 7). On rejection the book is
         unchanged. Order id and time are not needed: the book aggregates levels.
         """
-        if self._apply_fields(self._book, instrument, type, size, price, direction, self._one_code):
+        try:
+            status = self._apply_fields(self._book, instrument, type, size, price, direction, self._one_code)
+        except (TypeError, OverflowError):
+            raise _field_error("Book.apply_one", type, size, price, direction, instrument) from None
+        if status:
             code = MessageCode(self._one_code[0])
             if code == MessageCode.NO_MEMORY:
                 raise MemoryError("Book.apply_one: level growth failed")
@@ -280,8 +284,11 @@ class Book:
         buf = self._reused_features.get(1)
         if buf is None:
             buf = self._reused_features[1] = _FeatureBuffers(1, 1)
-        status = self._step(self._book, instrument, type, size, price, direction, levels, ptr, buf.c,
-                            self._one_code, self._step_resynced)
+        try:
+            status = self._step(self._book, instrument, type, size, price, direction, levels, ptr, buf.c,
+                                self._one_code, self._step_resynced)
+        except (TypeError, OverflowError):
+            raise _field_error("Book.step", type, size, price, direction, instrument) from None
         if status:
             if status == lib.TG_ERANGE:
                 self._instrument(instrument)
@@ -505,6 +512,20 @@ class _FeatureBuffers:
             mid=pick(s["mid"]), microprice=pick(s["microprice"]), spread=pick(s["spread"]),
             imbalance=pick(s["imbalance"]), depth_imbalance=pick(s["depth_imbalance"]),
             bid_depth=pick(self.bid), ask_depth=pick(self.ask), levels=self.levels, codes=codes)
+
+
+# The C types of a message's fields in tg_book_apply_fields / tg_book_step.
+_FIELD_BITS = (("type", 32), ("size", 64), ("price", 64), ("direction", 32), ("instrument", 32))
+
+
+def _field_error(where: str, *values) -> Exception:
+    """The exception for a message field the native call could not take, naming the field."""
+    for (name, bits), v in zip(_FIELD_BITS, values):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            return TypeError(f"{where}: {name} must be an integer, got {v!r}")
+        if not -(1 << (bits - 1)) <= int(v) < 1 << (bits - 1):
+            return OverflowError(f"{where}: {name} {int(v)} does not fit int{bits}")
+    return TypeError(f"{where}: bad arguments {values!r}")
 
 
 def _explain_bad_row(row: np.ndarray) -> str:
