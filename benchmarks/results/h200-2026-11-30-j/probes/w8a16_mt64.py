@@ -1,6 +1,11 @@
-"""W8A16 at M <= 16: the CUDA C kernel with the tile's K split over a cluster of S blocks, against
-the bundle's m16 and cuBLAS fp16, device time of graph-replayed launches (weights hot in L2, and
-rotated over four copies), output checked against float64."""
+"""W8A16 at M = 24-64: the CUDA C kernel with 32 and 64 channels a block (several row tiles where M
+exceeds one), against the bundle's m32 and cuBLAS fp16, device time of graph-replayed launches
+(weights hot in L2, and rotated over four copies), output checked against float64.
+
+The cubins (w8r/NAME.cubin) were built from csrc/cuda/w8a16.cu as it is: nvcc -cubin -arch=sm_90 -O3
+-fmad=false -DTG_W8A16_MT=.. -DTG_W8A16_NT=.. -DTG_W8A16_WARPS=.. -DTG_W8A16_GROUP=1 -DTG_W8A16_OUT=1
+-DTG_W8A16_GELU=0 (CFG below: MT, NT, warps, group, 1; Q<MT>n<NT>w<warps>); M32 is the bundle's m32.
+(The "same_bits" field compared against an output of other weights: void.)"""
 import json, os, sys
 import numpy as np, torch, cupy
 
