@@ -257,6 +257,11 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     offset = np.empty(n_opt)
     quote = np.empty(n_opt)
     disc_q, disc_r = np.empty(n_opt), np.empty(n_opt)
+    # Forward intrinsic value w (S e^{-q tau} - K e^{-r tau}), tau = expiry - elapsed: the discount
+    # factors at the open, made once; a tick scales them by e^{q elapsed} and e^{r elapsed}.
+    open_q = np.exp(-DIV * chain.expiry)
+    open_rk = strike * np.exp(-RATE * chain.expiry)
+    sign = np.where(call, 1.0, -1.0)
     t0_day = feed.time_of(0)
 
     def reprice(mid: float, elapsed_s: float, tick: int):
@@ -268,15 +273,11 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         g = tickgpu.greeks(mid, strike, tau, RATE, vol, DIV, call, backend=backend)
         c2 = time.perf_counter_ns()
         # Quote = model price + u * min(half-spread, 1 % of time value), u in [-1, 1).
-        np.multiply(tau, -DIV, out=disc_q)
-        np.exp(disc_q, out=disc_q)
-        np.multiply(tau, -RATE, out=disc_r)
-        np.exp(disc_r, out=disc_r)
-        np.multiply(disc_q, mid, out=disc_q)
-        np.multiply(disc_r, strike, out=disc_r)
+        years = elapsed_s / SECONDS_PER_YEAR
+        np.multiply(open_q, mid * math.exp(DIV * years), out=disc_q)
+        np.multiply(open_rk, math.exp(RATE * years), out=disc_r)
         np.subtract(disc_q, disc_r, out=intrinsic)
-        np.negative(intrinsic, out=offset)
-        np.copyto(intrinsic, offset, where=put)
+        np.multiply(intrinsic, sign, out=intrinsic)
         np.maximum(intrinsic, 0.0, out=intrinsic)
         np.subtract(g.price, intrinsic, out=offset)
         np.multiply(offset, QUOTE_OFFSET_CAP, out=offset)
