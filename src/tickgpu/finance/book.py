@@ -521,7 +521,7 @@ _FIELD_BITS = (("type", 32), ("size", 64), ("price", 64), ("direction", 32), ("i
 def _field_error(where: str, *values) -> Exception:
     """The exception for a message field the native call could not take, naming the field."""
     for (name, bits), v in zip(_FIELD_BITS, values):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        if not isinstance(v, (int, np.integer)):
             return TypeError(f"{where}: {name} must be an integer, got {v!r}")
         if not -(1 << (bits - 1)) <= int(v) < 1 << (bits - 1):
             return OverflowError(f"{where}: {name} {int(v)} does not fit int{bits}")
