@@ -419,7 +419,8 @@ def test_quant_linear_single_token_and_tiles(kr, mock, rng):
         x = rng.standard_normal((m, 70)).astype(np.float32)
         assert np.array_equal(_gpu.plan_for(lin, kr).run(x), lin.forward_cpu(x))
         last = mock.launches[-1]
-        assert last["variant"] == f"quant_gemm_w16a8_gelu_bf16_{_gpu.gemm_tile('w16a8', m, 130, 132)}"
+        # 130 channels on 132 SMs: no grid of a larger tile fills its share, so the per-tick tile
+        assert last["variant"] == "quant_gemm_w16a8_gelu_bf16_s"
         assert last["args"][11] == 80   # K padded to 16
 
 

@@ -281,27 +281,19 @@ class Book:
             if row.size == 0 or row.size % 4:
                 raise ValueError(f"row: must hold 4 * levels values (levels >= 1), got {row.size}")
             levels, ptr = row.size // 4, ffi.from_buffer("int64_t[]", row)
-        buf = self._reused_features.get(1)
-        if buf is None:
-            buf = self._reused_features[1] = _FeatureBuffers(1, 1)
+        buf = self._reused_buffer(1)
         try:
             status = self._step(self._book, instrument, type, size, price, direction, levels, ptr, buf.c,
                                 self._one_code, self._step_resynced)
         except (TypeError, OverflowError):
             raise _field_error("Book.step", type, size, price, direction, instrument) from None
         if status:
-            if status == lib.TG_ERANGE:
-                self._instrument(instrument)
-                raise ValueError(f"row: more than max_levels={self.max_levels} levels")
-            if status == lib.TG_EDATA:
-                raise ValueError(f"row: not a valid book: {_explain_bad_row(row)}")
             if status == lib.TG_ENOMEM:
                 raise MemoryError("Book.step: level growth failed")
-            check(status, "tg_book_step")
-        buf.prices /= self.price_scale
-        if buf.reused is None:
-            buf.reused = buf.result(1.0, None, scalar=True)
-        return buf.reused, MessageCode(self._one_code[0]), bool(self._step_resynced[0])
+            if status == lib.TG_ERANGE:
+                self._instrument(instrument)   # a bad instrument, else the row's levels
+            self._row_status(status, row, "tg_book_step")
+        return self._reused_result(buf), MessageCode(self._one_code[0]), bool(self._step_resynced[0])
 
     def _as_messages(self, messages) -> np.ndarray:
         if isinstance(messages, np.void):
@@ -364,20 +356,37 @@ class Book:
         levels = _nonnegative_int("levels", levels)
         instrument = self._instrument(instrument)
         if reuse:
-            buf = self._reused_features.get(levels)
-            if buf is None:
-                buf = self._reused_features[levels] = _FeatureBuffers(1, levels)
+            buf = self._reused_buffer(levels)
             buf.block.fill(np.nan)
             check(lib.tg_book_features_now(self._book, instrument, buf.c), "tg_book_features_now")
-            # One BookFeatures of views, made once: each call rescales the prices in place and
-            # returns it (the 0-d views and the frozen record cost more than the book's own work).
-            buf.prices /= self.price_scale
-            if buf.reused is None:
-                buf.reused = buf.result(1.0, None, scalar=True)
-            return buf.reused
+            return self._reused_result(buf)
         buf = _FeatureBuffers(1, levels)
         check(lib.tg_book_features_now(self._book, instrument, buf.c), "tg_book_features_now")
         return buf.result(self.price_scale, None, scalar=True)
+
+    def _reused_buffer(self, levels: int) -> _FeatureBuffers:
+        """The buffers ``features(reuse=True)`` and `step` overwrite, one set per `levels`."""
+        buf = self._reused_features.get(levels)
+        if buf is None:
+            buf = self._reused_features[levels] = _FeatureBuffers(1, levels)
+        return buf
+
+    def _reused_result(self, buf: _FeatureBuffers) -> BookFeatures:
+        """`buf`'s record of views, after the core wrote it: one BookFeatures made once, the prices
+        rescaled in place on every call (the 0-d views and the frozen record cost more than the
+        book's own work)."""
+        buf.prices /= self.price_scale
+        if buf.reused is None:
+            buf.reused = buf.result(1.0, None, scalar=True)
+        return buf.reused
+
+    def _row_status(self, status: int, row, what: str) -> None:
+        """Raise for what the core said of an orderbook row (tg_book_sync_row's codes)."""
+        if status == lib.TG_EDATA:
+            raise ValueError(f"row: not a valid book: {_explain_bad_row(row)}")
+        if status == lib.TG_ERANGE:
+            raise ValueError(f"row: more than max_levels={self.max_levels} levels")
+        check(status, what)
 
     def sync_from_orderbook_row(self, row, instrument: int = 0) -> None:
         """Set both sides from a LOBSTER orderbook row (4 * L int64 values: ask price, ask size,
@@ -391,11 +400,7 @@ class Book:
             raise TypeError(f"row: must hold integers (ticks and shares), got {row.dtype}")
         row = np.ascontiguousarray(row, np.int64)
         status = lib.tg_book_sync_row(self._book, instrument, row.size // 4, ffi.from_buffer("int64_t[]", row))
-        if status == lib.TG_EDATA:
-            raise ValueError(f"row: not a valid book: {_explain_bad_row(row)}")
-        if status == lib.TG_ERANGE:
-            raise ValueError(f"row: more than max_levels={self.max_levels} levels")
-        check(status, "tg_book_sync_row")
+        self._row_status(status, row, "tg_book_sync_row")
 
     def set_side(self, direction: int, prices, sizes, instrument: int = 0) -> None:
         """Replace one side (1 bid, -1 ask) with levels best first (prices in ticks, size 0 marks an
