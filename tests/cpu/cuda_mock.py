@@ -427,11 +427,6 @@ class MockDriver:
         m = vals["M"]
         if fn["grid"] == "rows":
             want = (max(1, m), 1, 1)
-        elif fn["grid"] == "clusters":
-            want = (max(1, -(-m // fn["block_m"])) * fn["cluster"], 1, 1)
-            if fn["cluster"] > 8:
-                assert fn.get("attributes", {}).get("NON_PORTABLE_CLUSTER_SIZE_ALLOWED") == 1, \
-                    f"{v}: a cluster of {fn['cluster']} blocks without the function's opt-in"
         else:
             want = (max(1, -(-m // fn["block_m"]) * -(-vals["N"] // fn["block_n"])), 1, 1)
         assert tuple(grid) == want, f"{v}: grid {tuple(grid)}, the rule {fn['grid']!r} wants {want}"
@@ -457,7 +452,7 @@ class MockDriver:
         if m == 0:
             return
         entry = fn["entry"]
-        if entry in ("mlp3_fused_kernel", "tg_mlp3_w8a16_wide_kernel"):
+        if entry == "mlp3_fused_kernel":
             self._run_mlp3(fn, vals, vec, m)
             return
         if entry in ("act_quant_kernel", "layernorm_kernel"):
@@ -667,7 +662,6 @@ def write_bundle(root, entries, cubin_params=None):
         if ent.get("family") == "quant":
             info.update(names=[p["name"] for p in ent["params"]], kinds=[p["kind"] for p in ent["params"]],
                         grid=ent["grid"], block_m=ent.get("block_m"), block_n=ent.get("block_n"),
-                        cluster=ent.get("cluster"),
                         multiple_of_16=ent.get("multiple_of_16", []), shared=ent["shared"])
         path.write_text(json.dumps({"entries": {ent.get("entry", "?"): info}}))
     (root / "manifest.json").write_text(json.dumps({"format": 1, "created": "2026-01-01",

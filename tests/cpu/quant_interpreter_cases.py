@@ -82,15 +82,6 @@ def test_plan_grid_tiles_are_the_compiled_tiles():
             for width in _gpu.MLP3_WIDTHS:
                 name = _gpu.mlp3_variant_name(scheme, ln, width)
                 assert name == kq.mlp3_variant_name(scheme, ln, width) and name in VARIANTS
-    # The W8A16 step on a thread-block cluster: its widths and cluster sizes, and the shared memory
-    # the manifest asks for is the kernel's layout (csrc/cuda/mlp3_wide.cu, tg_mlp3w::SMEM: the build
-    # passes it as -DTG_MLP3W_SMEM and the kernel asserts the two equal; these figures are worked by
-    # hand from that layout).
-    assert _gpu.MLP3_WIDE == dict(kq.MLP3_WIDE)
-    assert [v["variant"] for v in kq.mlp3_wide_variants()] == [
-        _gpu.mlp3_variant_name("w8a16", ln, w) for w in _gpu.MLP3_WIDE for ln in (False, True)]
-    assert [kq.mlp3_wide_shared(w, 16) for w in (256, 512, 1024)] == [33816, 75160, 215192]
-    assert kq.mlp3_wide_shared(1024, 8) == 2 * 16 * 1032 * 2 + 2 * (128 * 1024 + 64) + 4 * 16 * 128 * 4 + 6 * 128 * 4 + 24
 
 
 class InterpretedRuntime:

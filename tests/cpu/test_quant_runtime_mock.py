@@ -45,9 +45,7 @@ def kr(ctx):
 
 def test_committed_bundle_has_the_quant_variants_the_plan_names():
     names = {k["variant"] for k in quant_entries("sm_90")}
-    # sm_90 also has the W8A16 model step on a thread-block cluster (no clusters before Hopper)
-    wide = {_gpu.mlp3_variant_name("w8a16", ln, w) for ln in (False, True) for w in _gpu.MLP3_WIDE}
-    assert names == {k["variant"] for k in quant_entries("sm_80")} | wide
+    assert names == {k["variant"] for k in quant_entries("sm_80")}
     for scheme in ("w8a8", "w16a8"):
         for gelu in ("", "_gelu"):
             for out in ("f32", "f16", "bf16"):
@@ -175,16 +173,13 @@ def test_quant_mlp_plan_on_the_kernel_runtime(kr, mock, rng, scheme, dims):
                 # The mock computes each kernel with the reference: any plumbing slip shows here.
                 assert np.array_equal(got, want, equal_nan=True), (layernorm is None, out, m)
     launched = {ln_["variant"] for ln_ in mock.launches}
-    # Up to 64 rows, three layers up to 64 wide are one fused kernel, and so is W8A16 up to 1,024
-    # wide (on a thread-block cluster: with LayerNorm from 65 wide, without it from 1); 70 rows go
-    # layer by layer.
-    if scheme == "w8a16":
-        want = {"quant_mlp3_w8a16_ln_h64" if max(dims) <= 64 else "quant_mlp3_w8a16_ln_h256", "quant_mlp3_w8a16_h256"}
-    else:
-        want = {f"quant_mlp3_{scheme}{ln_}_h64" for ln_ in ("", "_ln") if max(dims) <= 64}
-    assert {v for v in launched if v.startswith("quant_mlp3_")} == want
+    # Up to 64 rows, three layers up to 64 wide are one fused kernel; 70 rows go layer by layer.
+    assert {v for v in launched if v.startswith("quant_mlp3_")} == {
+        f"quant_mlp3_{scheme}{ln_}_h64" for ln_ in (("_ln",) if scheme == "w8a16" else ("", "_ln"))
+        if max(dims) <= 64}
     if scheme == "w8a16":
         assert any(v.endswith("_a16") for v in launched) == (dims[0] % 16 == 0)
+        assert any(v.endswith("_m8") for v in launched)   # one row: the small-batch kernel
 
 
 def test_fused_step_is_one_kernel_in_its_graph(kr, ctx, mock, rng):
@@ -212,69 +207,6 @@ def test_fused_step_is_one_kernel_in_its_graph(kr, ctx, mock, rng):
     assert plan.fused_variant(65) is None
     lin = _gpu.plan_for(QuantMLP(layers[:2], scheme="w8a8"), kr)
     assert lin.fused_variant(1) is None   # two layers: layer by layer
-
-
-def test_wide_w8a16_step_is_one_cluster_kernel(kr, ctx, mock, rng):
-    """A W8A16 model 65-1,024 wide: one launch of the cluster kernel a step of up to 64 rows, a
-    cluster of blocks per 16 rows, the narrowest width variant that holds the model, the function
-    opted in to its cluster size and shared memory; results the reference's to the bit (the mock
-    computes the kernel with it)."""
-    from tickgpu.kernels.quant import mlp3_wide_shared
-
-    cases = [([64, 65, 64, 4], "quant_mlp3_w8a16_ln_h256"), ([300, 257, 100, 5], "quant_mlp3_w8a16_ln_h512"),
-             ([64, 1024, 1024, 4], "quant_mlp3_w8a16_ln_h1024"), ([1024, 33, 48, 1024], "quant_mlp3_w8a16_ln_h1024")]
-    for dims, variant in cases:
-        layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
-                  for i, o in zip(dims[:-1], dims[1:])]
-        mlp = QuantMLP(layers, layernorm=(rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1),
-                       scheme="w8a16", out_dtype="float16")
-        plan = _gpu.plan_for(mlp, kr)
-        for m in (1, 16, 17, 64):
-            x = rng.standard_normal((m, dims[0])).astype(np.float32)
-            before = len(mock.launches)
-            got = plan.run(x)
-            assert got.dtype == np.float16 and np.array_equal(got, mlp.forward_cpu(x))
-            launch = mock.launches[before:]
-            assert [ln_["variant"] for ln_ in launch] == [variant]
-            assert launch[0]["grid"] == (-(-m // 16) * 16, 1, 1)
-            assert tuple(launch[0]["args"][19:24]) == (m, *dims)
-        spec = kr.spec(variant)
-        assert spec.grid == "clusters" and spec.cluster == 16
-        assert spec.shared == mlp3_wide_shared(int(variant.rsplit("_h", 1)[1]), 16)
-        fn = next(f for f in mock.functions.values() if f.get("variant") == variant)
-        assert fn["attributes"]["NON_PORTABLE_CLUSTER_SIZE_ALLOWED"] == 1
-        assert plan.fused_variant(65) is None
-    # without LayerNorm the cluster kernel serves every width up to 1,024 (the Triton step has
-    # no W8A16 variant without it); past 1,024 the step goes layer by layer
-    small = QuantMLP([(rng.standard_normal((8, 5)), np.zeros(8)), (rng.standard_normal((8, 8)), np.zeros(8)),
-                      (rng.standard_normal((2, 8)), np.zeros(2))], scheme="w8a16")
-    assert _gpu.plan_for(small, kr).fused_variant(3) == "quant_mlp3_w8a16_h256"
-    wide = QuantMLP([(rng.standard_normal((1025, 8)), np.zeros(1025)), (rng.standard_normal((8, 1025)), np.zeros(8)),
-                     (rng.standard_normal((2, 8)), np.zeros(2))], scheme="w8a16")
-    assert _gpu.plan_for(wide, kr).fused_variant(3) is None
-    for scheme in ("w8a8", "w16a8"):   # the cluster step is W8A16's
-        other = QuantMLP([(rng.standard_normal((100, 8)), np.zeros(100)), (rng.standard_normal((8, 100)), np.zeros(8)),
-                          (rng.standard_normal((2, 8)), np.zeros(2))], scheme=scheme)
-        assert _gpu.plan_for(other, kr).fused_variant(3) is None
-
-
-def test_wide_step_goes_layer_by_layer_without_the_cluster_kernel(tmp_path, rng):
-    """An sm_80 bundle has no cluster kernel (clusters came with Hopper): the same model runs layer
-    by layer there, with the same results."""
-    rt.init(driver=MockDriver(cc=(8, 0)), staging_elements=64,
-            bundle_dir=write_bundle(tmp_path / "bundle", default_entries("sm_80") + quant_entries("sm_80")))
-    try:
-        kr = rt.kernel_runtime()
-        layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
-                  for i, o in zip((64, 256, 256), (256, 256, 4))]
-        mlp = QuantMLP(layers, layernorm=(np.ones(64), np.zeros(64)), scheme="w8a16")
-        plan = _gpu.plan_for(mlp, kr)
-        assert plan.fused_variant(16) is None
-        x = rng.standard_normal((16, 64)).astype(np.float32)
-        assert np.array_equal(plan.run(x), mlp.forward_cpu(x))
-        assert len(plan.programs[16].launches) == 4
-    finally:
-        rt.reset()
 
 
 def test_auto_runs_quant_models_on_the_gpu_where_it_won(kr, mock, rng, monkeypatch):
@@ -629,8 +561,7 @@ def test_bound_step_follows_its_array(kr, ctx, mock, rng, scheme, layernorm):
     """model.bind(x): each call reads x's current contents and gives model(x) to the bit (fused and
     layer-by-layer steps, float32 and float64 arrays, a single token), the same error for a
     non-finite value, the same NaN rows without the check; and new output arrays every call."""
-    # one fused kernel; layer by layer (W8A16: on a cluster up to 1,024 wide, layer by layer beyond)
-    for dims in ([12, 32, 32, 1], [20, 200, 40, 3]) + (([20, 1100, 40, 3],) if scheme == "w8a16" else ()):
+    for dims in ([12, 32, 32, 1], [20, 200, 40, 3]):       # one fused kernel; layer by layer
         layers = [(rng.standard_normal((o, i)), rng.standard_normal(o)) for i, o in zip(dims[:-1], dims[1:])]
         ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0])) if layernorm else None
         mlp = QuantMLP(layers, layernorm=ln, scheme=scheme, out_dtype="bfloat16", backend="gpu")
@@ -645,8 +576,7 @@ def test_bound_step_follows_its_array(kr, ctx, mock, rng, scheme, layernorm):
                 assert np.array_equal(got, mlp.forward_cpu(np.atleast_2d(x).astype(np.float32)).reshape(got.shape))
             assert not np.array_equal(first, got) and not np.shares_memory(first, got)
         fused = _gpu.plan_for(mlp).programs[5].launches
-        one = max(dims) <= 64 or (scheme == "w8a16" and max(dims) <= 1024)
-        assert (len(fused) == 1 and fused[0][0].startswith("quant_mlp3_")) == one
+        assert (len(fused) == 1 and fused[0][0].startswith("quant_mlp3_")) == (max(dims) <= 64)
         x = rng.standard_normal((7, dims[0])).astype(np.float32)
         strict, lax = mlp.bind(x), mlp.bind(x, check=False)
         x[3, 2] = np.nan

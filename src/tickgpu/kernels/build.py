@@ -38,10 +38,8 @@ W8A8 / W16A8 / W8A16 GEMMs with fused epilogues, LayerNorm) is one variant per e
 compiled with its own num_warps / num_stages and ``enable_fp_fusion=False``; its manifest entries
 carry the grid rule (``grid``, ``block_m``, ``block_n``) and alignment promise (``multiple_of_16``).
 Where nvcc is found the family also holds the CUDA C small-batch W8A16 kernel (csrc/cuda/w8a16.cu,
-tickgpu.kernels.quant.w8a16_small_variants) and, for sm_90, the W8A16 model step on a thread-block
-cluster (csrc/cuda/mlp3_wide.cu, tickgpu.kernels.quant.mlp3_wide_variants), both ``nvcc -fmad=false``;
-without nvcc those variants are left out (said in the log): W8A16 then runs on the Triton kernels at
-every batch size, and models wider than 64 layer by layer.
+tickgpu.kernels.quant.w8a16_small_variants, ``nvcc -fmad=false``); without nvcc those variants are
+left out (said in the log) and W8A16 runs on the Triton kernels at every batch size.
 
 CUDA C kernels (implied vol) run one option per thread in blocks of 256 (passed as -DTG_IV_BLOCK);
 the solver is compute-bound and branchy, so each block regroups its options by solver branch between
@@ -395,51 +393,40 @@ def build_cuda(fam: CudaFamily, arch: str, nvcc: str, lbr_dir: Path) -> list[tup
 
 
 def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, dict]]:
-    """nvcc -cubin the quant family's CUDA C variants for `arch`: the small-batch W8A16 GEMM
-    (:func:`tickgpu.kernels.quant.w8a16_small_variants`) and the cluster model step
-    (:func:`~tickgpu.kernels.quant.mlp3_wide_variants`, on the architectures it names), one nvcc
-    per variant, as many at once as there are cores (results in the tables' order)."""
+    """nvcc -cubin the quant family's CUDA C variants (:func:`tickgpu.kernels.quant.w8a16_small_variants`),
+    one nvcc per variant, as many at once as there are cores (results in the table's order)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from tickgpu.kernels import quant as kq
 
-    variants = [v for v in (*kq.w8a16_small_variants(), *kq.mlp3_wide_variants())
-                if arch in v.get("archs", (arch,))]
-    digests = {}
-    for source in {v["source"] for v in variants}:
-        src = REPO_ROOT / source
-        if not src.is_file():
-            raise BuildError(f"quant: source {src} not found")
-        digests[source] = source_hash([src])
+    src = REPO_ROOT / kq.W8A16_SMALL_SOURCE
+    if not src.is_file():
+        raise BuildError(f"quant: source {src} not found")
+    digest = source_hash([src])
 
     def one(v):
         variant, contract = v["variant"], QUANT_PARAMS[v["entry"]]
         # No FMA contraction: the float32 epilogue is the reference's operations one at a time.
         cubin, spills = _nvcc_cubin([nvcc, "-cubin", f"-arch={arch}", "-O3", "-fmad=false", "-Xptxas", "-v",
                                      *(f"-D{name}={value}" for name, value in v["defines"].items())],
-                                    v["source"], f"{variant} ({arch})")
+                                    kq.W8A16_SMALL_SOURCE, f"{variant} ({arch})")
         entry = {
             "variant": variant, "family": "quant", "arch": arch, "file": f"{arch}/{variant}.cubin",
-            "entry": v["entry"], "source": "cuda", "source_hash": digests[v["source"]],
+            "entry": v["entry"], "source": "cuda", "source_hash": digest,
             "num_warps": v["num_warps"], "block": [v["num_warps"] * 32, 1, 1],
-            "shared": v.get("shared", 0),   # the small-batch kernel's shared memory is static
-            "dtype": v["dtype"], "aligned16": True,
+            "shared": 0,   # its shared memory is static
+            "elements_per_block": v["block_m"] * v["block_n"], "dtype": v["dtype"], "aligned16": True,
             "params": layout_params(contract), "scratch": {"global": 0, "global_align": 1, "profile": 0},
+            "grid": "tiles", "block_m": v["block_m"], "block_n": v["block_n"],
             "multiple_of_16": list(v["multiple_of_16"]),
         }
-        if "cluster" in v:
-            entry.update({"grid": "clusters", "block_m": v["block_m"], "cluster": v["cluster"],
-                          "elements_per_block": v["block_m"]})
-        else:
-            entry.update({"grid": "tiles", "block_m": v["block_m"], "block_n": v["block_n"],
-                          "elements_per_block": v["block_m"] * v["block_n"]})
         facts = cubin_facts(cubin, v["entry"])
         facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)
         return entry, cubin, facts
 
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
-        return list(pool.map(one, variants))
+        return list(pool.map(one, list(kq.w8a16_small_variants())))
 
 
 # ---- the bundle ----------------------------------------------------------------------------
@@ -492,8 +479,8 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
         raise BuildError(f"nvcc not found (needed for {[f.family for f in cuda_wanted]}); "
                          "set CUDA_HOME, pass --nvcc, or leave those families out with --family")
     if "quant" in families and not nvcc:
-        log("quant: nvcc not found: the CUDA C W8A16 kernels (csrc/cuda/w8a16.cu, mlp3_wide.cu) are left "
-            "out; W8A16 runs on the Triton kernels at every batch size, wide models layer by layer")
+        log("quant: nvcc not found: the small-batch W8A16 kernels (csrc/cuda/w8a16.cu) are left out; "
+            "W8A16 runs on the Triton kernels at every batch size")
 
     results = []
     with tempfile.TemporaryDirectory(prefix="tickgpu-triton-cache-") as cache:

@@ -38,9 +38,6 @@ families never have (so those families' entries are unchanged):
   ``(ceil(M / block_m) * ceil(N / block_n), 1, 1)``, ``elements_per_block`` = block_m * block_n),
   where M and N are the kernel's parameters of those names.
 * ``block_m``, ``block_n``: the output tile, present exactly when ``grid`` is ``"tiles"``.
-* ``"clusters"`` (the model step on a thread-block cluster): grid ``(ceil(M / block_m) * cluster,
-  1, 1)``, ``elements_per_block`` = block_m, with ``cluster`` the blocks a cluster (compiled into
-  the kernel; above 8 the runtime opts the function in to a non-portable cluster size).
 * ``multiple_of_16``: with ``aligned16``, the i32 parameters the variant assumes are multiples of
   16 (for these kernels ``aligned16`` promises 16-byte aligned pointers and those values, not
   ``n % 16``); absent otherwise.
@@ -123,13 +120,11 @@ QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # The CUDA C small-batch W8A16 kernel (csrc/cuda/w8a16.cu) has w8a16_gemm_kernel's contract.
 QUANT_PARAMS["tg_w8a16_small_kernel"] = QUANT_PARAMS["w8a16_gemm_kernel"]
-# The W8A16 model step on a thread-block cluster (csrc/cuda/mlp3_wide.cu) has the fused step's.
-QUANT_PARAMS["tg_mlp3_w8a16_wide_kernel"] = QUANT_PARAMS["mlp3_fused_kernel"]
 #: The family of the quantized linear layers, whose argument lists go by entry (QUANT_PARAMS).
 QUANT_FAMILY = "quant"
 #: Every family a manifest may name.
 FAMILIES = (*FAMILY_PARAMS, QUANT_FAMILY)
-GRIDS = ("rows", "tiles", "clusters")
+GRIDS = ("rows", "tiles")
 
 SOURCES = ("triton", "cuda")
 DTYPES = ("f32", "f64", "f16", "bf16")
@@ -140,9 +135,7 @@ _KERNEL_FIELDS = {
     "elements_per_block": int, "dtype": str, "aligned16": bool, "params": list, "scratch": dict,
 }
 # Only quant entries have these (see the module docstring).
-_OPTIONAL_KERNEL_FIELDS = {"grid": str, "block_m": int, "block_n": int, "cluster": int, "multiple_of_16": list}
-#: Thread blocks a cluster may hold (8 is portable; Hopper takes up to 16 with the function's opt-in).
-MAX_CLUSTER = 16
+_OPTIONAL_KERNEL_FIELDS = {"grid": str, "block_m": int, "block_n": int, "multiple_of_16": list}
 _PARAM_FIELDS = {"name": str, "kind": str, "size": int, "offset": int}
 _SCRATCH_FIELDS = {"global": int, "global_align": int, "profile": int}
 _TOP_FIELDS = {"format": int, "created": str, "compilers": dict, "kernels": list}
@@ -175,10 +168,9 @@ class Kernel:
     aligned16: bool
     params: tuple[Param, ...]
     scratch: Mapping[str, int]
-    grid: str | None = None                 # quant only: "rows" | "tiles" | "clusters"
+    grid: str | None = None                 # quant only: "rows" | "tiles"
     block_m: int | None = None
     block_n: int | None = None
-    cluster: int | None = None              # "clusters" only: thread blocks a cluster
     multiple_of_16: tuple[str, ...] | None = None
 
     @property
@@ -220,7 +212,7 @@ class Manifest:
                 block=tuple(k["block"]), shared=k["shared"], elements_per_block=k["elements_per_block"],
                 dtype=k["dtype"], aligned16=k["aligned16"],
                 params=tuple(Param(**p) for p in k["params"]), scratch=dict(k["scratch"]),
-                grid=k.get("grid"), block_m=k.get("block_m"), block_n=k.get("block_n"), cluster=k.get("cluster"),
+                grid=k.get("grid"), block_m=k.get("block_m"), block_n=k.get("block_n"),
                 multiple_of_16=tuple(k["multiple_of_16"]) if "multiple_of_16" in k else None,
             )
             for k in raw["kernels"]
@@ -391,24 +383,22 @@ def _check_quant_launch(k: Mapping[str, Any], where: str) -> None:
     grid = k["grid"]
     if grid not in GRIDS:
         raise ValueError(f"{where}: field 'grid' must be one of {GRIDS}, got {grid!r}")
-    wanted = {"rows": (), "tiles": ("block_m", "block_n"), "clusters": ("block_m", "cluster")}[grid]
-    have = [f for f in ("block_m", "block_n", "cluster") if f in k]
-    missing = [f for f in wanted if f not in k]
-    if missing:
-        raise ValueError(f"{where}: field(s) {', '.join(missing)} are required with grid {grid!r}")
-    extra = [f for f in have if f not in wanted]
-    if extra:
-        raise ValueError(f"{where}: field(s) {', '.join(extra)} do not go with grid {grid!r}")
-    for f in have:
-        if k[f] < 1:
-            raise ValueError(f"{where}: field '{f}' must be >= 1, got {k[f]!r}")
-    per_block = {"rows": (1, "1 (one row)"), "tiles": (k.get("block_m", 0) * k.get("block_n", 0), "block_m * block_n"),
-                 "clusters": (k.get("block_m"), "block_m (rows a cluster)")}[grid]
-    if k["elements_per_block"] != per_block[0]:
-        raise ValueError(f"{where}: field 'elements_per_block' must be {per_block[1]} = {per_block[0]} with grid "
-                         f"{grid!r}, got {k['elements_per_block']!r}")
-    if grid == "clusters" and k["cluster"] > MAX_CLUSTER:
-        raise ValueError(f"{where}: field 'cluster' must be at most {MAX_CLUSTER}, got {k['cluster']!r}")
+    tile = [f for f in ("block_m", "block_n") if f in k]
+    if grid == "tiles":
+        if len(tile) != 2:
+            raise ValueError(f"{where}: field(s) block_m, block_n are required with grid 'tiles'")
+        for f in tile:
+            if k[f] < 1:
+                raise ValueError(f"{where}: field '{f}' must be >= 1, got {k[f]!r}")
+        if k["elements_per_block"] != k["block_m"] * k["block_n"]:
+            raise ValueError(f"{where}: field 'elements_per_block' must be block_m * block_n = "
+                             f"{k['block_m'] * k['block_n']} with grid 'tiles', got {k['elements_per_block']!r}")
+    else:
+        if tile:
+            raise ValueError(f"{where}: field(s) {', '.join(tile)} only go with grid 'tiles'")
+        if k["elements_per_block"] != 1:
+            raise ValueError(f"{where}: field 'elements_per_block' must be 1 (one row) with grid 'rows', "
+                             f"got {k['elements_per_block']!r}")
     names = {p.get("name"): p.get("kind") for p in k["params"] if isinstance(p, Mapping)}
     for need in ("M",) + (("N",) if grid == "tiles" else ()):
         if names.get(need) != "i32":
@@ -491,11 +481,7 @@ def _optional_raw(k: Kernel) -> dict[str, Any]:
     if k.grid is not None:
         out["grid"] = k.grid
     if k.block_m is not None:
-        out["block_m"] = k.block_m
-    if k.block_n is not None:
-        out["block_n"] = k.block_n
-    if k.cluster is not None:
-        out["cluster"] = k.cluster
+        out["block_m"], out["block_n"] = k.block_m, k.block_n
     if k.multiple_of_16 is not None:
         out["multiple_of_16"] = list(k.multiple_of_16)
     return out

@@ -695,7 +695,7 @@ def w8a16_small_variants():
             for tile, rows, mt, warps, group in W8A16_SMALL:
                 yield {
                     "variant": f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}",
-                    "entry": W8A16_SMALL_ENTRY, "source": W8A16_SMALL_SOURCE,
+                    "entry": W8A16_SMALL_ENTRY,
                     "defines": {"TG_W8A16_MT": mt, "TG_W8A16_OUT": out_code, "TG_W8A16_GELU": gelu,
                                 "TG_W8A16_WARPS": warps, "TG_W8A16_GROUP": group, "TG_W8A16_NT": 1},
                     "num_warps": warps, "dtype": out, "block_m": rows, "block_n": 16,
@@ -704,44 +704,6 @@ def w8a16_small_variants():
                     # loads otherwise), but every pointer the plans pass is 16-byte aligned.
                     "multiple_of_16": ("stride_bn",),
                 }
-
-
-# The whole W8A16 step of a model 65-1,024 wide as one launch on a thread-block cluster
-# (csrc/cuda/mlp3_wide.cu, sm_90 and later), built by nvcc: (most width, blocks a cluster). One
-# cluster of 16 blocks a 16 tokens; each block owns 1/16 of every layer's output channels.
-# tickgpu.quant._gpu.MLP3_WIDE holds the same table (a test says so).
-MLP3_WIDE = ((256, 16), (512, 16), (1024, 16))
-MLP3_WIDE_SOURCE = "csrc/cuda/mlp3_wide.cu"
-MLP3_WIDE_ENTRY = "tg_mlp3_w8a16_wide_kernel"
-MLP3_WIDE_ARCHS = ("sm_90",)   # clusters and bulk copies: Hopper on
-
-
-def mlp3_wide_shared(width: int, cluster: int) -> int:
-    """Dynamic shared memory bytes of the cluster step's variant: the layout at the top of
-    csrc/cuda/mlp3_wide.cu (tg_mlp3w::SMEM), figure for figure."""
-    per_block = -(-width // cluster)
-    slice_ = -(-per_block // 16) * 16
-    mg = 2 if slice_ // 16 >= 2 else 1
-    kp = 8 // mg
-    act = 16 * (width + 8) * 2
-    weights = slice_ * width + 64
-    return 2 * act + 2 * weights + kp * 16 * slice_ * 4 + 6 * slice_ * 4 + 3 * 8
-
-
-def mlp3_wide_variants():
-    """The cluster step's variants (with and without LayerNorm, per width): name, entry, nvcc -D
-    macros, cluster size, shared memory."""
-    for width, cluster in MLP3_WIDE:
-        for ln in (0, 1):
-            yield {
-                "variant": mlp3_variant_name("w8a16", bool(ln), width),
-                "entry": MLP3_WIDE_ENTRY, "source": MLP3_WIDE_SOURCE,
-                "defines": {"TG_MLP3W_WIDTH": width, "TG_MLP3W_CLUSTER": cluster, "TG_MLP3W_LN": ln,
-                            "TG_MLP3W_SMEM": mlp3_wide_shared(width, cluster)},   # the kernel asserts it
-                "num_warps": 8, "dtype": "f32", "block_m": MLP3_BLOCK_M, "cluster": cluster,
-                "shared": mlp3_wide_shared(width, cluster), "archs": MLP3_WIDE_ARCHS,
-                "multiple_of_16": MLP3_MULTIPLE_OF_16,
-            }
 
 
 QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),

@@ -20,10 +20,9 @@ are launched through a *kernel runtime*: an object with
   to, mapped host memory -- no copy, one launch, one wait.
 
 A model of three layers whose widths all fit 64 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
-as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches, and
-so does a W8A16 model up to 1,024 wide on sm_90 and later (the kernel on a thread-block cluster,
-csrc/cuda/mlp3_wide.cu): the same operations, float32 out (rounded to the model's out_dtype on the
-host, as a kernel's store rounds).
+as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches: the
+same operations, float32 out (rounded to the model's out_dtype on the host, as a kernel's store
+rounds).
 
 :func:`tickgpu.runtime.kernel_runtime` provides it on a GPU; tests provide one that runs the Triton
 sources under the interpreter. Nothing here imports torch or triton.
@@ -93,10 +92,6 @@ W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16), 32: ("m32", 32, 16)}
 MLP3_BLOCK_M = 16
 MLP3_WIDTHS = (32, 64)
 MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
-# The W8A16 step of wider models on a thread-block cluster (csrc/cuda/mlp3_wide.cu, sm_90 on): the
-# widths of its variants and the blocks of a cluster, as tickgpu.kernels.quant.MLP3_WIDE builds them
-# (with and without LayerNorm), 16 rows a cluster.
-MLP3_WIDE = {256: 16, 512: 16, 1024: 16}
 
 
 def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
@@ -247,27 +242,20 @@ class GpuPlan:
 
     def fused_variant(self, m: int) -> str | None:
         """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
-        a model of three layers, m <= GRAPH_MAX_ROWS, and a bundle that has the variant, of either
-        kind, the narrowest that holds the model's widths:
-
-        - every width at most 64, a scheme (and LayerNorm option) the Triton kernel serves;
-        - W8A16, every width at most 1,024: the step on a thread-block cluster (sm_90 on)."""
+        a model of three layers whose widths all fit 64 (the narrowest variant that holds them),
+        of a scheme the kernel serves, m <= GRAPH_MAX_ROWS, and a bundle that has the variant."""
         if len(self.layers) != 3 or not 0 < m <= GRAPH_MAX_ROWS:
             return None
         ln = self.ln is not None
+        if ln not in MLP3_SCHEMES.get(self.scheme, ()):
+            return None
         widest = max(self.layers[0].k, *(layer.n for layer in self.layers))
-        width = None
-        if ln in MLP3_SCHEMES.get(self.scheme, ()):
-            width = next((w for w in MLP3_WIDTHS if widest <= w), None)
-        if width is None and self.scheme == "w8a16":
-            width = next((w for w in MLP3_WIDE if widest <= w), None)
+        width = next((w for w in MLP3_WIDTHS if widest <= w), None)
         if width is None:
             return None
         name = mlp3_variant_name(self.scheme, ln, width)
         has = getattr(self.rt, "has", None)
-        if has is None:
-            return name if width in MLP3_WIDTHS else None   # a runtime naming no CUDA C variants
-        return name if has(name) else None
+        return name if has is None or has(name) else None
 
     def _build_fused(self, m: int, variant: str, graph: bool) -> _Program:
         rt = self.rt
@@ -279,9 +267,7 @@ class GpuPlan:
         for layer in self.layers:
             args += [layer.b, layer.b2, layer.scale, layer.offset, layer.bias]
         args += [y, m, l1.k, l1.n, l2.n, l3.n, l1.k, l1.k_pad, l2.k_pad, l3.k_pad, l3.n, self.ln_eps]
-        width = int(variant.rsplit("_h", 1)[1])
-        blocks = -(-m // MLP3_BLOCK_M) * MLP3_WIDE.get(width, 1)   # a cluster of blocks for 16 rows
-        launches = [(variant, (blocks, 1, 1), args)]
+        launches = [(variant, (-(-m // MLP3_BLOCK_M), 1, 1), args)]
         return _Program(x, np.float32, launches, y,
                         out_cast=None if self.out_dtype == "float32" else self.out_dtype)
 

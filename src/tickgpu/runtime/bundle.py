@@ -23,8 +23,6 @@ from tickgpu.kernels.manifest import GREEKS_OUTPUTS, QUANT_FAMILY
 __all__ = ["BundleError", "KernelSpec", "Manifest", "LoadedKernel", "Bundle",
            "default_bundle_dir", "arch_for", "GREEKS_OUTPUTS", "QUANT_FAMILY"]
 
-# Thread-block clusters above this size need the function's explicit opt-in (cuFuncSetAttribute).
-PORTABLE_CLUSTER = 8
 # Dynamic shared memory above this needs the function's explicit opt-in (cuFuncSetAttribute).
 SHARED_DEFAULT_LIMIT = 48 * 1024
 
@@ -42,7 +40,7 @@ class KernelSpec(mf.Kernel):
     """One validated manifest entry (:class:`tickgpu.kernels.manifest.Kernel`), with what launching needs.
 
     ``grid`` is None for kernels whose grid follows n (``ceil(n / elements_per_block)``); quant
-    kernels say "rows", "tiles" or "clusters" (see :meth:`grid_for`).
+    kernels say "rows" or "tiles" (see :meth:`grid_for`).
     """
 
     @classmethod
@@ -65,17 +63,13 @@ class KernelSpec(mf.Kernel):
         return self.params[self.n_contract:]
 
     def grid_for(self, values) -> tuple[int, int, int]:
-        """The launch grid of a "rows", "tiles" or "clusters" kernel for contract values `values` (in
-        order); a cluster's blocks are consecutive in x."""
+        """The launch grid of a "rows" or "tiles" kernel for contract values `values` (in order)."""
         names = [p.name for p in self.contract_params]
         if self.grid == "rows":
             return (max(1, int(values[names.index("M")])), 1, 1)
         if self.grid == "tiles":
             m, n = int(values[names.index("M")]), int(values[names.index("N")])
             return (max(1, -(-m // self.block_m) * -(-n // self.block_n)), 1, 1)
-        if self.grid == "clusters":
-            m = int(values[names.index("M")])
-            return (max(1, -(-m // self.block_m)) * self.cluster, 1, 1)
         raise BundleError(f"kernel {self.variant}: its grid follows n (elements_per_block), not its arguments")
 
 
@@ -199,12 +193,6 @@ class Bundle:
             if static:
                 raise BundleError(f"kernel {spec.variant}: has {static} bytes of static shared memory on top of "
                                   f"{spec.shared} dynamic; the bundle assumes none")
-        if spec.cluster is not None and spec.cluster > PORTABLE_CLUSTER:
-            try:
-                self.driver.func_set_attribute("NON_PORTABLE_CLUSTER_SIZE_ALLOWED", func, 1, kernel=spec.variant)
-            except Exception as e:
-                raise BundleError(f"kernel {spec.variant}: runs in clusters of {spec.cluster} blocks and the "
-                                  f"device refused that size: {e}") from None
         loaded = LoadedKernel(spec, module, func, time.perf_counter() - t0)
         for p in spec.scratch_params:
             loaded.scratch[p.name] = 0
