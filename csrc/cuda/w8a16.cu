@@ -100,6 +100,17 @@ __device__ __forceinline__ void load_x(uint4 (&dst)[2], const __half *row, bool 
     }
 }
 
+/* Programmatic dependent launch (sm_90 on): the next kernel of a model step's graph may launch
+ * now; nothing the previous one wrote is read before it has finished. No-ops when launched
+ * without the attribute. */
+__device__ __forceinline__ void dependent_launch()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 template <int MT, int NT, int WARPS, int GROUP, typename OutT, bool GELU>
 __device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t *__restrict__ b,
                                      const float *__restrict__ scale, const float *__restrict__ bias,
@@ -235,6 +246,7 @@ typedef __nv_bfloat16 tg_w8a16_out_t;
 extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
     tg_w8a16_small_kernel(TG_W8A16_PARAMS(tg_w8a16_out_t))
 {
+    tg_w8a16::dependent_launch();
     tg_w8a16::gemm<TG_W8A16_MT, TG_W8A16_NT, TG_W8A16_WARPS, TG_W8A16_GROUP, tg_w8a16_out_t,
                    (TG_W8A16_GELU != 0)>(TG_W8A16_ARGS);
 }

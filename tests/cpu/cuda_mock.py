@@ -62,6 +62,7 @@ class MockDriver:
         self.pools: dict[int, dict] = {}         # stream-ordered pools: handle -> attributes
         self.free_bytes, self.total_bytes = 140 << 30, 141 << 30
         self.fail: dict[str, str] = {}          # op -> CUDA error name to raise
+        self.programmatic: list[str] = []        # variants launched by launch_programmatic, in order
         self.blocks: dict[int, object] = {}      # base address -> ctypes buffer
         self.sizes: dict[int, int] = {}
         self.functions: dict[int, dict] = {}
@@ -337,6 +338,15 @@ class MockDriver:
             self.captures[stream].append(["kernel", func, tuple(grid), tuple(block), shared, args])
         else:
             self._run_kernel(func, grid, block, shared, args)
+
+    def launch_programmatic(self, func, grid, block, shared, stream, params, *, kernel=None):
+        """cuLaunchKernelEx with programmatic stream serialization: allowed only for a kernel compiled
+        to wait for its predecessor (its manifest entry says pdl); recorded, then run as a launch."""
+        self._op("cuLaunchKernelEx", kernel)
+        fn = self.functions[func]
+        assert fn.get("pdl"), f"{fn.get('variant')}: a programmatic launch of a kernel that does not wait for it"
+        self.programmatic.append(fn.get("variant"))
+        self.launch(func, grid, block, shared, stream, params, kernel=kernel)
 
     def _array(self, fn, ptr, stride, n, dtype, what):
         count = n if stride else 1
@@ -662,7 +672,8 @@ def write_bundle(root, entries, cubin_params=None):
         if ent.get("family") == "quant":
             info.update(names=[p["name"] for p in ent["params"]], kinds=[p["kind"] for p in ent["params"]],
                         grid=ent["grid"], block_m=ent.get("block_m"), block_n=ent.get("block_n"),
-                        multiple_of_16=ent.get("multiple_of_16", []), shared=ent["shared"])
+                        multiple_of_16=ent.get("multiple_of_16", []), shared=ent["shared"],
+                        pdl=ent.get("pdl", False))
         path.write_text(json.dumps({"entries": {ent.get("entry", "?"): info}}))
     (root / "manifest.json").write_text(json.dumps({"format": 1, "created": "2026-01-01",
                                                     "compilers": {"triton": "3.6", "nvcc": None, "ptxas": None}, "kernels": entries}))

@@ -8,6 +8,7 @@ promise, and computes the kernel with the NumPy reference on "device" memory: so
 argument, a wrong stride or a K that is not the padded one gives wrong numbers, not a pass.
 """
 import gc
+import json
 import struct
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ from tickgpu.runtime.kernels_api import BufferPool
 from tickgpu.runtime.launch import ArgBuffer
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cuda_mock import MockDriver, default_entries, quant_entries, write_bundle  # noqa: E402
+from cuda_mock import MockDriver, default_entries, kernel_entry, quant_entries, write_bundle  # noqa: E402
 
 
 @pytest.fixture
@@ -207,6 +208,74 @@ def test_fused_step_is_one_kernel_in_its_graph(kr, ctx, mock, rng):
     assert plan.fused_variant(65) is None
     lin = _gpu.plan_for(QuantMLP(layers[:2], scheme="w8a8"), kr)
     assert lin.fused_variant(1) is None   # two layers: layer by layer
+
+
+def test_step_graphs_chain_their_kernels_by_programmatic_launch(kr, mock, rng):
+    """The sm_90 bundle's quant kernels wait for their predecessor themselves (manifest "pdl"): a
+    layer-by-layer step's graph launches every kernel after the first as a programmatic dependent
+    launch, the first plainly; a one-kernel step, and a runtime with `programmatic` off, none.
+    Results are the reference's either way."""
+    dims = [64, 256, 256, 4]
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, 64), rng.standard_normal(64) * 0.1)
+    assert all(k["pdl"] for k in quant_entries("sm_90") if not k["variant"].startswith("quant_mlp3_"))
+    for scheme, kernels in (("w8a16", 4), ("w8a8", 6), ("w16a8", 6)):
+        for programmatic in (True, False):
+            kr.programmatic = programmatic
+            mlp = QuantMLP(layers, layernorm=ln, scheme=scheme)
+            before = len(mock.programmatic)
+            x = rng.standard_normal((5, 64)).astype(np.float32)
+            assert np.array_equal(_gpu.plan_for(mlp, kr).run(x), mlp.forward_cpu(x))
+            names = [v for v, _, _ in _gpu.plan_for(mlp, kr).programs[5].launches]
+            assert len(names) == kernels
+            assert mock.programmatic[before:] == (names[1:] if programmatic else []), (scheme, programmatic)
+    kr.programmatic = True
+    small = QuantMLP([(rng.standard_normal((32, 12)), np.zeros(32)), (rng.standard_normal((32, 32)), np.zeros(32)),
+                      (rng.standard_normal((1, 32)), np.zeros(1))], scheme="w8a8")
+    before = len(mock.programmatic)
+    x = rng.standard_normal((3, 12)).astype(np.float32)
+    assert np.array_equal(_gpu.plan_for(small, kr).run(x), small.forward_cpu(x))
+    assert len(_gpu.plan_for(small, kr).programs[3].launches) == 1 and mock.programmatic[before:] == []
+
+
+def test_no_programmatic_launch_before_hopper(tmp_path, rng):
+    """sm_80 kernels are built without the dependency control (it came with sm_90): their steps'
+    graphs have plain edges only, with the same results."""
+    mock = MockDriver(cc=(8, 0))
+    rt.init(driver=mock, staging_elements=64,
+            bundle_dir=write_bundle(tmp_path / "bundle", default_entries("sm_80") + quant_entries("sm_80")))
+    try:
+        assert not any(k.get("pdl") for k in quant_entries("sm_80"))
+        kr = rt.kernel_runtime()
+        layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+                  for i, o in zip((64, 256, 256), (256, 256, 4))]
+        mlp = QuantMLP(layers, layernorm=(np.ones(64), np.zeros(64)), scheme="w8a8")
+        x = rng.standard_normal((16, 64)).astype(np.float32)
+        assert np.array_equal(_gpu.plan_for(mlp, kr).run(x), mlp.forward_cpu(x))
+        assert len(_gpu.plan_for(mlp, kr).programs[16].launches) == 6 and mock.programmatic == []
+    finally:
+        rt.reset()
+
+
+@pytest.mark.parametrize("arch,family,ok", [("sm_90", "quant", True), ("sm_80", "quant", False),
+                                            ("sm_90", "greeks", False)])
+def test_manifest_pdl_field(arch, family, ok):
+    """"pdl" is a quant kernel's, on sm_90 or later; elsewhere the manifest is refused, naming it."""
+    from tickgpu.kernels.manifest import validate
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "src/tickgpu/kernels/bundle/manifest.json").read_text())
+    if family == "quant":
+        k = dict(next(k for k in raw["kernels"] if k["variant"] == "quant_act_k64" and k["arch"] == "sm_90"))
+    else:
+        k = kernel_entry("greeks", "f64", 256, 128, True)
+    k.update(arch=arch, file=f"{arch}/{k['variant']}.cubin", pdl=True)
+    doc = dict(raw, kernels=[k])
+    if ok:
+        validate(doc)
+    else:
+        with pytest.raises(ValueError, match="pdl"):
+            validate(doc)
 
 
 def test_auto_runs_quant_models_on_the_gpu_where_it_won(kr, mock, rng, monkeypatch):

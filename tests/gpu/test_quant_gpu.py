@@ -220,6 +220,37 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+def test_programmatic_step_gives_the_plain_steps_bits(rng, scheme):
+    """On sm_90 a layer-by-layer step's graph chains its kernels by programmatic dependent launch
+    (each waits for its predecessor itself). Its results equal those of the same graph with plain
+    edges, to the bit, over repeated steps and batch sizes."""
+    from tickgpu.quant import _gpu
+    from tickgpu.runtime import context, kernel_runtime
+
+    rt = kernel_runtime()
+    dims = [64, 256, 256, 4]
+    layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
+              for i, o in zip(dims[:-1], dims[1:])]
+    ln = (rng.uniform(0.5, 1.5, 64), rng.standard_normal(64) * 0.1)
+    chained = QuantMLP(layers, layernorm=ln, scheme=scheme, out_dtype="float16", backend="gpu")
+    plain = QuantMLP(layers, layernorm=ln, scheme=scheme, out_dtype="float16", backend="gpu")
+    try:
+        for m in (1, 7, 16, 33, 64):
+            for _ in range(3):
+                x = (rng.standard_normal((m, 64)) * 2).astype(np.float32)
+                rt.programmatic = True
+                a = chained(x)
+                rt.programmatic = False
+                b = plain(x)
+                assert np.array_equal(a, b), (scheme, m)
+            prog = _gpu.plan_for(chained).programs[m]
+            assert len(prog.prepared) >= 4
+            assert all(p.pdl for p in prog.prepared) == (context().arch == "sm_90")
+    finally:
+        rt.programmatic = True
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
 def test_bound_step_on_the_gpu(rng, scheme):
     """model.bind(x) on the GPU: after in-place updates of x, each call equals model(x) to the bit
     (fused and layer-by-layer models, float32 and float64 arrays, a single token)."""

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from tickgpu.kernels.manifest import (FAMILY_PARAMS, FORMAT, QUANT_PARAMS, TRITON_SCRATCH_PARAMS,
+from tickgpu.kernels.manifest import (FAMILY_PARAMS, FORMAT, PDL_MIN_ARCH, QUANT_PARAMS, TRITON_SCRATCH_PARAMS,
                                       layout_params, validate)
 
 KERNELS_DIR = Path(__file__).resolve().parent
@@ -298,6 +298,7 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
 
 
 _QUANT_KINDS = {"i32": "i32", "fp32": "f32"}
+PDL_CAPABILITY = PDL_MIN_ARCH   # the first architecture with programmatic dependent launch
 
 
 def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
@@ -317,7 +318,10 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
         if contract is None or list(zip(names, kinds)) != list(contract):
             raise BuildError(f"{variant}: kernel {fn.__name__} arguments {list(zip(names, kinds))} are not the "
                              f"manifest's quant order {contract}")
-        src = ASTSource(fn=fn, signature=v["signature"], constexprs=v["constexprs"],
+        # Programmatic dependent launch (griddepcontrol) is Hopper's: the sm_90 variants have it.
+        pdl = "PDL" in v["constexprs"] and capability >= PDL_CAPABILITY
+        constexprs = dict(v["constexprs"], PDL=1) if pdl else v["constexprs"]
+        src = ASTSource(fn=fn, signature=v["signature"], constexprs=constexprs,
                         attrs=kq.divisibility_attrs(v))
         compiled = _triton_compile(src, capability, cache_dir,
                                    {"num_warps": v["num_warps"], "num_stages": v["num_stages"], **v["options"]},
@@ -339,6 +343,8 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
             entry["block_m"], entry["block_n"] = v["block_m"], v["block_n"]
         if v["aligned16"]:
             entry["multiple_of_16"] = list(v["multiple_of_16"])
+        if pdl:
+            entry["pdl"] = True
         cubin = compiled.asm["cubin"]
         facts = cubin_facts(cubin, md.name)
         _check_against_cubin(entry, facts)
@@ -420,6 +426,8 @@ def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, 
             "grid": "tiles", "block_m": v["block_m"], "block_n": v["block_n"],
             "multiple_of_16": list(v["multiple_of_16"]),
         }
+        if int(arch[len("sm_"):]) >= PDL_CAPABILITY:
+            entry["pdl"] = True   # griddepcontrol, compiled in for sm_90 and later (csrc/cuda/w8a16.cu)
         facts = cubin_facts(cubin, v["entry"])
         facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)

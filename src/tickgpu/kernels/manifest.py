@@ -44,6 +44,10 @@ families never have (so those families' entries are unchanged):
 * ``dtype`` may also be ``"f16"`` or ``"bf16"``: the output element type.
 * ``shared`` may exceed 48 KB: the runtime opts the function in to that much dynamic shared memory
   (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``) when it loads it.
+* ``pdl``: true where the kernel was compiled with programmatic dependent launch
+  (``griddepcontrol``: it lets the next kernel launch early and waits for the previous one before
+  reading anything), sm_90 and later only; absent otherwise. The runtime captures such a kernel
+  after another in a model step's graph with a programmatic dependency.
 """
 from __future__ import annotations
 
@@ -125,6 +129,8 @@ QUANT_FAMILY = "quant"
 #: Every family a manifest may name.
 FAMILIES = (*FAMILY_PARAMS, QUANT_FAMILY)
 GRIDS = ("rows", "tiles")
+#: The first architecture with programmatic dependent launch (a kernel's ``pdl``).
+PDL_MIN_ARCH = 90
 
 SOURCES = ("triton", "cuda")
 DTYPES = ("f32", "f64", "f16", "bf16")
@@ -135,7 +141,7 @@ _KERNEL_FIELDS = {
     "elements_per_block": int, "dtype": str, "aligned16": bool, "params": list, "scratch": dict,
 }
 # Only quant entries have these (see the module docstring).
-_OPTIONAL_KERNEL_FIELDS = {"grid": str, "block_m": int, "block_n": int, "multiple_of_16": list}
+_OPTIONAL_KERNEL_FIELDS = {"grid": str, "block_m": int, "block_n": int, "multiple_of_16": list, "pdl": bool}
 _PARAM_FIELDS = {"name": str, "kind": str, "size": int, "offset": int}
 _SCRATCH_FIELDS = {"global": int, "global_align": int, "profile": int}
 _TOP_FIELDS = {"format": int, "created": str, "compilers": dict, "kernels": list}
@@ -172,6 +178,7 @@ class Kernel:
     block_m: int | None = None
     block_n: int | None = None
     multiple_of_16: tuple[str, ...] | None = None
+    pdl: bool = False                       # quant only: compiled with griddepcontrol (sm_90 on)
 
     @property
     def param_bytes(self) -> int:
@@ -214,6 +221,7 @@ class Manifest:
                 params=tuple(Param(**p) for p in k["params"]), scratch=dict(k["scratch"]),
                 grid=k.get("grid"), block_m=k.get("block_m"), block_n=k.get("block_n"),
                 multiple_of_16=tuple(k["multiple_of_16"]) if "multiple_of_16" in k else None,
+                pdl=k.get("pdl", False),
             )
             for k in raw["kernels"]
         )
@@ -410,6 +418,9 @@ def _check_quant_launch(k: Mapping[str, Any], where: str) -> None:
         for name in m16:
             if not isinstance(name, str) or names.get(name) != "i32":
                 raise ValueError(f"{where}: field 'multiple_of_16' names {name!r}, not an i32 parameter")
+    if k.get("pdl") and not int(k["arch"][len("sm_"):]) >= PDL_MIN_ARCH:
+        raise ValueError(f"{where}: field 'pdl': programmatic dependent launch needs sm_{PDL_MIN_ARCH} or later, "
+                         f"not {k['arch']}")
 
 
 def validate(manifest: Manifest | Mapping[str, Any]) -> None:
@@ -484,6 +495,8 @@ def _optional_raw(k: Kernel) -> dict[str, Any]:
         out["block_m"], out["block_n"] = k.block_m, k.block_n
     if k.multiple_of_16 is not None:
         out["multiple_of_16"] = list(k.multiple_of_16)
+    if k.pdl:
+        out["pdl"] = True
     return out
 
 

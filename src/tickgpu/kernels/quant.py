@@ -29,6 +29,12 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    output. A small model's layer-by-layer step is a chain of 4-6 launches, each a few dependent
    memory round trips long; fused, the input crosses PCIe once and nothing waits between layers.
 
+Kernels 1-4 take a ``PDL`` switch, on in their sm_90 variants (the builder sets it): programmatic
+dependent launch. A model step's graph is a chain of these kernels; each lets the next launch
+while it runs and waits (``griddepcontrol.wait``) before reading what the previous one wrote, so
+the launch latency between two kernels overlaps the first's work. Off (and under the interpreter)
+it compiles to nothing.
+
 Bit-exactness: compile with ``enable_fp_fusion=False`` (every entry of :data:`QUANT_VARIANTS` says
 so): the epilogues are then IEEE float32 operations in the reference's order, and A_q, scales, row
 sums and the W8A8 / W16A8 outputs equal the reference bit for bit without LayerNorm. With
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # 2**-100: the floor of every quantization range (tickgpu.quant.schemes.EPS).
 # (Globals a kernel reads must be tl.constexpr.)
@@ -168,6 +175,17 @@ def _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, LIMBS: t
 
 
 @triton.jit
+def _dependent_launch(PDL: tl.constexpr):
+    """With PDL (the sm_90 variants): programmatic dependent launch. The next kernel of a model
+    step's graph may launch now, while this one runs; this one reads nothing before the kernel
+    it follows has finished and its writes are visible (``griddepcontrol``). Launched without the
+    attribute, or first in its graph, both are no-ops."""
+    if PDL:
+        gdc_launch_dependents()
+        gdc_wait()
+
+
+@triton.jit
 def act_quant_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 input rows; LayerNorm weight and bias (K,)
     xq_ptr, scale_ptr, rowsum_ptr,       # outputs: int8 codes, float32 scale per row, int32 row sums
@@ -177,8 +195,10 @@ def act_quant_kernel(
     HAS_LN: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SINGLE: tl.constexpr,                # K <= BLOCK_K: the row is read once, into registers
+    PDL: tl.constexpr = 0,
 ):
     """One program per token (row): optional LayerNorm, absmax, int8 codes, scale and row sum."""
+    _dependent_launch(PDL)
     pid_m = tl.program_id(axis=0)
     if pid_m >= M:
         return
@@ -261,8 +281,10 @@ def quant_gemm_kernel(
     GELU: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    PDL: tl.constexpr = 0,
 ):
     """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS)."""
+    _dependent_launch(PDL)
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -315,8 +337,10 @@ def w8a16_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     FAST_CVT: tl.constexpr,
+    PDL: tl.constexpr = 0,
 ):
     """Weight-only int8 GEMM: B tiles are widened to float16 in registers (exact for |q| <= 127)."""
+    _dependent_launch(PDL)
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -359,8 +383,10 @@ def layernorm_kernel(
     ln_eps,
     BLOCK_K: tl.constexpr,
     SINGLE: tl.constexpr,                # K <= BLOCK_K: the row is read once, into registers
+    PDL: tl.constexpr = 0,
 ):
     """One program per row: ``(x - mean) / sqrt(var + eps) * gamma + beta``."""
+    _dependent_launch(PDL)
     pid_m = tl.program_id(axis=0)
     if pid_m >= M:
         return
@@ -562,12 +588,12 @@ def _act_quant_variants():
         "x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32",
         "xq_ptr": "*i8", "scale_ptr": "*fp32", "rowsum_ptr": "*i32",
         "M": "i32", "K": "i32", "stride_xm": "i32", "stride_qm": "i32", "ln_eps": "fp32",
-        "HAS_LN": "constexpr", "BLOCK_K": "constexpr", "SINGLE": "constexpr",
+        "HAS_LN": "constexpr", "BLOCK_K": "constexpr", "SINGLE": "constexpr", "PDL": "constexpr",
     }
     for has_ln in (0, 1):
         for bk, single in ROW_BLOCKS:
             yield _variant(f"quant_act{'_ln' if has_ln else ''}_k{bk}", act_quant_kernel, sig,
-                           {"HAS_LN": has_ln, "BLOCK_K": bk, "SINGLE": single}, 4 if bk > 64 else 1, 1, "f32",
+                           {"HAS_LN": has_ln, "BLOCK_K": bk, "SINGLE": single, "PDL": 0}, 4 if bk > 64 else 1, 1, "f32",
                            "rows", "one program per row; BLOCK_K = 64 if K <= 64, 1024 if K <= 1024, else 512")
 
 
@@ -586,11 +612,12 @@ def _gemm_variants():
                         "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
                         "LIMBS": "constexpr", "GELU": "constexpr", "BLOCK_M": "constexpr",
                         "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
+                        "PDL": "constexpr",
                     }
                     name = f"quant_gemm_{'w16a8' if limbs else 'w8a8'}{'_gelu' if gelu else ''}_{out}_{tile}"
                     yield _variant(name, quant_gemm_kernel, sig,
                                    {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
-                                    "BLOCK_K": bk, "GROUP_M": 8}, warps, stages, out, "tiles",
+                                    "BLOCK_K": bk, "GROUP_M": 8, "PDL": 0}, warps, stages, out, "tiles",
                                    "tile by tickgpu.quant._gpu.gemm_tile; K padded to a multiple of 16",
                                    aligned16=True)
 
@@ -606,11 +633,12 @@ def _w8a16_variants():
                         "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
                         "GELU": "constexpr", "BLOCK_M": "constexpr", "BLOCK_N": "constexpr",
                         "BLOCK_K": "constexpr", "GROUP_M": "constexpr", "FAST_CVT": "constexpr",
+                        "PDL": "constexpr",
                     }
                     name = f"quant_w8a16{'_gelu' if gelu else ''}_{out}_{tile}{'_a16' if aligned else ''}"
                     yield _variant(name, w8a16_gemm_kernel, sig,
                                    {"GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
-                                    "FAST_CVT": 1},
+                                    "FAST_CVT": 1, "PDL": 0},
                                    warps, stages, out, "tiles",
                                    "tile by tickgpu.quant._gpu.gemm_tile; '_a16' where K and the row strides "
                                    "of A and B are multiples of 16", aligned16=aligned)
@@ -622,9 +650,10 @@ def _layernorm_variants():
             sig = {
                 "x_ptr": "*fp32", "gamma_ptr": "*fp32", "beta_ptr": "*fp32", "y_ptr": _OUT_TYPES[out],
                 "M": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32", "ln_eps": "fp32",
-                "BLOCK_K": "constexpr", "SINGLE": "constexpr",
+                "BLOCK_K": "constexpr", "SINGLE": "constexpr", "PDL": "constexpr",
             }
-            yield _variant(f"quant_layernorm_{out}_k{bk}", layernorm_kernel, sig, {"BLOCK_K": bk, "SINGLE": single},
+            yield _variant(f"quant_layernorm_{out}_k{bk}", layernorm_kernel, sig,
+                           {"BLOCK_K": bk, "SINGLE": single, "PDL": 0},
                            4 if bk > 64 else 1, 1, out, "rows", "one program per row")
 
 

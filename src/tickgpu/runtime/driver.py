@@ -376,6 +376,24 @@ class Driver:
         if sync:
             self._check(self._cu.cuStreamSynchronize(self._cu.CUstream(stream)), "cuStreamSynchronize", kernel)
 
+    def launch_programmatic(self, func: int, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
+                            stream: int, params: int, *, kernel: str | None = None) -> None:
+        """cuLaunchKernelEx with programmatic stream serialization: the kernel may launch before the
+        work ahead of it on `stream` has finished (it waits itself, griddepcontrol). Captured into a
+        graph it makes a programmatic edge. Not on the hot path: graphs are captured once."""
+        cu = self._cu
+        cfg = cu.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = shared
+        cfg.hStream = cu.CUstream(stream)
+        attr = cu.CUlaunchAttribute()
+        attr.id = cu.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        cfg.attrs = [attr]
+        cfg.numAttrs = 1
+        self._check(cu.cuLaunchKernelEx(cfg, cu.CUfunction(func), params, 0), "cuLaunchKernelEx", kernel)
+
     # ---- graphs -------------------------------------------------------------------------------
     def stream_begin_capture(self, stream: int) -> None:
         # Thread-local mode: other threads (and other libraries) keep working while this captures.

@@ -18,7 +18,10 @@
 - ``mapped(shape, dtype) -> MappedBuffer``: pinned host memory that kernels address directly
   (its device mapping), with a NumPy view ``.host``;
 - ``capture(prepared) -> StepGraph``: prepared launches captured once as one CUDA graph;
-  ``StepGraph.replay()`` launches it and waits (one native call, GIL released).
+  ``StepGraph.replay()`` launches it and waits (one native call, GIL released). A kernel after the
+  first whose manifest entry says ``pdl`` (compiled to wait for its predecessor itself: the sm_90
+  quant variants) is captured as a programmatic dependent launch, so it launches while the kernel
+  before it runs (``KernelRuntime.programmatic`` False captures plain edges).
 
 Everything runs in order on the context's one stream, so a buffer given back to the pool may be
 handed out again at once: whatever the next owner queues runs after what the last one queued.
@@ -207,8 +210,10 @@ class StepGraph:
             self._destroy()
             d.stream_begin_capture(rt.stream)
             try:
-                for p in self.prepared:
-                    p.launch()
+                # After the first kernel, each one compiled to wait for its predecessor itself is a
+                # programmatic dependent launch: it starts while the one before it runs.
+                for i, p in enumerate(self.prepared):
+                    p.launch(programmatic=rt.programmatic and i > 0 and p.pdl)
             except BaseException:
                 # End the capture (the stream must leave capture mode) and drop what it made; the
                 # launch's own error is the one that propagates.
@@ -264,6 +269,9 @@ class KernelRuntime:
         self.sm_count = ctx.sm_count   # the GEMM tile rule's (tickgpu.quant._gpu.gemm_tile)
         self.pool = BufferPool(ctx.driver)
         self.launches = 0
+        # Graphs chain their kernels by programmatic dependent launch where the kernels wait for it
+        # themselves (the bundle's sm_90 quant variants, manifest "pdl"); False captures plain edges.
+        self.programmatic = True
 
     # ---- memory ------------------------------------------------------------------------------
     def empty(self, shape, dtype: str) -> DeviceBuffer:
@@ -487,11 +495,16 @@ class PreparedLaunch:
         self._launcher.args.pack(*self._values)
         self._epoch = self.runtime.ctx.bundle.scratch_epoch
 
-    def launch(self, *, sync: bool = False) -> None:
-        """Queue the launch (and wait for it with ``sync``)."""
+    @property
+    def pdl(self) -> bool:
+        """Whether the kernel waits for the one before it itself (programmatic dependent launch)."""
+        return self._launcher.kernel.spec.pdl
+
+    def launch(self, *, sync: bool = False, programmatic: bool = False) -> None:
+        """Queue the launch (and wait for it with ``sync``); ``programmatic`` only where `pdl`."""
         ctx = self.runtime.ctx
         with ctx.lock:
             ctx.enter()
             if ctx.bundle.scratch_epoch != self._epoch:
                 self._pack()   # a scratch block moved since: repack its pointer
-            self._launcher.launch_grid(self.grid, self.runtime.stream, sync=sync)
+            self._launcher.launch_grid(self.grid, self.runtime.stream, sync=sync, programmatic=programmatic)

@@ -114,9 +114,18 @@ class Launcher:
         """Launch over `n` elements with the values last packed; cuLaunchKernel copies them."""
         self.launch_grid(self.grid(n), stream, sync=sync)
 
-    def launch_grid(self, grid: tuple[int, int, int], stream: int, *, sync: bool = False) -> None:
-        """Launch on an explicit `grid` (kernels whose grid follows their arguments: quant)."""
+    def launch_grid(self, grid: tuple[int, int, int], stream: int, *, sync: bool = False,
+                    programmatic: bool = False) -> None:
+        """Launch on an explicit `grid` (kernels whose grid follows their arguments: quant).
+
+        ``programmatic``: as a programmatic dependent launch (the kernel may start before the work
+        queued ahead of it on `stream` ends; only for kernels compiled to wait for it, a ``pdl``
+        manifest entry)."""
         spec = self.kernel.spec
-        self.driver.launch(self.kernel.func, grid, spec.block, spec.shared, stream,
-                           self.args.address, sync=sync, kernel=spec.variant)
+        if programmatic:
+            self.driver.launch_programmatic(self.kernel.func, grid, spec.block, spec.shared, stream,
+                                            self.args.address, kernel=spec.variant)
+        else:
+            self.driver.launch(self.kernel.func, grid, spec.block, spec.shared, stream,
+                               self.args.address, sync=sync, kernel=spec.variant)
         self.launches += 1
