@@ -100,39 +100,15 @@ __device__ __forceinline__ void load_x(uint4 (&dst)[2], const __half *row, bool 
     }
 }
 
-/* Programmatic dependent launch (sm_90 on), in a model step's graph: the next kernel may launch
- * now (launch_dependents, at the start), and nothing the previous kernel wrote is read before it
- * has finished (wait_previous: after this block's first weights are on their way, which no kernel
- * writes). Both are no-ops when the kernel is launched without the attribute. */
-__device__ __forceinline__ void launch_dependents()
+/* Programmatic dependent launch (sm_90 on): the next kernel of a model step's graph may launch
+ * now; nothing the previous one wrote is read before it has finished. No-ops when launched
+ * without the attribute. */
+__device__ __forceinline__ void dependent_launch()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void wait_previous()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
-}
-
-/* The weights of chunks q .. q + GROUP - 1 for this lane: 16 bytes of each of its rows. */
-template <int GROUP, int NT>
-__device__ __forceinline__ void load_w(uint4 (&wv)[GROUP][NT][2], const int8_t *const (&wrow)[NT][2],
-                                       const bool (&wok)[NT][2], int q, int K, int t)
-{
-#pragma unroll
-    for (int i = 0; i < GROUP; ++i) {
-        const int k = (q + i) * 64 + 16 * t;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-                wv[i][nt][h] = (wok[nt][h] && k < K) ? __ldg(reinterpret_cast<const uint4 *>(wrow[nt][h] + k))
-                                                     : make_uint4(0, 0, 0, 0);
-    }
 }
 
 template <int MT, int NT, int WARPS, int GROUP, typename OutT, bool GELU>
@@ -179,17 +155,19 @@ __device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t 
                 acc[nt][mt][r] = 0.0f;
 
     const int chunks = (K + 63) / 64;
-    const int q0 = warp * GROUP;
-    uint4 wv[GROUP][NT][2];
-    load_w<GROUP, NT>(wv, wrow, wok, q0, K, t);   // weights first: no kernel writes them
-    wait_previous();                              // the activations are the previous kernel's
-    for (int q = q0; q < chunks; q += WARPS * GROUP) {
-        if (q != q0)
-            load_w<GROUP, NT>(wv, wrow, wok, q, K, t);
+    for (int q = warp * GROUP; q < chunks; q += WARPS * GROUP) {
+        uint4 wv[GROUP][NT][2];
         uint4 xv[GROUP][MT][2];
 #pragma unroll
         for (int i = 0; i < GROUP; ++i) {
             const int k = (q + i) * 64 + 16 * t;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    wv[i][nt][h] = (wok[nt][h] && k < K)
+                                       ? __ldg(reinterpret_cast<const uint4 *>(wrow[nt][h] + k))
+                                       : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
                 load_x(xv[i][mt], xrow[mt], xok[mt], k, K, xvec);
@@ -268,7 +246,7 @@ typedef __nv_bfloat16 tg_w8a16_out_t;
 extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
     tg_w8a16_small_kernel(TG_W8A16_PARAMS(tg_w8a16_out_t))
 {
-    tg_w8a16::launch_dependents();
+    tg_w8a16::dependent_launch();
     tg_w8a16::gemm<TG_W8A16_MT, TG_W8A16_NT, TG_W8A16_WARPS, TG_W8A16_GROUP, tg_w8a16_out_t,
                    (TG_W8A16_GELU != 0)>(TG_W8A16_ARGS);
 }
