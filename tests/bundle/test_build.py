@@ -215,7 +215,11 @@ def _check_quant_entry(k, fields):
     v = k["variant"]
     tiles = k.get("grid") == "tiles"
     extra = {"grid"} | ({"block_m", "block_n"} if tiles else set()) | ({"multiple_of_16"} if k["aligned16"] else set())
-    assert set(k) == fields | extra, v
+    # Programmatic dependent launch: every sm_90 kernel of a layer-by-layer step has it, the
+    # one-kernel step (nothing before it in its graph) and sm_80 none.
+    pdl = k["arch"] == "sm_90" and k["entry"] != "mlp3_fused_kernel"
+    assert set(k) == fields | extra | ({"pdl"} if pdl else set()), v
+    assert k.get("pdl", False) is pdl, v
     assert k["file"] == f"{k['arch']}/{k['variant']}.cubin"
     assert k["grid"] in ("rows", "tiles"), v
     assert k["dtype"] in ("f32", "f16", "bf16"), v
