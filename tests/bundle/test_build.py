@@ -309,6 +309,20 @@ def test_committed_bundle_loads_and_matches_the_sources():
                                          f"{[f.name for f in files]}: run `tickgpu build-kernels`")
 
 
+def test_committed_pdl_flags_are_the_cubins():
+    """A quant kernel marked "pdl" is launched before its predecessor finishes: safe only if its code
+    waits. Every committed quant cubin (both architectures, Triton and CUDA C) has griddepcontrol
+    exactly where the manifest says pdl, and every sm_90 kernel of a layer-by-layer step has it."""
+    from tickgpu.kernels.build import dependency_control
+
+    root = Path(__file__).resolve().parents[2] / "src" / "tickgpu" / "kernels" / "bundle"
+    quant = [k for k in json.loads((root / "manifest.json").read_text())["kernels"] if k["family"] == "quant"]
+    assert quant
+    for k in quant:
+        assert dependency_control((root / k["file"]).read_bytes()) is bool(k.get("pdl")), (k["variant"], k["arch"])
+        assert bool(k.get("pdl")) is (k["arch"] == "sm_90" and k["entry"] != "mlp3_fused_kernel"), k["variant"]
+
+
 def test_committed_bundle_matches_a_fresh_build(fresh):
     committed = json.loads((COMMITTED / "manifest.json").read_text())
     new = json.loads((fresh / "manifest.json").read_text())

@@ -332,6 +332,9 @@ class MockDriver:
 
     def launch(self, func, grid, block, shared, stream, params, *, sync=False, kernel=None):
         self._op("cuLaunchKernel", kernel)
+        self._launch(func, grid, block, shared, stream, params)
+
+    def _launch(self, func, grid, block, shared, stream, params):
         fn = self.functions[func]
         args = self._read_args(fn, params)   # the driver copies the values at launch (and capture)
         if stream in self.captures:
@@ -345,8 +348,10 @@ class MockDriver:
         self._op("cuLaunchKernelEx", kernel)
         fn = self.functions[func]
         assert fn.get("pdl"), f"{fn.get('variant')}: a programmatic launch of a kernel that does not wait for it"
+        if stream in self.captures:   # in a graph, a programmatic edge needs a kernel before it
+            assert any(op[0] == "kernel" for op in self.captures[stream]), f"{fn.get('variant')}: nothing before it"
         self.programmatic.append(fn.get("variant"))
-        self.launch(func, grid, block, shared, stream, params, kernel=kernel)
+        self._launch(func, grid, block, shared, stream, params)
 
     def _array(self, fn, ptr, stride, n, dtype, what):
         count = n if stride else 1

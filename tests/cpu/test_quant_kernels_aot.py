@@ -45,7 +45,7 @@ SCRIPT = textwrap.dedent("""
 
 def test_quant_variants_compile_for_sm80_and_sm90():
     names = ["quant_act_k64", "quant_gemm_w16a8_bf16_s", "quant_w8a16_f32_s", "quant_gemm_w8a8_f32_l",
-             "quant_w8a16_f16_s_a16", "quant_mlp3_w16a8_ln_h64"]
+             "quant_w8a16_f16_s_a16", "quant_mlp3_w16a8_ln_h64", "quant_layernorm_f16_k64"]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", SCRIPT, *names], capture_output=True, text=True,
                           env=env, timeout=600)

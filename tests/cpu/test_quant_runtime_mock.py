@@ -237,6 +237,12 @@ def test_step_graphs_chain_their_kernels_by_programmatic_launch(kr, mock, rng):
     x = rng.standard_normal((3, 12)).astype(np.float32)
     assert np.array_equal(_gpu.plan_for(small, kr).run(x), small.forward_cpu(x))
     assert len(_gpu.plan_for(small, kr).programs[3].launches) == 1 and mock.programmatic[before:] == []
+    # asked for a kernel that does not wait for its predecessor (the one-kernel step), a
+    # programmatic launch is a plain one
+    fused = _gpu.plan_for(small, kr).programs[3].prepared[0]
+    assert not fused.pdl
+    fused.launch(programmatic=True, sync=True)
+    assert mock.programmatic[before:] == []
 
 
 def test_no_programmatic_launch_before_hopper(tmp_path, rng):

@@ -221,6 +221,27 @@ def cubin_facts(cubin: bytes, entry: str) -> dict[str, Any]:
     }
 
 
+def dependency_control(cubin: bytes) -> bool:
+    """Whether the cubin's code lets the next kernel launch and waits for the previous one
+    (``griddepcontrol.launch_dependents`` and ``.wait``: SASS ``PREEXIT`` and ``ACQBULK``)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        res = _run([_cuobjdump(), "-sass", f.name])
+    if res.returncode != 0:
+        raise BuildError(f"cuobjdump -sass failed: {res.stderr.strip()}")
+    return bool(re.search(r"\bPREEXIT\b", res.stdout)) and bool(re.search(r"\bACQBULK\b", res.stdout))
+
+
+def _check_dependency_control(entry: dict[str, Any], cubin: bytes) -> None:
+    """A quant entry says ``pdl`` exactly where its code has the dependency control: the runtime
+    launches a ``pdl`` kernel before its predecessor has finished, which is safe only if it waits."""
+    has = dependency_control(cubin)
+    if has != bool(entry.get("pdl")):
+        raise BuildError(f"{entry['variant']} ({entry['arch']}): the manifest says pdl={bool(entry.get('pdl'))} "
+                         f"but the cubin {'has' if has else 'lacks'} griddepcontrol (PREEXIT / ACQBULK)")
+
+
 def _check_against_cubin(entry: dict[str, Any], facts: dict[str, Any]) -> None:
     mine = [(p["offset"], p["size"]) for p in entry["params"]]
     if facts["params"] != mine:
@@ -348,6 +369,7 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
         cubin = compiled.asm["cubin"]
         facts = cubin_facts(cubin, md.name)
         _check_against_cubin(entry, facts)
+        _check_dependency_control(entry, cubin)
         out.append((entry, cubin, facts))
     return out
 
@@ -431,6 +453,7 @@ def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, 
         facts = cubin_facts(cubin, v["entry"])
         facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)
+        _check_dependency_control(entry, cubin)
         return entry, cubin, facts
 
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:

@@ -418,7 +418,7 @@ def _check_quant_launch(k: Mapping[str, Any], where: str) -> None:
         for name in m16:
             if not isinstance(name, str) or names.get(name) != "i32":
                 raise ValueError(f"{where}: field 'multiple_of_16' names {name!r}, not an i32 parameter")
-    if k.get("pdl") and not int(k["arch"][len("sm_"):]) >= PDL_MIN_ARCH:
+    if k.get("pdl") and not int(re.match(r"sm_(\d+)", k["arch"]).group(1)) >= PDL_MIN_ARCH:
         raise ValueError(f"{where}: field 'pdl': programmatic dependent launch needs sm_{PDL_MIN_ARCH} or later, "
                          f"not {k['arch']}")
 

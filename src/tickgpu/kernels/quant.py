@@ -32,8 +32,8 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
 Kernels 1-4 take a ``PDL`` switch, on in their sm_90 variants (the builder sets it): programmatic
 dependent launch. A model step's graph is a chain of these kernels; each lets the next launch
 while it runs and waits (``griddepcontrol.wait``) before reading what the previous one wrote, so
-the launch latency between two kernels overlaps the first's work. Off (and under the interpreter)
-it compiles to nothing.
+the launch latency between two kernels overlaps the first's work. Off (the default, and what the
+interpreter runs) it compiles to nothing; on, the instructions exist from sm_90.
 
 Bit-exactness: compile with ``enable_fp_fusion=False`` (every entry of :data:`QUANT_VARIANTS` says
 so): the epilogues are then IEEE float32 operations in the reference's order, and A_q, scales, row

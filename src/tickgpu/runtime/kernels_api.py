@@ -271,6 +271,7 @@ class KernelRuntime:
         self.launches = 0
         # Graphs chain their kernels by programmatic dependent launch where the kernels wait for it
         # themselves (the bundle's sm_90 quant variants, manifest "pdl"); False captures plain edges.
+        # Read when a graph is captured: graphs captured before a change keep their edges.
         self.programmatic = True
 
     # ---- memory ------------------------------------------------------------------------------

@@ -119,12 +119,14 @@ class Launcher:
         """Launch on an explicit `grid` (kernels whose grid follows their arguments: quant).
 
         ``programmatic``: as a programmatic dependent launch (the kernel may start before the work
-        queued ahead of it on `stream` ends; only for kernels compiled to wait for it, a ``pdl``
-        manifest entry)."""
+        queued ahead of it on `stream` ends). Taken only for a kernel compiled to wait for that
+        itself (its manifest entry says ``pdl``); any other launches plainly."""
         spec = self.kernel.spec
-        if programmatic:
+        if programmatic and spec.pdl:
             self.driver.launch_programmatic(self.kernel.func, grid, spec.block, spec.shared, stream,
                                             self.args.address, kernel=spec.variant)
+            if sync:
+                self.driver.stream_synchronize(stream)
         else:
             self.driver.launch(self.kernel.func, grid, spec.block, spec.shared, stream,
                                self.args.address, sync=sync, kernel=spec.variant)
