@@ -369,7 +369,8 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
         cubin = compiled.asm["cubin"]
         facts = cubin_facts(cubin, md.name)
         _check_against_cubin(entry, facts)
-        _check_dependency_control(entry, cubin)
+        if capability >= PDL_CAPABILITY:   # below, the manifest refuses pdl (validate)
+            _check_dependency_control(entry, cubin)
         out.append((entry, cubin, facts))
     return out
 
@@ -453,7 +454,8 @@ def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, 
         facts = cubin_facts(cubin, v["entry"])
         facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)
-        _check_dependency_control(entry, cubin)
+        if int(arch[len("sm_"):]) >= PDL_CAPABILITY:   # below, the manifest refuses pdl (validate)
+            _check_dependency_control(entry, cubin)
         return entry, cubin, facts
 
     with ThreadPoolExecutor(max(1, os.cpu_count() or 1)) as pool:
