@@ -319,7 +319,6 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
 
 
 _QUANT_KINDS = {"i32": "i32", "fp32": "f32"}
-PDL_CAPABILITY = PDL_MIN_ARCH   # the first architecture with programmatic dependent launch
 
 
 def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes, dict]]:
@@ -340,7 +339,7 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
             raise BuildError(f"{variant}: kernel {fn.__name__} arguments {list(zip(names, kinds))} are not the "
                              f"manifest's quant order {contract}")
         # Programmatic dependent launch (griddepcontrol) is Hopper's: the sm_90 variants have it.
-        pdl = "PDL" in v["constexprs"] and capability >= PDL_CAPABILITY
+        pdl = "PDL" in v["constexprs"] and capability >= PDL_MIN_ARCH
         constexprs = dict(v["constexprs"], PDL=1) if pdl else v["constexprs"]
         src = ASTSource(fn=fn, signature=v["signature"], constexprs=constexprs,
                         attrs=kq.divisibility_attrs(v))
@@ -369,7 +368,7 @@ def build_quant(arch: str, cache_dir: Path) -> list[tuple[dict[str, Any], bytes,
         cubin = compiled.asm["cubin"]
         facts = cubin_facts(cubin, md.name)
         _check_against_cubin(entry, facts)
-        if capability >= PDL_CAPABILITY:   # below, the manifest refuses pdl (validate)
+        if capability >= PDL_MIN_ARCH:   # below, the manifest refuses pdl (validate)
             _check_dependency_control(entry, cubin)
         out.append((entry, cubin, facts))
     return out
@@ -449,12 +448,13 @@ def build_quant_cuda(arch: str, nvcc: str) -> list[tuple[dict[str, Any], bytes, 
             "grid": "tiles", "block_m": v["block_m"], "block_n": v["block_n"],
             "multiple_of_16": list(v["multiple_of_16"]),
         }
-        if int(arch[len("sm_"):]) >= PDL_CAPABILITY:
+        hopper = int(arch[len("sm_"):]) >= PDL_MIN_ARCH
+        if hopper:
             entry["pdl"] = True   # griddepcontrol, compiled in for sm_90 and later (csrc/cuda/w8a16.cu)
         facts = cubin_facts(cubin, v["entry"])
         facts["spill_stores"] = spills
         _check_against_cubin(entry, facts)
-        if int(arch[len("sm_"):]) >= PDL_CAPABILITY:   # below, the manifest refuses pdl (validate)
+        if hopper:   # below, the manifest refuses pdl (validate)
             _check_dependency_control(entry, cubin)
         return entry, cubin, facts
 
