@@ -7,7 +7,8 @@
 (b) a neural Black-Scholes surrogate: (moneyness K/S, t, vol) -> (call price / S, delta), r = q = 0,
     checked against the analytic float64 formula.
 
-Each is evaluated in fp32, fp16, W8A8, W16A8 (int16 weights as two int8 limbs) and W8A16 through
+Each is evaluated in fp32, fp16, W8A8, W16A8 (int16 weights as two int8 limbs), W16A16 (int16 weights
+and activations, each as two int8 limbs) and W8A16 through
 tickgpu.quant.QuantMLP's CPU reference (which defines the GPU results). Training uses PyTorch on the
 CPU, deterministically (fixed seeds, one thread); the library itself never imports torch.
 
@@ -15,7 +16,8 @@ Writes
   src/tickgpu/data/quant_signal_mlp.npz, src/tickgpu/data/quant_bsm_surrogate.npz (weights),
   benchmarks/results/quant-accuracy-<date>.json and .md (the accuracy table).
 
-Usage: python scripts/train_quant_models.py [--quick]
+Usage: python scripts/train_quant_models.py [--quick | --eval-only]
+(--eval-only: the committed weights evaluated again, nothing trained or saved but the tables)
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ from tickgpu.quant import EmaStandardizer, QuantMLP, check_causal, quantize_acti
 
 DATA = ROOT / "src" / "tickgpu" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
-FORMATS = ["fp32", "fp16", "w8a8", "w16a8", "w8a16"]
+FORMATS = ["fp32", "fp16", "w8a8", "w16a8", "w16a16", "w8a16"]
 HORIZON = app_signal.HORIZON  # events ahead for the signal target
 
 
@@ -147,11 +149,12 @@ def tensor_table(sd, x_eval):
     # activations entering each layer, from the float model
     h = mlp.normalize_cpu(x_eval.astype(np.float32))
     for i, lin in enumerate(mlp.layers):
-        a = quantize_activations(h)
-        deq = a.q * a.scale.astype(np.float64)[:, None]
         norm = np.linalg.norm(h)
-        rows.append({"tensor": f"activation into L{i}", "format": "int8", "scale": "per-token absmax",
-                     "rel_error": np.linalg.norm(deq - h) / norm})
+        for bits in (8, 16):
+            a = quantize_activations(h, bits=bits)
+            deq = a.q * a.scale.astype(np.float64)[:, None]
+            rows.append({"tensor": f"activation into L{i}", "format": f"int{bits}", "scale": "per-token absmax",
+                         "rel_error": np.linalg.norm(deq - h) / norm})
         rows.append({"tensor": f"activation into L{i}", "format": "fp16", "scale": "-",
                      "rel_error": np.linalg.norm(h.astype(np.float16).astype(np.float64) - h) / norm})
         h = lin.forward_cpu(h)
@@ -162,6 +165,7 @@ SCALE_METHOD = {
     "fp32": "-", "fp16": "-",
     "w8a8": "W: per-channel absmax (int8 sym.); A: per-token absmax (int8 sym.)",
     "w16a8": "W: per-channel min/max (int16 asym., 2 int8 limbs); A: per-token absmax (int8 sym.)",
+    "w16a16": "W: per-channel min/max (int16 asym., 2 int8 limbs); A: per-token absmax (int16 sym., 2 int8 limbs)",
     "w8a16": "W: per-channel absmax (int8 sym.); A: fp16",
 }
 
@@ -198,6 +202,9 @@ def eval_bsm(sd, raw, x):
             "delta_rms_err_vs_analytic": float(np.sqrt(np.mean((p[:, 1] - delta) ** 2))),
             "price_max_abs_err_vs_fp32": float(np.abs(p[:, 0] - ref[:, 0]).max()),
             "delta_max_abs_err_vs_fp32": float(np.abs(p[:, 1] - ref[:, 1]).max()),
+            # relative: the largest error against fp32 over the output's largest magnitude
+            "price_max_rel_err_vs_fp32": float(np.abs(p[:, 0] - ref[:, 0]).max() / np.abs(ref[:, 0]).max()),
+            "delta_max_rel_err_vs_fp32": float(np.abs(p[:, 1] - ref[:, 1]).max() / np.abs(ref[:, 1]).max()),
         })
     return rows
 
@@ -219,13 +226,16 @@ def markdown(meta, signal_rows, bsm_rows, tensor_rows):
     out += ["", f"## (b) Black-Scholes surrogate ({meta['bsm_arch']}), {meta['bsm_test_rows']} random test points",
             "", "Domain: K/S in [0.7, 1.3], t in [0.02, 2] years, vol in [0.05, 0.8], r = q = 0. Errors against "
             "the analytic float64 formula (price / spot, delta).", "",
-            "| format | scale method | price max err | price rms err | delta max err | delta rms err | price max err vs fp32 | delta max err vs fp32 |",
-            "|---|---|---|---|---|---|---|---|"]
+            "The relative errors against fp32 are the largest error over the output's largest magnitude "
+            "(price 0.46, delta 1.0).", "",
+            "| format | scale method | price max err | price rms err | delta max err | delta rms err | price max err vs fp32 | delta max err vs fp32 | relative, price / delta |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in bsm_rows:
         out.append(f"| {r['format']} | {r['scale']} | {r['price_max_abs_err_vs_analytic']:.2e} | "
                    f"{r['price_rms_err_vs_analytic']:.2e} | {r['delta_max_abs_err_vs_analytic']:.2e} | "
                    f"{r['delta_rms_err_vs_analytic']:.2e} | {r['price_max_abs_err_vs_fp32']:.2e} | "
-                   f"{r['delta_max_abs_err_vs_fp32']:.2e} |")
+                   f"{r['delta_max_abs_err_vs_fp32']:.2e} | {r['price_max_rel_err_vs_fp32']:.1e} / "
+                   f"{r['delta_max_rel_err_vs_fp32']:.1e} |")
     out += ["", "## Per tensor class (relative Frobenius error of the tensor alone)", "",
             "| model | tensor | format | scale method | rel. error |", "|---|---|---|---|---|"]
     for r in tensor_rows:
@@ -237,16 +247,34 @@ def markdown(meta, signal_rows, bsm_rows, tensor_rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--quick", action="store_true", help="fewer training steps (smoke test; weights not saved)")
+    ap.add_argument("--eval-only", action="store_true",
+                    help="evaluate the committed weights (no training, no torch; weights not saved)")
     args = ap.parse_args()
+    t0 = time.time()
+    (xs, ys), (xs_test, ys_test), causal = prepare_signal()
+    nf = xs.shape[1]
+    if args.eval_only:
+        sd_sig, sd_bsm = (_saved(name) for name in ("quant_signal_mlp.npz", "quant_bsm_surrogate.npz"))
+        # the training losses of those weights, from the table they were trained for (if here)
+        past = sorted(RESULTS.glob("quant-accuracy-*[0-9].json"))
+        meta = json.loads(past[-1].read_text())["meta"] if past else {}
+        loss_sig, loss_bsm = meta.get("signal_train_loss"), meta.get("bsm_train_loss")
+    else:
+        sd_sig, loss_sig, sd_bsm, loss_bsm = _train(args, xs, ys, nf, t0)
+    _report(args, sd_sig, sd_bsm, loss_sig, loss_bsm, xs_test, ys_test, causal, nf, t0)
+
+
+def _saved(name):
+    z = np.load(DATA / name)
+    return {k: z[k] for k in z.files if not k.startswith("test_")}
+
+
+def _train(args, xs, ys, nf, t0):
     import torch
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     steps_sig, steps_bsm = (300, 300) if args.quick else (4000, 12000)
-
-    t0 = time.time()
-    (xs, ys), (xs_test, ys_test), causal = prepare_signal()
-    nf = xs.shape[1]
     torch.manual_seed(1)
     sig = torch.nn.Sequential(torch.nn.LayerNorm(nf), torch.nn.Linear(nf, 32), torch.nn.GELU(),
                               torch.nn.Linear(32, 32), torch.nn.GELU(), torch.nn.Linear(32, 1))
@@ -264,7 +292,10 @@ def main():
                      steps=steps_bsm, batch=512, lr=3e-3, seed=2)
     sd_bsm = state_dict_np(bsm)
     print(f"bsm: loss {loss_bsm:.2e}, {time.time() - t0:.0f}s")
+    return sd_sig, loss_sig, sd_bsm, loss_bsm
 
+
+def _report(args, sd_sig, sd_bsm, loss_sig, loss_bsm, xs_test, ys_test, causal, nf, t0):
     raw_test = bsm_inputs(np.random.default_rng(3), 20_000)
     x_bsm_test = bsm_scale_inputs(raw_test)
     signal_rows = eval_signal(sd_sig, xs_test, ys_test)
@@ -282,7 +313,7 @@ def main():
         "signal_test_rows": int(len(xs_test)), "bsm_test_rows": int(len(raw_test)),
         "signal_train_loss": loss_sig, "bsm_train_loss": loss_bsm,
         "feature_standardization_causal_checks": causal.checks,
-        "quick": args.quick, "train_seconds": time.time() - t0,
+        "quick": args.quick, "eval_only": args.eval_only, "train_seconds": time.time() - t0,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = f"quant-accuracy-{meta['date']}" + ("-quick" if args.quick else "")
@@ -291,7 +322,7 @@ def main():
                   f, indent=1, default=float)
     md = markdown(meta, signal_rows, bsm_rows, tensor_rows)
     (RESULTS / f"{stem}.md").write_text(md)
-    if not args.quick:
+    if not (args.quick or args.eval_only):
         np.savez_compressed(DATA / "quant_signal_mlp.npz", **sd_sig,
                             test_x=xs_test[:256], test_fp32=QuantMLP.from_state_dict(sd_sig, scheme="fp32")(xs_test[:256]))
         np.savez_compressed(DATA / "quant_bsm_surrogate.npz", **sd_bsm, test_raw=raw_test[:256])

@@ -482,8 +482,16 @@ class MockDriver:
             if entry == "layernorm_kernel":
                 store("y_ptr", m, k, vals["stride_ym"], x)
                 return
-            ref = quantize_activations(x)
-            self._matrix(fn, vals["xq_ptr"], m, k, vals["stride_qm"], np.int8, "xq_ptr")[:] = ref.q
+            if v.startswith("quant_act16"):
+                # int16 codes as two int8 limbs: hi in the first half of a code row, lo in the second
+                ref = quantize_activations(x, bits=16)
+                hi, lo = ref.limbs
+                half = vals["stride_qm"] // 2
+                self._matrix(fn, vals["xq_ptr"], m, k, vals["stride_qm"], np.int8, "xq_ptr")[:] = hi
+                self._matrix(fn, vals["xq_ptr"] + half, m, k, vals["stride_qm"], np.int8, "xq_ptr")[:] = lo
+            else:
+                ref = quantize_activations(x)
+                self._matrix(fn, vals["xq_ptr"], m, k, vals["stride_qm"], np.int8, "xq_ptr")[:] = ref.q
             vec("scale_ptr", m, np.float32)[:] = ref.scale
             vec("rowsum_ptr", m, np.int32)[:] = ref.rowsum
             return
@@ -498,7 +506,12 @@ class MockDriver:
             a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.int8, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
             a_scale, b_scale = vec("a_scale_ptr", m, np.float32), vec("b_scale_ptr", n, np.float32)
-            if "w16a8" in v:
+            if "w16a16" in v:
+                b2 = self._matrix(fn, vals["b2_ptr"], n, k, vals["stride_bn"], np.int8, "b2_ptr")
+                a2 = self._matrix(fn, vals["a_ptr"] + k, m, k, vals["stride_am"], np.int8, "a_ptr")
+                y = gemm.linear_w16a16(a, a2, a_scale, vec("a_rowsum_ptr", m, np.int32), b, b2, b_scale,
+                                       vec("b_offset_ptr", n, np.float32), bias, apply_gelu=gelu)
+            elif "w16a8" in v:
                 b2 = self._matrix(fn, vals["b2_ptr"], n, k, vals["stride_bn"], np.int8, "b2_ptr")
                 y = gemm.linear_w16a8(a, a_scale, vec("a_rowsum_ptr", m, np.int32), b, b2, b_scale,
                                       vec("b_offset_ptr", n, np.float32), bias, apply_gelu=gelu)
@@ -529,6 +542,13 @@ class MockDriver:
             if "w8a16" in v:
                 h = gemm.linear_w8a16(cast_output(h, "float16").astype(np.float32), w, scale, bias,
                                       apply_gelu=gelu)
+                continue
+            if "w16a16" in v:
+                act = quantize_activations(h, bits=16)
+                xh, xl = act.limbs
+                lo = self._matrix(fn, vals[f"w{i}b_ptr"], n, k, vals[f"stride_w{i}"], np.int8, f"w{i}b_ptr")
+                h = gemm.linear_w16a16(xh, xl, act.scale, act.rowsum, w, lo, scale, vec(f"o{i}_ptr", n, np.float32),
+                                       bias, apply_gelu=gelu)
                 continue
             act = quantize_activations(h)
             if "w16a8" in v:

@@ -155,31 +155,44 @@ def rt():
     return InterpretedRuntime()
 
 
-def _act(rt, x, has_ln=False, gamma=None, beta=None, eps=1e-5, bk=None):
-    """The activation kernel's variant for rows of k (the plan's rule, or BLOCK_K `bk`)."""
+def _act(rt, x, has_ln=False, gamma=None, beta=None, eps=1e-5, bk=None, a16=False):
+    """The activation kernel's variant for rows of k (the plan's rule, or BLOCK_K `bk`); `a16`: the
+    int16 variant, whose limbs come back joined (``256 hi + lo``, int16)."""
     m, k = x.shape
     k_pad = -(-k // 16) * 16
+    row = 2 * k_pad if a16 else k_pad
     xb = rt.upload(x.astype(np.float32))
     g = rt.upload(np.ones(k, np.float32) if gamma is None else gamma.astype(np.float32))
     b = rt.upload(np.zeros(k, np.float32) if beta is None else beta.astype(np.float32))
-    xq, s, rs = rt.empty((m, k_pad), "int8"), rt.empty((m,), "float32"), rt.empty((m,), "int32")
+    xq, s, rs = rt.empty((m, row), "int8"), rt.empty((m,), "float32"), rt.empty((m,), "int32")
     bk = _gpu._row_block(k) if bk is None else bk
-    rt.launch(f"quant_act{'_ln' if has_ln else ''}_k{bk}", (m, 1, 1), [xb, g, b, xq, s, rs, m, k, k, k_pad, eps])
-    return rt.download(xq)[:, :k], rt.download(s), rt.download(rs)
+    rt.launch(f"quant_act{'16' if a16 else ''}{'_ln' if has_ln else ''}_k{bk}", (m, 1, 1),
+              [xb, g, b, xq, s, rs, m, k, k, row, eps])
+    q = rt.download(xq)
+    if a16:
+        hi, lo = q[:, :k].astype(np.int32), q[:, k_pad:k_pad + k].astype(np.int32)
+        assert (np.abs(hi) <= 127).all()
+        q = (256 * hi + lo).astype(np.int16)
+    else:
+        q = q[:, :k]
+    return q, rt.download(s), rt.download(rs)
 
 
+@pytest.mark.parametrize("bits", [8, 16])
 @pytest.mark.parametrize("m", ODD_M)
-def test_act_quant_kernel_is_bit_exact(rt, rng, m):
+def test_act_quant_kernel_is_bit_exact(rt, rng, m, bits):
     k = int(rng.choice([7, 50, 64, 65, 200, 700]))
     x = (rng.standard_normal((m, k)) * 10 ** rng.uniform(-9, 3, (m, 1))).astype(np.float32)
     if m > 3:
         x[1] = 0.0
         x[2, k // 2] = np.nan
         x[3, 0] = np.inf
-    ref = quantize_activations(x)
+    if m > 5:
+        x[4, :] = -x[4, :] ** 2  # a row at -absmax: the code -32639 (hi -127, lo -127)
+    ref = quantize_activations(x, bits=bits)
     # the plan's variant (rows up to 1,024 read once) and the chunked one, which serves any K
     for bk in (None, 512):
-        q, s, rs = _act(rt, x, bk=bk)
+        q, s, rs = _act(rt, x, bk=bk, a16=bits == 16)
         assert np.array_equal(q, ref.q)
         assert np.array_equal(s.view(np.uint32), ref.scale.view(np.uint32))  # NaN rows included
         assert np.array_equal(rs, ref.rowsum)
@@ -214,13 +227,21 @@ def test_act_quant_kernel_with_layernorm(rt, rng):
 
 
 def _gemm(rt, act, w_q, out, gelu, tile):
+    """The GEMM kernel of the scheme `act` and `w_q` make (int16 activations: W16A16)."""
     m, k = act.q.shape
     n = w_q.shape[0]
     k_pad = -(-k // 16) * 16
+    a16 = act.q.dtype == np.int16
     # The kernels run over the padded K; the activations' padding may hold anything (the weights'
     # is zero), as it does on the GPU where nothing writes it.
-    a_host = _gpu._pad_rows(act.q, k_pad)
-    a_host[:, k:] = np.arange(k_pad - k, dtype=np.int8) * 37 - 100
+    garbage = np.arange(k_pad - k, dtype=np.int8) * 37 - 100
+    if a16:   # a row: the hi limbs, then the lo limbs, each padded to k_pad
+        a_host = np.concatenate([_gpu._pad_rows(limb, k_pad) for limb in act.limbs], axis=1)
+        a_host[:, k:k_pad] = garbage
+        a_host[:, k_pad + k:] = garbage
+    else:
+        a_host = _gpu._pad_rows(act.q, k_pad)
+        a_host[:, k:] = garbage
     a = rt.upload(a_host)
     s, rs = rt.upload(act.scale), rt.upload(act.rowsum)
     bias = np.linspace(-1, 1, n).astype(np.float32)
@@ -228,7 +249,7 @@ def _gemm(rt, act, w_q, out, gelu, tile):
         hi, lo = w_q.limbs
         b, b2 = rt.upload(_gpu._pad_rows(hi, k_pad)), rt.upload(_gpu._pad_rows(lo, k_pad))
         off = rt.upload(w_q.limb_offset)
-        name = "w16a8"
+        name = "w16a16" if a16 else "w16a8"
     else:
         b = b2 = rt.upload(_gpu._pad_rows(w_q.q, k_pad))
         off = rt.upload(w_q.scale)
@@ -237,31 +258,41 @@ def _gemm(rt, act, w_q, out, gelu, tile):
     bm, bn = _gpu._TILE_M_N[(name, tile)]
     rt.launch(f"quant_gemm_{name}{'_gelu' if gelu else ''}_{_gpu._OUT_TAG[out]}_{tile}",
               (-(-m // bm) * -(-n // bn), 1, 1),
-              [a, s, rs, b, b2, rt.upload(w_q.scale), off, rt.upload(bias), c, m, n, k_pad, k_pad, k_pad, n])
+              [a, s, rs, b, b2, rt.upload(w_q.scale), off, rt.upload(bias), c, m, n, k_pad, a_host.shape[1], k_pad, n])
     y = rt.download(c)
     if out == "bfloat16":
         y = (y.astype(np.uint32) << 16).view(np.float32)
     return y, bias
 
 
+# (weight format, activation bits) of the int8-GEMM schemes W8A8, W16A8 and W16A16
+_INT_SCHEMES = {"w8a8": ("int8", 8), "w16a8": ("int16", 8), "w16a16": ("int16", 16)}
+
+
+def _int_reference(scheme, act, wq, bias, **kw):
+    """The NumPy reference of an int8-GEMM scheme's layer."""
+    if scheme == "w8a8":
+        return gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias, **kw)
+    hi, lo = wq.limbs
+    if scheme == "w16a8":
+        return gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias, **kw)
+    xh, xl = act.limbs
+    return gemm.linear_w16a16(xh, xl, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias, **kw)
+
+
 @pytest.mark.parametrize("m", ODD_M)
-@pytest.mark.parametrize("fmt", ["int8", "int16"])
-def test_quant_gemm_kernel_is_bit_exact(rt, rng, m, fmt):
+@pytest.mark.parametrize("scheme", list(_INT_SCHEMES))
+def test_quant_gemm_kernel_is_bit_exact(rt, rng, m, scheme):
+    fmt, bits = _INT_SCHEMES[scheme]
     n, k = int(rng.integers(1, 150)), int(rng.integers(1, 200))
     x = rng.standard_normal((m, k)).astype(np.float32)
     x[0, 0] = np.nan  # a poisoned row travels through as NaN
-    act = quantize_activations(x)
+    act = quantize_activations(x, bits=bits)
     wq = quantize_weight(rng.standard_normal((n, k)) + rng.uniform(-2, 2, (n, 1)), fmt)
     out = str(rng.choice(["float32", "float16", "bfloat16"]))
-    y, bias = _gemm(rt, act, wq, out, False, _gpu.gemm_tile("w16a8" if fmt == "int16" else "w8a8", m, n, 1))
-    if fmt == "int8":
-        ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias, out_dtype=out)
-        ref_f32 = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias)
-    else:
-        hi, lo = wq.limbs
-        ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias,
-                                out_dtype=out)
-        ref_f32 = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias)
+    y, bias = _gemm(rt, act, wq, out, False, _gpu.gemm_tile(scheme, m, n, 1))
+    ref = _int_reference(scheme, act, wq, bias, out_dtype=out)
+    ref_f32 = _int_reference(scheme, act, wq, bias)
     ref = np.asarray(ref, np.float32)
     assert np.isnan(y[0]).all()
     got = y.astype(np.float32).view(np.uint32)
@@ -279,40 +310,33 @@ def test_quant_gemm_kernel_is_bit_exact(rt, rng, m, fmt):
         assert ((got == ref.view(np.uint32)) | both_nan).all()
 
 
-@pytest.mark.parametrize("fmt", ["int8", "int16"])
-def test_quant_gemm_kernel_gelu(rt, rng, fmt):
+@pytest.mark.parametrize("scheme", list(_INT_SCHEMES))
+def test_quant_gemm_kernel_gelu(rt, rng, scheme):
+    fmt, bits = _INT_SCHEMES[scheme]
     m, n, k = 17, 70, 90
-    act = quantize_activations(rng.standard_normal((m, k)).astype(np.float32))
+    act = quantize_activations(rng.standard_normal((m, k)).astype(np.float32), bits=bits)
     wq = quantize_weight(rng.standard_normal((n, k)), fmt)
     y, bias = _gemm(rt, act, wq, "float32", True, "s")
-    if fmt == "int8":
-        ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias, apply_gelu=True)
-    else:
-        hi, lo = wq.limbs
-        ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias,
-                                apply_gelu=True)
+    ref = _int_reference(scheme, act, wq, bias, apply_gelu=True)
     # For y << 0, 1 + erf(y / sqrt 2) cancels: one float32 ulp of erf near -1 (6e-8) becomes
     # 0.5 |y| * 6e-8 absolute, ~1.3e-7 at |y| ~ 4.5 where GELU is still above float32's floor
     # (seen on the GPU: CUDA's erff and the reference differ by that ulp). Allow two such ulps.
     np.testing.assert_allclose(y, ref, rtol=4e-7, atol=3e-7)
 
 
-_INT8_TILES = [(fmt, t[0]) for fmt, scheme in (("int8", "w8a8"), ("int16", "w16a8")) for t in kq.GEMM_TILES[scheme]]
+_INT8_TILES = [(scheme, t[0]) for scheme in _INT_SCHEMES for t in kq.GEMM_TILES[scheme]]
 
 
-@pytest.mark.parametrize("fmt,tile", _INT8_TILES)
-def test_every_gemm_tile_is_bit_exact(rt, rng, fmt, tile):
+@pytest.mark.parametrize("scheme,tile", _INT8_TILES)
+def test_every_gemm_tile_is_bit_exact(rt, rng, scheme, tile):
     """Each compiled tile over a partial second tile of rows and of columns, against the reference."""
-    bm, bn = _gpu._TILE_M_N[("w16a8" if fmt == "int16" else "w8a8", tile)]
+    fmt, bits = _INT_SCHEMES[scheme]
+    bm, bn = _gpu._TILE_M_N[(scheme, tile)]
     m, n, k = 2 * bm - 3, 2 * bn - 5, int(rng.integers(100, 300))
-    act = quantize_activations(rng.standard_normal((m, k)).astype(np.float32))
+    act = quantize_activations(rng.standard_normal((m, k)).astype(np.float32), bits=bits)
     wq = quantize_weight(rng.standard_normal((n, k)) + rng.uniform(-2, 2, (n, 1)), fmt)
     y, bias = _gemm(rt, act, wq, "float32", False, tile)
-    if fmt == "int8":
-        ref = gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, bias)
-    else:
-        hi, lo = wq.limbs
-        ref = gemm.linear_w16a8(act.q, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, bias)
+    ref = _int_reference(scheme, act, wq, bias)
     assert np.array_equal(y.view(np.uint32), np.asarray(ref, np.float32).view(np.uint32))
 
 
@@ -364,7 +388,7 @@ def test_layernorm_kernel(rt, rng):
         np.testing.assert_allclose(rt.download(y).astype(np.float64), ref, rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 @pytest.mark.parametrize("m", [1, 17, 65])
 @pytest.mark.parametrize("dims", [[13, 40, 24, 3], [32, 48, 16, 5]], ids=["odd", "aligned"])
 def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
@@ -389,7 +413,7 @@ def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
         assert any(v.endswith("_a16") for v in rt.launches)
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 @pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 40, 3], [64, 64, 64, 4]], ids=["h32", "h64-odd", "h64"])
 def test_fused_step_is_the_layer_by_layer_step(rt, rng, scheme, dims):
     """The fused 3-layer step against the CPU reference: the only launch of a step of up to 64

@@ -61,15 +61,17 @@ def kr(tmp_path, monkeypatch):
 def test_gemm_case_runs_every_implementation(kr, m, n, k):
     r = bq.gemm_case(_TorchOnCpu(), kr, None, np.random.default_rng(0), m, n, k, quick=True, device="cpu")
     assert set(r["cases"]) == {"tickgpu_w8a8_gemm", "tickgpu_w8a8_layer", "tickgpu_w16a8_gemm",
-                               "tickgpu_w16a8_layer", "tickgpu_w8a16_gemm", "torch_fp16_matmul",
+                               "tickgpu_w16a8_layer", "tickgpu_w16a16_gemm", "tickgpu_w16a16_layer",
+                               "tickgpu_w8a16_gemm", "torch_fp16_matmul",
                                "torch_bf16_matmul", "torch_int_mm_dequant", "torch_int8_layer"}
     for name, c in r["cases"].items():
         if name.startswith("tickgpu"):
             assert "error" not in c, (name, c)
             assert c["tops"] > 0 and c["p50_us"] > 0
-    for name in ("tickgpu_w8a8_gemm", "tickgpu_w16a8_gemm", "tickgpu_w8a16_gemm"):
+    for name in ("tickgpu_w8a8_gemm", "tickgpu_w16a8_gemm", "tickgpu_w16a16_gemm", "tickgpu_w8a16_gemm"):
         assert r["cases"][name]["max_abs_err"] == 0.0, name   # the mock computes the reference itself
-    assert r["tiles"] == ({"w8a8": "w", "w16a8": "l"} if m == 70 else {"w8a8": "s", "w16a8": "s"})
+    assert r["tiles"] == ({"w8a8": "w", "w16a8": "l", "w16a16": "w"} if m == 70 else
+                          {"w8a8": "s", "w16a8": "s", "w16a16": "s"})
     assert r["w8a16_variant"] == {1: "quant_w8a16_f16_m8", 17: "quant_w8a16_f16_m32",
                                   70: "quant_w8a16_f16_w_a16"}[m]
 
@@ -82,6 +84,20 @@ def test_mlp_case_runs_every_implementation(kr):
         assert "error" not in c, (name, c)
         tol = 0.05 if name.startswith("tickgpu") else 1e-5
         assert c["max_rel_err_vs_fp32"] < tol, (name, c["max_rel_err_vs_fp32"])
+
+
+def test_surrogate_section_runs_every_scheme(kr):
+    r = bq.surrogate_section(quick=True)
+    assert set(r["schemes"]) == set(bq.SCHEMES)
+    for scheme, c in r["schemes"].items():
+        assert "error" not in c, (scheme, c)
+        assert c["max_abs_diff_vs_cpu_reference"] < 1e-6, scheme   # the mock computes the reference
+        assert c["p50_us_1"] > 0 and c["p50_us_64"] > 0
+    assert max(r["schemes"]["w16a16"]["max_rel_err_vs_fp32"]) <= 1e-4
+    assert max(r["schemes"]["w16a8"]["max_rel_err_vs_fp32"]) > 1e-3
+    t = bq.evaluate_targets({"surrogate": r})
+    assert t["surrogate_w16a8_err<=1e-4"] is False
+    assert t["surrogate_w16a16_max_rel_err_vs_fp32"] <= 1e-4
 
 
 def test_suite_refuses_without_cuda_torch(tmp_path):

@@ -6,10 +6,12 @@ import pytest
 from tickgpu.quant import gemm
 from tickgpu.quant.schemes import (
     EPS,
+    ACT16_MAX,
     join_limbs,
     quantize_activations,
     quantize_weight,
     round_to_bfloat16,
+    split_act_limbs,
     split_limbs,
 )
 
@@ -59,6 +61,95 @@ def test_limb_accumulators_recombine_to_the_int16_product(rng):
     combined = 256 * acc_hi.astype(np.int64) + acc_lo + 128 * rowsum[:, None]
     want = xq.astype(np.float64) @ q.astype(np.float64).T
     assert np.array_equal(combined.astype(np.float64), want)
+
+
+def test_activation_limbs_recombine_exactly_for_every_code():
+    q = np.arange(-ACT16_MAX, ACT16_MAX + 1).astype(np.int16)
+    hi, lo = split_act_limbs(q)
+    assert hi.dtype == lo.dtype == np.int8
+    assert hi.min() == -127 and hi.max() == 127 and lo.min() == -128 and lo.max() == 127
+    assert np.array_equal(256 * hi.astype(np.int64) + lo.astype(np.int64), q.astype(np.int64))
+    # 32639 = 127 * 257 is the end: one more would need hi = 128
+    assert ACT16_MAX == 127 * 257 and (ACT16_MAX + 1 + 128) >> 8 == 128
+    with pytest.raises(ValueError, match=r"q\[1\]: must be within"):
+        split_act_limbs(np.array([0, -ACT16_MAX - 1], np.int16))
+    with pytest.raises(TypeError, match="int16"):
+        split_act_limbs(np.zeros(3, np.int8))
+
+
+def test_w16a16_accumulators_recombine_to_the_int16_product(rng):
+    m, n, k = 17, 23, 301
+    xq = rng.integers(-ACT16_MAX, ACT16_MAX + 1, (m, k)).astype(np.int16)
+    q = rng.integers(-32768, 32768, (n, k)).astype(np.int16)
+    xh, xl = split_act_limbs(xq)
+    hi, lo = split_limbs(q)
+    hh, mid, ll = gemm.limb_accumulators(xh, xl, hi, lo)
+    assert hh.dtype == mid.dtype == ll.dtype == np.int32
+    rowsum = xq.astype(np.int64).sum(axis=1)
+    combined = 65536 * hh.astype(np.int64) + 256 * mid.astype(np.int64) + ll + 128 * rowsum[:, None]
+    want = xq.astype(np.float64) @ q.astype(np.float64).T   # |sums| < 2**53: exact
+    assert np.array_equal(combined.astype(np.float64), want)
+
+
+def test_w16a16_int32_limit_is_where_the_arithmetic_says():
+    assert gemm.K_MAX_A16 == (2**31 - 1) // (127 * 128 + 128 * 128) == 65793
+    # the middle accumulator's worst step: xh = -127 against lo = -128 plus xl = -128 against hi = -128
+    for k, overflows in ((gemm.K_MAX_A16, False), (gemm.K_MAX_A16 + 1, True)):
+        exact = k * (127 * 128 + 128 * 128)
+        assert (exact > 2**31 - 1) == overflows
+    # row sums of int16 codes fit too
+    assert ACT16_MAX * gemm.K_MAX_A16 <= 2**31 - 1
+    k = gemm.K_MAX_A16
+    xh = np.full((1, k), -127, np.int8)
+    xl = np.full((1, k), -128, np.int8)
+    w = np.full((1, k), -128, np.int8)
+    hh, mid, ll = gemm.limb_accumulators(xh, xl, w, w)
+    assert int(mid[0, 0]) == k * (127 * 128 + 128 * 128)
+    with pytest.raises(ValueError, match="K_MAX_A16"):
+        z = np.zeros((1, k + 1), np.int8)
+        gemm.limb_accumulators(z, z, z, z)
+
+
+def test_w16a16_extreme_codes_at_large_k_are_exact():
+    """Every limb at its extreme over K = 65,536 (the middle accumulator reaches -2.13e9): the
+    limb accumulators recombine to the exact int16 x int16 product sums."""
+    k = 65536
+    w = np.full((2, k), -1.0)
+    w[1] = 1.0
+    wq = quantize_weight(w, "int16")
+    assert wq.q[0].min() == -32768 and wq.q[1].max() == 32766   # 65534 steps
+    act = quantize_activations(np.stack([np.ones(k), -np.ones(k)]).astype(np.float32), bits=16)
+    assert np.abs(act.q.astype(int)).min() == ACT16_MAX
+    xh, xl = act.limbs
+    hi, lo = wq.limbs
+    hh, mid, ll = gemm.limb_accumulators(xh, xl, hi, lo)
+    assert int(np.abs(mid.astype(np.int64)).max()) > 2 * 10**9
+    combined = 65536 * hh.astype(np.int64) + 256 * mid.astype(np.int64) + ll + 128 * act.rowsum.astype(np.int64)[:, None]
+    want = act.q.astype(np.int64) @ wq.q.astype(np.int64).T
+    assert np.array_equal(combined, want)
+
+
+@pytest.mark.parametrize("m", ODD_M)
+def test_w16a16_matches_float64_of_the_same_quantized_math(rng, m):
+    n, k = _shapes(rng)
+    x = (rng.standard_normal((m, k)) * np.exp(rng.uniform(-5, 5, (m, 1)))).astype(np.float32)
+    w = rng.standard_normal((n, k)) + rng.uniform(-3, 3, (n, 1))  # off-centre rows: zero points != 0
+    b = rng.standard_normal(n).astype(np.float32)
+    act, wq = quantize_activations(x, bits=16), quantize_weight(w, "int16")
+    xh, xl = act.limbs
+    hi, lo = wq.limbs
+    y = gemm.linear_w16a16(xh, xl, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset, b)
+    centred = act.q.astype(np.float64) @ (wq.q.astype(np.float64) - wq.zero_point[:, None]).T
+    main = centred * act.scale.astype(np.float64)[:, None] * wq.scale.astype(np.float64)[None, :]
+    big = (65536 * np.abs(xh.astype(np.float64) @ hi.astype(np.float64).T)
+           + np.abs(128.0 - wq.zero_point)[None, :] * np.abs(act.rowsum)[:, None]) \
+        * act.scale[:, None] * wq.scale[None, :]
+    assert np.all(np.abs(y - (main + b)) <= _fp32_bound(big, main + b))
+    # and the layer approximates the float one to the two int16 quantizations' error
+    y_float = x.astype(np.float64) @ w.T + b
+    bound = (np.abs(x).max(axis=1, keepdims=True) / ACT16_MAX * np.abs(w).sum(axis=1)[None, :] / 2
+             + np.abs(x).sum(axis=1, keepdims=True) * wq.scale[None, :] / 2) * 1.01
+    assert np.all(np.abs(y - y_float) <= bound + _fp32_bound(big, main + b) + 1e-6)
 
 
 def _fp32_bound(*terms):
@@ -167,6 +258,19 @@ def test_activation_quantization_edges(rng):
     assert np.all(err <= 0.5 * act.scale[ok, None] * (1 + 1e-5) + 1e-45)
     # the tiny row is quantized at its own resolution, not flushed
     assert np.abs(act.q[3]).max() == 127
+    # 16-bit codes: the same rows, 257 times finer steps
+    a16 = quantize_activations(x, bits=16)
+    assert a16.q.dtype == np.int16 and np.abs(a16.q.astype(int)).max() <= ACT16_MAX
+    assert np.all(np.isfinite(a16.scale[ok])) and np.all(a16.scale[ok] > 0)
+    assert np.isnan(a16.scale[4]) and np.isnan(a16.scale[5])
+    assert np.all(a16.q[[4, 5]] == 0) and np.all(a16.rowsum[[4, 5]] == 0)
+    assert np.all(a16.q[1] == 0) and a16.scale[1] == np.float32(EPS) / np.float32(ACT16_MAX)
+    assert np.all(a16.q[2] == ACT16_MAX) and np.abs(a16.q[3]).max() == ACT16_MAX
+    assert np.array_equal(a16.rowsum, a16.q.astype(np.int64).sum(axis=1))
+    err16 = np.abs(a16.q[ok] * a16.scale[ok, None].astype(np.float64) - x[ok].astype(np.float64))
+    assert np.all(err16 <= 0.5 * a16.scale[ok, None] * (1 + 1e-5) + 1e-45)
+    with pytest.raises(ValueError, match="bits"):
+        quantize_activations(x, bits=4)
 
 
 def test_int32_overflow_limit_is_where_the_arithmetic_says():

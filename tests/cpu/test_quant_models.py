@@ -14,14 +14,14 @@ def _gelu64(y):
     return 0.5 * y * (1 + erf(y / np.sqrt(2)))
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16"])
 @pytest.mark.parametrize("m", [1, 16, 33])
 def test_quant_linear_equals_dequantized_float64_math(rng, scheme, m):
     n, k = 45, 77
     w, b = rng.standard_normal((n, k)), rng.standard_normal(n)
     x = rng.standard_normal((m, k)).astype(np.float32)
     lin = QuantLinear(w, b, scheme=scheme, gelu=True)
-    act = quantize_activations(x)
+    act = quantize_activations(x, bits=16 if scheme == "w16a16" else 8)
     xd = act.q * act.scale.astype(np.float64)[:, None]
     want = _gelu64(xd @ lin.weight_q.dequantize().T + b.astype(np.float32))
     got = lin(x)
@@ -30,7 +30,7 @@ def test_quant_linear_equals_dequantized_float64_math(rng, scheme, m):
 
 
 @pytest.mark.parametrize("scheme,tol", [("w8a8", 0.03), ("w16a8", 0.03), ("w8a16", 0.02),
-                                        ("fp16", 2e-3), ("fp32", 1e-6)])
+                                        ("fp16", 2e-3), ("w16a16", 2e-4), ("fp32", 1e-6)])
 def test_quant_linear_is_close_to_the_float_layer(rng, scheme, tol):
     w, b = rng.standard_normal((64, 96)), rng.standard_normal(64)
     x = rng.standard_normal((40, 96))
@@ -48,6 +48,26 @@ def test_w16a8_weights_are_near_exact(rng):
     e16 = np.abs(QuantLinear(w, scheme="w16a8")(x) - want).max()
     e8 = np.abs(QuantLinear(w, scheme="w8a8")(x) - want).max()
     assert e16 < e8 / 100
+
+
+def test_w16a16_is_w16a8_without_the_activation_error(rng):
+    """On the same float layer, W16A16's error is W16A8's divided by about the 257 finer activation
+    steps; both are near-unbiased roundings, so the ratio is that of the steps."""
+    w, b = rng.standard_normal((64, 96)) + rng.uniform(-1, 1, (64, 1)), rng.standard_normal(64)
+    x = rng.standard_normal((200, 96)) * np.exp(rng.uniform(-3, 3, (200, 1)))
+    want = x @ w.T + b
+    e8 = np.abs(QuantLinear(w, b, scheme="w16a8")(x) - want).max(axis=1)
+    e16 = np.abs(QuantLinear(w, b, scheme="w16a16")(x) - want).max(axis=1)
+    ratio = np.median(e8 / e16)
+    assert 100 < ratio < 400, ratio
+
+
+def test_w16a16_refuses_k_past_its_int32_limit():
+    from tickgpu.quant import K_MAX_A16
+
+    with pytest.raises(ValueError, match="K_MAX_A16"):
+        QuantLinear(np.zeros((1, K_MAX_A16 + 1), np.float32), scheme="w16a16")
+    QuantLinear(np.zeros((1, K_MAX_A16 + 1), np.float32), scheme="w16a8")  # its own limit is K_MAX
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "float16", "bfloat16"])
@@ -116,7 +136,7 @@ def _float_mlp(x, layers, ln):
 
 
 @pytest.mark.parametrize("scheme,tol", [("fp32", 1e-5), ("fp16", 5e-3), ("w8a16", 0.03),
-                                        ("w16a8", 0.04), ("w8a8", 0.05)])
+                                        ("w16a8", 0.04), ("w8a8", 0.05), ("w16a16", 5e-4)])
 def test_quant_mlp_close_to_float(rng, scheme, tol):
     dims = [11, 32, 24, 3]
     layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
@@ -152,13 +172,13 @@ def test_quant_mlp_from_torch_module(rng):
     x = rng.standard_normal((33, 9)).astype(np.float32)
     with torch.no_grad():
         want = model(torch.from_numpy(x)).numpy().astype(np.float64)
-    for scheme, tol in [("fp32", 1e-5), ("w16a8", 0.03), ("w8a8", 0.05), ("w8a16", 0.03)]:
+    for scheme, tol in [("fp32", 1e-5), ("w16a16", 3e-4), ("w16a8", 0.03), ("w8a8", 0.05), ("w8a16", 0.03)]:
         got = QuantMLP.from_state_dict(model.state_dict(), scheme=scheme)(x)
         assert np.abs(got - want).max() <= tol * np.abs(want).max(), scheme
 
 
 def test_all_schemes_listed():
-    assert set(SCHEMES) == {"w8a8", "w16a8", "w8a16", "fp16", "fp32"}
+    assert set(SCHEMES) == {"w8a8", "w16a8", "w16a16", "w8a16", "fp16", "fp32"}
 
 
 def test_running_models_imports_neither_torch_nor_triton():

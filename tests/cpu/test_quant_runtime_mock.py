@@ -47,15 +47,17 @@ def kr(ctx):
 def test_committed_bundle_has_the_quant_variants_the_plan_names():
     names = {k["variant"] for k in quant_entries("sm_90")}
     assert names == {k["variant"] for k in quant_entries("sm_80")}
-    for scheme in ("w8a8", "w16a8"):
+    for scheme, large in (("w8a8", "l"), ("w16a8", "l"), ("w16a16", "w")):
         for gelu in ("", "_gelu"):
             for out in ("f32", "f16", "bf16"):
-                for tile in "sl":
+                for tile in "sm" + large:
                     assert f"quant_gemm_{scheme}{gelu}_{out}_{tile}" in names
+                for tile in "sl":
                     assert f"quant_w8a16{gelu}_{out}_{tile}" in names
                     assert f"quant_w8a16{gelu}_{out}_{tile}_a16" in names
     for k in (64, 1024, 512):
-        assert {f"quant_act_k{k}", f"quant_act_ln_k{k}", f"quant_layernorm_f16_k{k}"} <= names
+        assert {f"quant_act_k{k}", f"quant_act_ln_k{k}", f"quant_act16_k{k}", f"quant_act16_ln_k{k}",
+                f"quant_layernorm_f16_k{k}"} <= names
 
 
 def test_quant_kernels_load_with_shared_memory_opt_in(ctx, mock):
@@ -156,7 +158,7 @@ def test_aligned_variants_refuse_broken_promises(kr, mock):
     kr.launch("quant_gemm_w8a8_f32_s", None, args[:10] + [n, k, k, k, n + 3])
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 @pytest.mark.parametrize("dims", [[13, 40, 24, 3], [64, 96, 32, 5]], ids=["odd", "aligned"])
 def test_quant_mlp_plan_on_the_kernel_runtime(kr, mock, rng, scheme, dims):
     layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
@@ -220,7 +222,7 @@ def test_step_graphs_chain_their_kernels_by_programmatic_launch(kr, mock, rng):
               for i, o in zip(dims[:-1], dims[1:])]
     ln = (rng.uniform(0.5, 1.5, 64), rng.standard_normal(64) * 0.1)
     assert all(k["pdl"] for k in quant_entries("sm_90") if not k["variant"].startswith("quant_mlp3_"))
-    for scheme, kernels in (("w8a16", 4), ("w8a8", 6), ("w16a8", 6)):
+    for scheme, kernels in (("w8a16", 4), ("w8a8", 6), ("w16a8", 6), ("w16a16", 6)):
         for programmatic in (True, False):
             kr.programmatic = programmatic
             mlp = QuantMLP(layers, layernorm=ln, scheme=scheme)
@@ -355,13 +357,14 @@ def test_w8a16_small_batches_take_the_cuda_kernel(kr, mock, rng, m, tile, grid):
     ("w8a8", 64, 1024, "s"), ("w8a8", 128, 4096, "m"), ("w8a8", 128, 1024, "s"), ("w8a8", 512, 4096, "w"),
     ("w8a8", 512, 1024, "m"), ("w8a8", 1024, 4096, "l"), ("w8a8", 4096, 4096, "l"), ("w8a8", 1024, 256, "m"),
     ("w16a8", 64, 4096, "m"), ("w16a8", 256, 4096, "m"), ("w16a8", 512, 4096, "l"), ("w16a8", 128, 1024, "s"),
+    ("w16a16", 16, 4096, "s"), ("w16a16", 64, 4096, "m"), ("w16a16", 512, 4096, "w"),
     ("w8a16", 64, 4096, "s"), ("w8a16", 65, 4096, "m"), ("w8a16", 512, 4096, "w"), ("w8a16", 1024, 4096, "l"),
     ("w8a16", 1024, 256, "s"), ("w8a16", 4096, 1024, "l")])
 def test_gemm_tile_rule_at_the_measured_shapes(scheme, m, n, tile):
     assert _gpu.gemm_tile(scheme, m, n, 132) == tile
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 def test_gemm_tile_rule_properties(scheme):
     for sms in (1, 2, 108, 132):
         for m in (1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 128, 129, 1000, 5000):
@@ -385,7 +388,7 @@ def test_a_model_plan_launches_the_rules_tile(kr, mock, rng):
     assert last["variant"] == "quant_gemm_w8a8_f32_m" and last["grid"] == (2 * 64, 1, 1)
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 def test_no_rows_launch_nothing(kr, mock, rng, scheme):
     """An empty batch gives the empty result of the reference, with no launch (an empty grid)."""
     lin = QuantLinear(rng.standard_normal((5, 7)), scheme=scheme, out_dtype="float16", backend="gpu")
@@ -398,7 +401,7 @@ def test_no_rows_launch_nothing(kr, mock, rng, scheme):
     assert len(mock.launches) == before
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 def test_staged_step_is_the_general_step(kr, mock, rng, scheme):
     """The one-pass native staging of a host batch (GpuPlan.run_staged) against the general path
     (the model's input check, then GpuPlan.run): same outputs, same errors, same NaN rows."""
@@ -631,7 +634,7 @@ def test_a_launch_refused_during_capture_ends_the_capture(kr, mock, rng):
     assert np.array_equal(_gpu.plan_for(mlp, kr).run(x), mlp.forward_cpu(x))
 
 
-@pytest.mark.parametrize("scheme,layernorm", [("w8a8", False), ("w16a8", True), ("w8a16", True)])
+@pytest.mark.parametrize("scheme,layernorm", [("w8a8", False), ("w16a8", True), ("w16a16", True), ("w8a16", True)])
 def test_bound_step_follows_its_array(kr, ctx, mock, rng, scheme, layernorm):
     """model.bind(x): each call reads x's current contents and gives model(x) to the bit (fused and
     layer-by-layer steps, float32 and float64 arrays, a single token), the same error for a

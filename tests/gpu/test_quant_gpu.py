@@ -1,6 +1,6 @@
 """QuantLinear / QuantMLP on the GPU against the CPU reference (which defines the results).
 
-What is exact and what is not (tickgpu.quant.gemm): W8A8 and W16A8 layers without GELU equal the
+What is exact and what is not (tickgpu.quant.gemm): W8A8, W16A8 and W16A16 layers without GELU equal the
 NumPy reference bit for bit in every output dtype (integer sums, IEEE float32 epilogue without FMA,
 round-to-nearest-even narrowing). GELU's erf (libdevice) may differ from the host's by an ulp or
 two, and W8A16's float32 sum order on the tensor cores is not the reference's, so those are
@@ -23,7 +23,7 @@ SHAPES = [(1, 7, 5), (16, 64, 64), (17, 77, 301), (33, 130, 1000), (64, 1, 16), 
           (129, 257, 520), (1000, 64, 48)]
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16"])
 @pytest.mark.parametrize("out", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("m,n,k", SHAPES)
 def test_quant_linear_gpu_bit_exact_without_gelu(rng, scheme, out, m, n, k):
@@ -36,7 +36,7 @@ def test_quant_linear_gpu_bit_exact_without_gelu(rng, scheme, out, m, n, k):
     assert np.array_equal(got.view(bits), want.view(bits))
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16"])
 @pytest.mark.parametrize("m,n,k", [(1, 50, 40), (70, 130, 200)])
 def test_quant_linear_gpu_gelu_within_ulps(rng, scheme, m, n, k):
     lin = QuantLinear(rng.standard_normal((n, k)), rng.standard_normal(n), scheme=scheme, gelu=True, backend="gpu")
@@ -66,7 +66,7 @@ def _shape_for_tile(scheme, tile, sm_count):
     return next(mn for mn in cands if gemm_tile(scheme, *mn, sm_count) == tile)
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 def test_every_tile_on_this_gpu(rng, scheme):
     """Each GEMM tile the bundle has, at a shape where the rule picks it on this GPU: the plan
     launches it, and the results are the reference's (bit for bit for the int8 activations)."""
@@ -139,7 +139,7 @@ def test_poisoned_rows_stay_nan_on_the_gpu(rng):
     assert np.array_equal(np.delete(y, 2, axis=0), np.delete(lin.forward_cpu(x), 2, axis=0))
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 @pytest.mark.parametrize("m", [1, 15, 16, 17, 33, 129, 1000])
 @pytest.mark.parametrize("dims", [[13, 64, 48, 3], [64, 256, 256, 4]], ids=["odd", "aligned"])
 def test_quant_mlp_gpu_matches_cpu(rng, scheme, m, dims):
@@ -162,7 +162,7 @@ def test_shipped_signal_model_on_the_gpu():
         sd = dict(np.load(f))
     x = sd.pop("test_x").astype(np.float32)
     ref = sd.pop("test_fp32").astype(np.float64)
-    for scheme in ("w8a8", "w16a8", "w8a16"):
+    for scheme in ("w8a8", "w16a8", "w16a16", "w8a16"):
         mlp = QuantMLP.from_state_dict(sd, scheme=scheme, backend="gpu")
         got = mlp(x).astype(np.float64)
         np.testing.assert_allclose(got, mlp.forward_cpu(x), rtol=0.02, atol=0.02 * np.abs(ref).max())
@@ -181,7 +181,7 @@ def test_warmup_launches_the_quant_kernels():
     assert info["kernels"] == len(ctx.bundle.kernels)
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 @pytest.mark.parametrize("dims", [[12, 32, 32, 1], [20, 50, 40, 3], [64, 64, 64, 4]], ids=["h32", "h64-odd", "h64"])
 def test_fused_step_on_the_gpu(rng, scheme, dims):
     """A 3-layer step of up to 64 rows is one fused kernel. Without LayerNorm the int8 schemes give
@@ -219,7 +219,7 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
                 np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=0.02, atol=0.02 * np.abs(w).max())
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 def test_programmatic_step_gives_the_plain_steps_bits(rng, scheme):
     """On sm_90 a layer-by-layer step's graph chains its kernels by programmatic dependent launch
     (each waits for its predecessor itself). Its results equal those of the same graph with plain
@@ -250,7 +250,7 @@ def test_programmatic_step_gives_the_plain_steps_bits(rng, scheme):
         rt.programmatic = True
 
 
-@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w8a16"])
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 def test_bound_step_on_the_gpu(rng, scheme):
     """model.bind(x) on the GPU: after in-place updates of x, each call equals model(x) to the bit
     (fused and layer-by-layer models, float32 and float64 arrays, a single token)."""
@@ -268,3 +268,44 @@ def test_bound_step_on_the_gpu(rng, scheme):
                 assert got.dtype == np.float16 and np.array_equal(got, mlp(x))
                 want = mlp.forward_cpu(np.atleast_2d(x).astype(np.float32)).reshape(got.shape).astype(np.float64)
                 np.testing.assert_allclose(got.astype(np.float64), want, rtol=0.02, atol=0.02 * np.abs(want).max())
+
+
+def test_w16a16_extreme_codes_at_large_k(rng):
+    """W16A16 at K = 65,536 with every limb at its extreme (activation codes +-32639, weight codes
+    -32768 and 32766): the int32 accumulators hold the exact sums (the middle one reaches -2.13e9)
+    and the GPU equals the CPU reference bit for bit."""
+    k = 65536
+    w = np.full((4, k), -1.0)
+    w[1] = 1.0
+    w[2, ::2], w[2, 1::2] = -1.0, 1.0
+    w[3] = rng.uniform(-1, 1, k)
+    lin = QuantLinear(w, scheme="w16a16", backend="gpu")
+    assert lin.weight_q.q[0].min() == -32768 and lin.weight_q.q[1].max() == 32766   # 65534 steps
+    x = np.ones((3, k), np.float32)
+    x[1] = -1.0
+    x[2] = rng.uniform(-1, 1, k)
+    got, want = lin(x), lin.forward_cpu(x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    np.testing.assert_allclose(got, x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4 * k)
+
+
+def test_surrogate_in_w16a16_on_the_gpu_is_within_1e4_of_float32():
+    """The shipped Black-Scholes surrogate in W16A16 on the GPU: every output within 1e-4 of its
+    largest magnitude of the float32 model, over 20,000 points; and the CPU reference's result
+    to within what an erf ulp upstream can move (one int16 activation step)."""
+    with resources.files("tickgpu").joinpath("data/quant_bsm_surrogate.npz").open("rb") as f:
+        z = np.load(f)
+        sd = {k: z[k] for k in z.files if not k.startswith("test_")}
+    r = np.random.default_rng(3)
+    n = 20_000
+    raw = np.column_stack([r.uniform(0.7, 1.3, n), r.uniform(0.02, 2.0, n), r.uniform(0.05, 0.8, n)])
+    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
+    x = (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
+    want = QuantMLP.from_state_dict(sd, scheme="fp32")(x).astype(np.float64)
+    span = np.abs(want).max(axis=0)
+    mlp = QuantMLP.from_state_dict(sd, scheme="w16a16", backend="gpu")
+    for rows in (1, 64, n):      # one graph step, and the general path
+        got = mlp(x[:rows]).astype(np.float64)
+        assert np.all(np.abs(got - want[:rows]).max(axis=0) <= 1e-4 * span), rows
+        cpu = mlp.forward_cpu(x[:rows]).astype(np.float64)
+        assert np.all(np.abs(got - cpu).max(axis=0) <= 1e-5 * span), rows

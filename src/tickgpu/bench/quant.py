@@ -117,25 +117,31 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
     x = rng.standard_normal((m, k)).astype(np.float32)
     w8, w16 = quantize_weight(w, "int8"), quantize_weight(w, "int16")
     hi, lo = w16.limbs
-    tiles = {scheme: gemm_tile(scheme, m, n, kr.sm_count) for scheme in ("w8a8", "w16a8")}
+    tiles = {scheme: gemm_tile(scheme, m, n, kr.sm_count) for scheme in ("w8a8", "w16a8", "w16a16")}
     row_block = 64 if k <= 64 else 512
 
     # tickgpu: operands resident, launches prepared once.
     xb = kr.upload(x)
     x16 = kr.upload(x.astype(np.float16))
     xq, xs, xr = kr.empty((m, k_pad), "int8"), kr.empty((m,), "float32"), kr.empty((m,), "int32")
+    # W16A16's activations: int16 codes as two int8 limbs a row (hi, then lo), and their own scales
+    xq16, xs16, xr16 = kr.empty((m, 2 * k_pad), "int8"), kr.empty((m,), "float32"), kr.empty((m,), "int32")
     g, b0 = kr.upload(np.ones(k, np.float32)), kr.upload(np.zeros(k, np.float32))
     b8 = kr.upload(_pad_k(w8.q, k_pad))
     bhi, blo = kr.upload(_pad_k(hi, k_pad)), kr.upload(_pad_k(lo, k_pad))
     s8, s16, off = kr.upload(w8.scale), kr.upload(w16.scale), kr.upload(w16.limb_offset)
     bb = kr.upload(bias)
-    c8, c16, cw = (kr.empty((m, n), "float16") for _ in range(3))
+    c8, c16, c1616, cw = (kr.empty((m, n), "float16") for _ in range(4))
     act = kr.prepare(f"quant_act_k{row_block}", None, [xb, g, b0, xq, xs, xr, m, k, k, k_pad, 1e-5])
     act.launch(sync=True)   # the codes the GEMMs read
+    act16 = kr.prepare(f"quant_act16_k{row_block}", None, [xb, g, b0, xq16, xs16, xr16, m, k, k, 2 * k_pad, 1e-5])
+    act16.launch(sync=True)
     w8a8 = kr.prepare(f"quant_gemm_w8a8_f16_{tiles['w8a8']}", None,
                       [xq, xs, xr, b8, b8, s8, s8, bb, c8, m, n, k_pad, k_pad, k_pad, n])
     w16a8 = kr.prepare(f"quant_gemm_w16a8_f16_{tiles['w16a8']}", None,
                        [xq, xs, xr, bhi, blo, s16, off, bb, c16, m, n, k_pad, k_pad, k_pad, n])
+    w16a16 = kr.prepare(f"quant_gemm_w16a16_f16_{tiles['w16a16']}", None,
+                        [xq16, xs16, xr16, bhi, blo, s16, off, bb, c1616, m, n, k_pad, 2 * k_pad, k_pad, n])
     w8a16_variant, _ = w8a16_launch(m, n, k, k, k_pad, False, "f16", kr.sm_count, getattr(kr, "has", None))
     w8a16 = kr.prepare(w8a16_variant, None, [x16, b8, s8, bb, cw, m, n, k, k, k_pad, n])
 
@@ -173,6 +179,8 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
         "tickgpu_w8a8_layer": lambda: (act.launch(), w8a8.launch()),
         "tickgpu_w16a8_gemm": w16a8.launch,
         "tickgpu_w16a8_layer": lambda: (act.launch(), w16a8.launch()),
+        "tickgpu_w16a16_gemm": w16a16.launch,
+        "tickgpu_w16a16_layer": lambda: (act16.launch(), w16a16.launch()),
         "tickgpu_w8a16_gemm": w8a16.launch,
         "torch_fp16_matmul": lambda: torch.matmul(tx16, tw16.t()),
         "torch_bf16_matmul": lambda: torch.matmul(txbf, twbf.t()),
@@ -195,13 +203,18 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
     kr.synchronize()
     rows = min(m, CHECK_ROWS if n * k <= 1 << 22 else 4)   # NumPy's int64 GEMM is slow at 4096^2
     act_ref = quantize_activations(x[:rows])
+    act16_ref = quantize_activations(x[:rows], bits=16)
+    xh, xl = act16_ref.limbs
     want = {
         "tickgpu_w8a8_gemm": ref.linear_w8a8(act_ref.q, act_ref.scale, w8.q, w8.scale, bias, out_dtype="float16"),
         "tickgpu_w16a8_gemm": ref.linear_w16a8(act_ref.q, act_ref.scale, act_ref.rowsum, hi, lo, w16.scale,
                                                w16.limb_offset, bias, out_dtype="float16"),
+        "tickgpu_w16a16_gemm": ref.linear_w16a16(xh, xl, act16_ref.scale, act16_ref.rowsum, hi, lo, w16.scale,
+                                                 w16.limb_offset, bias, out_dtype="float16"),
         "tickgpu_w8a16_gemm": ref.linear_w8a16(x[:rows], w8.q, w8.scale, bias, out_dtype="float16"),
     }
-    for name, buf in (("tickgpu_w8a8_gemm", c8), ("tickgpu_w16a8_gemm", c16), ("tickgpu_w8a16_gemm", cw)):
+    for name, buf in (("tickgpu_w8a8_gemm", c8), ("tickgpu_w16a8_gemm", c16), ("tickgpu_w16a16_gemm", c1616),
+                      ("tickgpu_w8a16_gemm", cw)):
         got = kr.download(buf)[:rows].astype(np.float64)
         out["cases"][name]["max_abs_err"] = float(np.abs(got - want[name].astype(np.float64)).max())
     exact = w @ x[:rows].T
@@ -278,7 +291,7 @@ def mlp_case(torch, layers, ln, batch: int, quick: bool, label: str, device: str
             st = {"error": f"{type(e).__name__}: {e}"}
         out["cases"][name] = st
 
-    for scheme in ("w8a8", "w16a8", "w8a16"):
+    for scheme in SCHEMES:
         mlp = QuantMLP(layers, layernorm=ln, scheme=scheme, backend="gpu")
         record(f"tickgpu_{scheme}_gpu", lambda: mlp(x, check=False))
         # the same step bound to x once (QuantMLP.bind), as a tick loop owning x would call it
@@ -316,6 +329,47 @@ def mlp_section(torch, quick: bool) -> list:
         rows.append(mlp_case(torch, layers, ln, batch, quick, "shipped signal model 12-32-32-1"))
         _print_mlp(rows[-1])
     return rows
+
+
+def surrogate_section(quick: bool) -> dict:
+    """The shipped Black-Scholes surrogate (tickgpu/data/quant_bsm_surrogate.npz: 3-64-64-64-2) on the
+    GPU in each scheme, against its float32 CPU model on 20,000 random points (the accuracy table's
+    domain and draw): the largest error of each output over that output's largest magnitude, and
+    the float16 CPU model's for scale; with the p50 of a one-point and a 64-point call."""
+    from importlib import resources
+
+    from tickgpu.quant import QuantMLP
+
+    with resources.files("tickgpu").joinpath("data/quant_bsm_surrogate.npz").open("rb") as f:
+        z = np.load(f)
+        z = {k: z[k] for k in z.files}
+    sd = {k: v for k, v in z.items() if not k.startswith("test_")}
+    rng = np.random.default_rng(3)
+    n = 2_000 if quick else 20_000
+    raw = np.column_stack([rng.uniform(0.7, 1.3, n), rng.uniform(0.02, 2.0, n), rng.uniform(0.05, 0.8, n)])
+    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
+    x = (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
+    ref = QuantMLP.from_state_dict(sd, scheme="fp32")(x).astype(np.float64)
+    span = np.abs(ref).max(axis=0)
+    out: dict = {"points": n, "output_max_abs": span.tolist(), "schemes": {}}
+    fp16 = QuantMLP.from_state_dict(sd, scheme="fp16")(x).astype(np.float64)
+    out["fp16_cpu_max_rel_err_vs_fp32"] = (np.abs(fp16 - ref).max(axis=0) / span).tolist()
+    reps = 200 if quick else 2000
+    for scheme in SCHEMES:
+        try:
+            mlp = QuantMLP.from_state_dict(sd, scheme=scheme, backend="gpu")
+            got = mlp(x, check=False).astype(np.float64)
+            cpu = QuantMLP.from_state_dict(sd, scheme=scheme, backend="cpu")(x).astype(np.float64)
+            r = {"max_rel_err_vs_fp32": (np.abs(got - ref).max(axis=0) / span).tolist(),
+                 "max_abs_diff_vs_cpu_reference": float(np.abs(got - cpu).max())}
+            for rows in (1, 64):
+                xr = np.ascontiguousarray(x[:rows])
+                r[f"p50_us_{rows}"] = time_calls(lambda: mlp(xr, check=False), reps, warmup=50)["p50_us"]
+        except Exception as e:
+            r = {"error": f"{type(e).__name__}: {e}"}
+        out["schemes"][scheme] = r
+        print(f"[surrogate] {scheme}: {r}", flush=True)
+    return out
 
 
 CROSSOVER_ROWS = (1, 4, 16, 64, 256, 1024)
@@ -415,6 +469,7 @@ def run(args) -> int:
     sections = {
         "gemm": lambda: gemm_section(torch, kr, stream, quick),
         "signal_mlp": lambda: mlp_section(torch, quick),
+        "surrogate": lambda: surrogate_section(quick),
         "crossover": lambda: crossover_section(quick),
     }
     with torch.cuda.stream(stream):
@@ -428,7 +483,7 @@ def run(args) -> int:
     return 0
 
 
-SCHEMES = ("w8a16", "w8a8", "w16a8")
+SCHEMES = ("w8a16", "w8a8", "w16a8", "w16a16")
 
 
 def evaluate_targets(res: dict) -> dict:
@@ -485,6 +540,17 @@ def evaluate_targets(res: dict) -> dict:
                     t["w8a8_4096_fp16_over_tickgpu>=1.3"] = fp16 / w8
                 if w8 and int_mm:
                     t["w8a8_4096_int_mm_dequant_over_tickgpu>=1.1"] = int_mm / w8
+                for scheme in ("w16a8", "w16a16"):
+                    us = c.get(f"tickgpu_{scheme}_gemm", {}).get("batched_us")
+                    if us and fp16:
+                        t[f"{scheme}_4096_fp16_over_tickgpu"] = fp16 / us
+    sur = res.get("surrogate")
+    if isinstance(sur, dict) and "schemes" in sur:
+        for scheme, r in sur["schemes"].items():
+            if "max_rel_err_vs_fp32" in r:
+                t[f"surrogate_{scheme}_max_rel_err_vs_fp32"] = max(r["max_rel_err_vs_fp32"])
+        if "w16a8" in sur["schemes"] and "max_rel_err_vs_fp32" in sur["schemes"]["w16a8"]:
+            t["surrogate_w16a8_err<=1e-4"] = max(sur["schemes"]["w16a8"]["max_rel_err_vs_fp32"]) <= 1e-4
     cross = res.get("crossover")
     if isinstance(cross, dict):
         t["auto_gpu_range_rows"] = {op: c.get("gpu_range") for op, c in cross.items() if isinstance(c, dict)}

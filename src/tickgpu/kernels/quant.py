@@ -4,7 +4,8 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
 :mod:`tickgpu.quant.gemm` operation for operation (those modules give the formulas):
 
 1. ``act_quant_kernel``: per-token symmetric int8 quantization of float32 activations, optionally
-   after a fused LayerNorm; writes int8 codes, float32 scales and int32 row sums. One program per
+   after a fused LayerNorm; writes int8 codes, float32 scales and int32 row sums. With ``A16`` the
+   codes are int16 (W16A16), written as two int8 limbs, each in its half of a code row. One program per
    row, walking the row in BLOCK_K chunks (a reduction pass for the LayerNorm mean and variance, one
    for the absmax, one to quantize); rows of up to 1,024 elements are read once into registers
    (``SINGLE``): where the row is a step's input in mapped host memory, each pass's read is a PCIe
@@ -13,7 +14,8 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    stored K-major (N x K, K contiguous: each output channel's weights are one contiguous row, the
    operand layout Hopper's wgmma reads without a transpose). int32 accumulation through ``tl.dot``
    on int8 tensor cores. With ``LIMBS`` it runs the int16 weights as two int8 limb matrices against
-   the same A tile and combines the two accumulators in float32. The epilogue (per-token x
+   the same A tile and combines the two accumulators in float32; with ``A16`` also A's two limbs
+   (W16A16): four int8 products in three accumulators (the cross terms share one). The epilogue (per-token x
    per-channel scales, zero-point correction through the row sums, bias, optional GELU, output
    dtype) is fused and float32. Its bundle variants assume K and the row strides of A and B are
    multiples of 16 (callers pad K with zero weights; A's padding may hold anything).
@@ -24,7 +26,7 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    conversions; the interpreter, which runs no PTX, takes the plain conversion (same values).
 4. ``layernorm_kernel``: LayerNorm of float32 rows into float16 (the input of a W8A16 model).
 5. ``mlp3_fused_kernel``: a whole 3-layer model step (LayerNorm, Linear-GELU, Linear-GELU,
-   Linear) for models whose widths all fit one register tile (at most 64): the step of kernels
+   Linear) for models whose widths all fit one register tile (at most 64), every scheme: the step of kernels
    1-4 in one launch, each program holding 16 tokens' activations in registers from input to
    output. A small model's layer-by-layer step is a chain of 4-6 launches, each a few dependent
    memory round trips long; fused, the input crosses PCIe once and nothing waits between layers.
@@ -56,6 +58,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 RANGE_FLOOR = tl.constexpr(7.888609052210118e-31)
 FLT_MAX = tl.constexpr(3.4028234663852886e38)
 RNE_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2**23
+ACT16_MAX = tl.constexpr(32639.0)     # tickgpu.quant.schemes.ACT16_MAX: int16 codes that split into int8 limbs
 INV_SQRT2 = tl.constexpr(0.7071067811865476)
 
 
@@ -125,21 +128,31 @@ def _row_chunk(row_ptr, gamma_ptr, beta_ptr, k0, offs_k, K, mean, rstd, HAS_LN: 
 
 
 @triton.jit
-def _rows_quantized(h, kmask):
+def _rows_quantized(h, kmask, QMAX: tl.constexpr):
     """act_quant_kernel's per-token quantization of a register tile h [BLOCK_M, BLOCK_H] (columns
-    where ~kmask are padding): int8 codes, float32 scales (NaN for a row holding a non-finite
-    value, whose codes are zeros) and int32 row sums -- the same operations in the same order."""
+    where ~kmask are padding) to codes in [-QMAX, QMAX] (127: int8; ACT16_MAX: int16): int32 codes,
+    float32 scales (NaN for a row holding a non-finite value, whose codes are zeros) and int32 row
+    sums -- the same operations in the same order."""
     nonfinite = ((h != h) | (tl.abs(h) > FLT_MAX)) & kmask[None, :]
     row_bad = tl.max(nonfinite.to(tl.int32), axis=1) > 0
     amax = tl.max(tl.where(nonfinite | ~kmask[None, :], 0.0, tl.abs(h)), axis=1)
     a = tl.maximum(amax, RANGE_FLOOR)
-    inv = tl.math.div_rn(127.0, a)
-    scale = tl.math.div_rn(a, 127.0)
+    inv = tl.math.div_rn(QMAX, a)
+    scale = tl.math.div_rn(a, QMAX)
     r = _round_half_even(h * inv[:, None])
-    r = tl.minimum(tl.maximum(r, -127.0), 127.0)
+    r = tl.minimum(tl.maximum(r, -QMAX), QMAX)
     r = tl.where(row_bad[:, None] | ~kmask[None, :], 0.0, r)
     q = r.to(tl.int32)
-    return q.to(tl.int8), tl.where(row_bad, float("nan"), scale), tl.sum(q, axis=1)
+    return q, tl.where(row_bad, float("nan"), scale), tl.sum(q, axis=1)
+
+
+@triton.jit
+def _act_limbs(q):
+    """int32 activation codes in [-ACT16_MAX, ACT16_MAX] as int8 limbs (hi, lo), ``q = 256 hi + lo``:
+    ``hi = (q + 128) >> 8`` (arithmetic: floor) in [-127, 127], ``lo`` in [-128, 127]."""
+    hi = (q + 128) >> 8
+    lo = q - hi * 256
+    return hi.to(tl.int8), lo.to(tl.int8)
 
 
 @triton.jit
@@ -157,11 +170,17 @@ def _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs):
 
 
 @triton.jit
-def _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, LIMBS: tl.constexpr, GELU: tl.constexpr):
+def _int8_epilogue(acc, acc2, acc3, a_scale, rowsum, b_scale, b_offset, bias, LIMBS: tl.constexpr,
+                   A16: tl.constexpr, GELU: tl.constexpr):
     """The float32 epilogue of the int8 GEMMs, in the reference's order (tickgpu.quant.gemm): limbs
-    combined and the zero point corrected through the row sums (LIMBS), per-token x per-channel
-    scale, bias, GELU. a_scale, rowsum: per row; b_scale, b_offset, bias: per column."""
-    if LIMBS:
+    combined and the zero point corrected through the row sums (LIMBS; with A16, the activations'
+    limbs too: acc, acc2, acc3 = hh, mid, ll), per-token x per-channel scale, bias, GELU. a_scale,
+    rowsum: per row; b_scale, b_offset, bias: per column."""
+    if A16:
+        t = acc.to(tl.float32) * 65536.0 + acc2.to(tl.float32) * 256.0
+        t = t + acc3.to(tl.float32)
+        t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
+    elif LIMBS:
         t = acc.to(tl.float32) * 256.0 + acc2.to(tl.float32)
         t = t + b_offset[None, :] * rowsum.to(tl.float32)[:, None]
     else:
@@ -196,15 +215,20 @@ def act_quant_kernel(
     BLOCK_K: tl.constexpr,
     SINGLE: tl.constexpr,                # K <= BLOCK_K: the row is read once, into registers
     PDL: tl.constexpr = 0,
+    A16: tl.constexpr = 0,               # int16 codes as two int8 limbs: hi in the first half of a
+                                         # code row (stride_qm), lo in the second
 ):
-    """One program per token (row): optional LayerNorm, absmax, int8 codes, scale and row sum."""
+    """One program per token (row): optional LayerNorm, absmax, int8 codes (A16: int16 codes as
+    two int8 limbs), scale and row sum."""
     _dependent_launch(PDL)
     pid_m = tl.program_id(axis=0)
     if pid_m >= M:
         return
     row_ptr = x_ptr + pid_m.to(tl.int64) * stride_xm
     q_row_ptr = xq_ptr + pid_m.to(tl.int64) * stride_qm
+    lo_row_ptr = q_row_ptr + stride_qm // 2
     offs_k = tl.arange(0, BLOCK_K)
+    qmax: tl.constexpr = ACT16_MAX if A16 else 127.0
 
     if SINGLE:
         # Each pass of the chunked form (below) reads the row again; where the row is the step's
@@ -214,8 +238,13 @@ def act_quant_kernel(
         x = tl.load(row_ptr + offs_k[None, :], mask=mask[None, :], other=0.0)
         if HAS_LN:
             x = _layernorm_rows(x, mask, K, ln_eps, gamma_ptr, beta_ptr, offs_k)
-        q, scale, rowsum = _rows_quantized(x, mask)
-        tl.store(q_row_ptr + offs_k[None, :], q, mask=mask[None, :])
+        q, scale, rowsum = _rows_quantized(x, mask, qmax)
+        if A16:
+            hi, lo = _act_limbs(q)
+            tl.store(q_row_ptr + offs_k[None, :], hi, mask=mask[None, :])
+            tl.store(lo_row_ptr + offs_k[None, :], lo, mask=mask[None, :])
+        else:
+            tl.store(q_row_ptr + offs_k[None, :], q.to(tl.int8), mask=mask[None, :])
         tl.store(scale_ptr + pid_m + tl.arange(0, 1), scale)
         tl.store(rowsum_ptr + pid_m + tl.arange(0, 1), rowsum)
     else:
@@ -236,19 +265,24 @@ def act_quant_kernel(
             amax = tl.maximum(amax, tl.where(nonfinite | ~mask, 0.0, tl.abs(v)))
         row_bad = tl.max(bad, axis=0) > 0
         a = tl.maximum(tl.max(amax, axis=0), RANGE_FLOOR)
-        inv = tl.math.div_rn(127.0, a)
-        scale = tl.math.div_rn(a, 127.0)
+        inv = tl.math.div_rn(qmax, a)
+        scale = tl.math.div_rn(a, qmax)
 
         # Pass 2: codes and their sum (a poisoned row is written as zeros).
         acc = tl.zeros([BLOCK_K], dtype=tl.int32)
         for k0 in range(0, K, BLOCK_K):
             v, mask = _row_chunk(row_ptr, gamma_ptr, beta_ptr, k0, offs_k, K, mean, rstd, HAS_LN)
             r = _round_half_even(v * inv)
-            r = tl.minimum(tl.maximum(r, -127.0), 127.0)
+            r = tl.minimum(tl.maximum(r, -qmax), qmax)
             r = tl.where(row_bad | ~mask, 0.0, r)
             q = r.to(tl.int32)
             acc += q
-            tl.store(q_row_ptr + k0 + offs_k, q.to(tl.int8), mask=mask)
+            if A16:
+                hi, lo = _act_limbs(q)
+                tl.store(q_row_ptr + k0 + offs_k, hi, mask=mask)
+                tl.store(lo_row_ptr + k0 + offs_k, lo, mask=mask)
+            else:
+                tl.store(q_row_ptr + k0 + offs_k, q.to(tl.int8), mask=mask)
         tl.store(scale_ptr + pid_m, tl.where(row_bad, float("nan"), scale))
         tl.store(rowsum_ptr + pid_m, tl.sum(acc, axis=0))
 
@@ -282,8 +316,11 @@ def quant_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     PDL: tl.constexpr = 0,
+    A16: tl.constexpr = 0,               # with LIMBS: A's rows hold int16 activations as two int8
+                                         # limbs, hi in columns [0, K), lo in [K, 2K) (W16A16)
 ):
-    """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS)."""
+    """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS, or
+    W16A16 with LIMBS and A16: four limb products in three accumulators)."""
     _dependent_launch(PDL)
     pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -299,6 +336,7 @@ def quant_gemm_kernel(
 
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     for k0 in range(0, K, BLOCK_K):
         mask_k = offs_k < K - k0
         a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0)
@@ -307,6 +345,10 @@ def quant_gemm_kernel(
         if LIMBS:
             b2 = tl.load(b2_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
             acc2 = tl.dot(a, b2, acc2, out_dtype=tl.int32)
+            if A16:
+                a2 = tl.load(a_ptrs + K, mask=mask_m[:, None] & mask_k[None, :], other=0)
+                acc2 = tl.dot(a2, b, acc2, out_dtype=tl.int32)
+                acc3 = tl.dot(a2, b2, acc3, out_dtype=tl.int32)
             b2_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K
@@ -320,7 +362,7 @@ def quant_gemm_kernel(
     else:
         rowsum = 0
         b_offset = 0.0
-    y = _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, LIMBS, GELU)
+    y = _int8_epilogue(acc, acc2, acc3, a_scale, rowsum, b_scale, b_offset, bias, LIMBS, A16, GELU)
     c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
     tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -410,7 +452,7 @@ def layernorm_kernel(
 def _fused_weights(w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
                    SCHEME: tl.constexpr, BLOCK_H: tl.constexpr):
     """Load one layer of a fused model step: the whole weight matrix as one [BLOCK_H, BLOCK_H]
-    tile (K-major storage, zero beyond K and N; W16A8: both limbs), scales, limb offsets, bias and
+    tile (K-major storage, zero beyond K and N; W16A8, W16A16: both limbs), scales, limb offsets, bias and
     the output column mask. Issued before the step computes anything, so that every layer's loads
     are in flight together with the input's."""
     offs_k = tl.arange(0, BLOCK_H)
@@ -419,7 +461,7 @@ def _fused_weights(w_ptr, w2_ptr, s_ptr, o_ptr, b_ptr, N, K, stride_w,
     wmask = (offs_k[:, None] < K) & nmask[None, :]
     w_off = offs_n[None, :].to(tl.int64) * stride_w + offs_k[:, None]
     w = tl.load(w_ptr + w_off, mask=wmask, other=0)
-    if SCHEME == 1:
+    if SCHEME == 1 or SCHEME == 3:
         w2 = tl.load(w2_ptr + w_off, mask=wmask, other=0)
         b_offset = tl.load(o_ptr + offs_n, mask=nmask, other=0.0)
     else:
@@ -446,14 +488,23 @@ def _fused_layer(h, kmask, w, w2, b_scale, b_offset, bias, nmask,
         y = y + bias[None, :]
         if GELU:
             y = _gelu(y)
+    elif SCHEME == 3:
+        q, a_scale, rowsum = _rows_quantized(h, kmask, ACT16_MAX)
+        hi, lo = _act_limbs(q)
+        acc = tl.dot(hi, w, out_dtype=tl.int32)
+        acc2 = tl.dot(hi, w2, out_dtype=tl.int32)
+        acc2 = tl.dot(lo, w, acc2, out_dtype=tl.int32)
+        acc3 = tl.dot(lo, w2, out_dtype=tl.int32)
+        y = _int8_epilogue(acc, acc2, acc3, a_scale, rowsum, b_scale, b_offset, bias, True, True, GELU)
     else:
-        q, a_scale, rowsum = _rows_quantized(h, kmask)
+        q, a_scale, rowsum = _rows_quantized(h, kmask, 127.0)
+        q = q.to(tl.int8)
         acc = tl.dot(q, w, out_dtype=tl.int32)
         if SCHEME == 1:
             acc2 = tl.dot(q, w2, out_dtype=tl.int32)
         else:
             acc2 = acc
-        y = _int8_epilogue(acc, acc2, a_scale, rowsum, b_scale, b_offset, bias, SCHEME == 1, GELU)
+        y = _int8_epilogue(acc, acc2, acc2, a_scale, rowsum, b_scale, b_offset, bias, SCHEME == 1, False, GELU)
     return tl.where(nmask[None, :], y, 0.0)
 
 
@@ -467,7 +518,7 @@ def mlp3_fused_kernel(
     M, K0, H1, H2, N,
     stride_xm, stride_w1, stride_w2, stride_w3, stride_ym,
     ln_eps,
-    SCHEME: tl.constexpr,                # 0: W8A8, 1: W16A8 (limbs), 2: W8A16
+    SCHEME: tl.constexpr,                # 0: W8A8, 1: W16A8 (limbs), 2: W8A16, 3: W16A16 (limbs x limbs)
     HAS_LN: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr,
     FAST_CVT: tl.constexpr,
@@ -536,6 +587,10 @@ GEMM_TILES = {
     "w8a8": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 4), ("w", 64, 128, 128, 4, 3),
              ("l", 128, 128, 64, 4, 4)),
     "w16a8": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 4), ("l", 128, 128, 128, 8, 3)),
+    # W16A16 holds three accumulators a tile (W16A8's large tile would spill them): its large tile is
+    # 64 x 128 on 8 warps. Not swept: W16A8's small and middle tiles, which it shares the K-deep
+    # weight stream with.
+    "w16a16": (("s", 16, 32, 256, 4, 3), ("m", 64, 64, 128, 4, 3), ("w", 64, 128, 64, 8, 3)),
     "w8a16": (("s", 16, 32, 256, 4, 4), ("m", 64, 64, 128, 4, 3), ("w", 64, 128, 64, 4, 3),
               ("l", 128, 256, 64, 8, 3)),
 }
@@ -590,20 +645,24 @@ def _act_quant_variants():
         "M": "i32", "K": "i32", "stride_xm": "i32", "stride_qm": "i32", "ln_eps": "fp32",
         "HAS_LN": "constexpr", "BLOCK_K": "constexpr", "SINGLE": "constexpr", "PDL": "constexpr",
     }
-    for has_ln in (0, 1):
-        for bk, single in ROW_BLOCKS:
-            yield _variant(f"quant_act{'_ln' if has_ln else ''}_k{bk}", act_quant_kernel, sig,
-                           {"HAS_LN": has_ln, "BLOCK_K": bk, "SINGLE": single, "PDL": 0}, 4 if bk > 64 else 1, 1, "f32",
-                           "rows", "one program per row; BLOCK_K = 64 if K <= 64, 1024 if K <= 1024, else 512")
+    sig["A16"] = "constexpr"
+    for a16 in (0, 1):
+        for has_ln in (0, 1):
+            for bk, single in ROW_BLOCKS:
+                yield _variant(f"quant_act{'16' if a16 else ''}{'_ln' if has_ln else ''}_k{bk}", act_quant_kernel,
+                               sig, {"HAS_LN": has_ln, "BLOCK_K": bk, "SINGLE": single, "PDL": 0, "A16": a16},
+                               4 if bk > 64 else 1, 1, "f32", "rows",
+                               "one program per row; BLOCK_K = 64 if K <= 64, 1024 if K <= 1024, else 512; "
+                               "act16: int16 codes as two int8 limbs (W16A16)")
 
 
 def _gemm_variants():
     # Always aligned: the caller pads K (and the row strides of A and B) to a multiple of 16 with
     # zero weights, which adds nothing to the integer sums whatever the padding of A holds.
-    for limbs in (0, 1):
+    for scheme, limbs, a16 in (("w8a8", 0, 0), ("w16a8", 1, 0), ("w16a16", 1, 1)):
         for gelu in (0, 1):
             for out, ptr in _OUT_TYPES.items():
-                for tile, bm, bn, bk, warps, stages in GEMM_TILES["w16a8" if limbs else "w8a8"]:
+                for tile, bm, bn, bk, warps, stages in GEMM_TILES[scheme]:
                     sig = {
                         "a_ptr": "*i8", "a_scale_ptr": "*fp32", "a_rowsum_ptr": "*i32",
                         "b_ptr": "*i8", "b2_ptr": "*i8", "b_scale_ptr": "*fp32", "b_offset_ptr": "*fp32",
@@ -612,12 +671,12 @@ def _gemm_variants():
                         "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
                         "LIMBS": "constexpr", "GELU": "constexpr", "BLOCK_M": "constexpr",
                         "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                        "PDL": "constexpr",
+                        "PDL": "constexpr", "A16": "constexpr",
                     }
-                    name = f"quant_gemm_{'w16a8' if limbs else 'w8a8'}{'_gelu' if gelu else ''}_{out}_{tile}"
+                    name = f"quant_gemm_{scheme}{'_gelu' if gelu else ''}_{out}_{tile}"
                     yield _variant(name, quant_gemm_kernel, sig,
                                    {"LIMBS": limbs, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
-                                    "BLOCK_K": bk, "GROUP_M": 8, "PDL": 0}, warps, stages, out, "tiles",
+                                    "BLOCK_K": bk, "GROUP_M": 8, "PDL": 0, "A16": a16}, warps, stages, out, "tiles",
                                    "tile by tickgpu.quant._gpu.gemm_tile; K padded to a multiple of 16",
                                    aligned16=True)
 
@@ -659,7 +718,7 @@ def _layernorm_variants():
 
 # The fused 3-layer model step (mlp3_fused_kernel): (scheme name, SCHEME code, LayerNorm options);
 # W8A16 models without a LayerNorm read float16 input, which this kernel does not take.
-MLP3_SCHEMES = (("w8a8", 0, (0, 1)), ("w16a8", 1, (0, 1)), ("w8a16", 2, (1,)))
+MLP3_SCHEMES = (("w8a8", 0, (0, 1)), ("w16a8", 1, (0, 1)), ("w8a16", 2, (1,)), ("w16a16", 3, (0, 1)))
 MLP3_BLOCK_M = 16
 # BLOCK_H: the widest of a model's in, hidden and out features. Measured on an H200 against the
 # layer-by-layer graph, same process (benchmarks/results/h200-2026-11-30-h/fused-ab-*.json): a graph

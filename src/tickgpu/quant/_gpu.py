@@ -31,7 +31,8 @@ Layout on the device: int8 weight rows and int8 activation rows are padded to a 
 elements (16-byte aligned rows for vectorized loads), float16 rows to a multiple of 8; outputs are
 dense (M, N). The int8 GEMMs run over the padded K: the weights' padding is zero, so whatever the
 activations' padding holds adds nothing to the integer sums (their variants are compiled assuming K
-and both row strides are multiples of 16). W8A16 runs over the true K: up to 32 rows on the CUDA C
+and both row strides are multiples of 16; W16A16's activation rows hold the int16 codes' hi limbs in
+their first k_pad bytes and the lo limbs in the next k_pad). W8A16 runs over the true K: up to 32 rows on the CUDA C
 small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8", "_m16" and "_m32") where the bundle has it, else
 on the Triton tile kernel, whose aligned variant ("_a16") serves K and activation row strides that
 are multiples of 16.
@@ -55,6 +56,7 @@ GRAPH_MAX_ROWS = 64
 # grid of a launch; a test holds the two equal, and the runtime checks every grid against the manifest).
 _TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "m"): (64, 64), ("w8a8", "w"): (64, 128), ("w8a8", "l"): (128, 128),
              ("w16a8", "s"): (16, 32), ("w16a8", "m"): (64, 64), ("w16a8", "l"): (128, 128),
+             ("w16a16", "s"): (16, 32), ("w16a16", "m"): (64, 64), ("w16a16", "w"): (64, 128),
              ("w8a16", "s"): (16, 32), ("w8a16", "m"): (64, 64), ("w8a16", "w"): (64, 128),
              ("w8a16", "l"): (128, 256)}
 # Which tile serves an m x n GEMM (gemm_tile): per scheme, the larger tiles from the largest down,
@@ -69,6 +71,8 @@ _TILE_M_N = {("w8a8", "s"): (16, 32), ("w8a8", "m"): (64, 64), ("w8a8", "w"): (6
 # was up to 3.5x, 2.5x and 4.7x off. A tile also needs more than half its rows used (m > BLOCK_M / 2).
 GEMM_LADDER = {"w8a8": (("l", 1.9), ("w", 1.9), ("m", 0.45)),
                "w16a8": (("l", 0.9), ("m", 0.45)),
+               # (not swept: W16A8's rule, its large tile being W16A16's 8-warp "w")
+               "w16a16": (("w", 0.9), ("m", 0.45)),
                "w8a16": (("l", 0.9), ("w", 1.9), ("m", 0.9))}
 
 
@@ -91,7 +95,7 @@ W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16), 32: ("m32", 32, 16)}
 # variants are compiled for (BLOCK_H), and the schemes (with their LayerNorm options) it serves.
 MLP3_BLOCK_M = 16
 MLP3_WIDTHS = (32, 64)
-MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,)}
+MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,), "w16a16": (False, True)}
 
 
 def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
@@ -303,16 +307,19 @@ class GpuPlan:
             h = x = alloc_io((m, k0), "float32")
             in_dtype = np.float32
             stride = k0
+            # W16A16: a code row holds the int16 activations' hi limbs, then their lo limbs (k_pad each)
+            a16 = self.scheme == "w16a16"
             for i, layer in enumerate(self.layers):
-                xq = rt.empty((m, layer.k_pad), "int8")
+                row = 2 * layer.k_pad if a16 else layer.k_pad
+                xq = rt.empty((m, row), "int8")
                 scale = rt.empty((m,), "float32")
                 rowsum = rt.empty((m,), "int32")
                 has_ln = i == 0 and self.ln is not None
-                launches.append((f"quant_act{'_ln' if has_ln else ''}_k{_row_block(layer.k)}", (m, 1, 1),
-                                 [h, self.gamma, self.beta, xq, scale, rowsum,
-                                  m, layer.k, stride, layer.k_pad, self.ln_eps]))
+                launches.append((f"quant_act{'16' if a16 else ''}{'_ln' if has_ln else ''}_k{_row_block(layer.k)}",
+                                 (m, 1, 1), [h, self.gamma, self.beta, xq, scale, rowsum,
+                                             m, layer.k, stride, row, self.ln_eps]))
                 h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32", launches,
-                               a_scale=scale, a_rowsum=rowsum, stride_a=layer.k_pad, out=y if i == last else None)
+                               a_scale=scale, a_rowsum=rowsum, stride_a=row, out=y if i == last else None)
                 stride = layer.n
         return self._finish(_Program(x, in_dtype, launches, h), graph)
 

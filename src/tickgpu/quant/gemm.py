@@ -14,13 +14,21 @@ Epilogues (m = token, n = output channel; ``f32()`` rounds to nearest float32):
   ``t = f32(acc_hi) * 256 + f32(acc_lo)``; ``t = t + f32(128 - z_w[n]) * f32(rowsum[m])``;
   ``y = t * (s_x[m] * s_w[n]) + b[n]``. This is ``s_x s_w sum_k xq (q - z_w)`` because
   ``q = 256 hi + lo + 128``: the weight zero point and the limb offset fold into one row-sum term.
+- W16A16 (limbs on both sides): activations ``xq = 256 xh + xl`` (int16 per token, see
+  :mod:`tickgpu.quant.schemes`), weights as in W16A8; three int32 accumulators
+  ``acc_hh = sum_k xh*hi``, ``acc_mid = sum_k (xh*lo + xl*hi)``, ``acc_ll = sum_k xl*lo``;
+  ``t = f32(acc_hh) * 65536 + f32(acc_mid) * 256``; ``t = t + f32(acc_ll)``;
+  ``t = t + f32(128 - z_w[n]) * f32(rowsum[m])``; ``y = t * (s_x[m] * s_w[n]) + b[n]``: again
+  ``s_x s_w sum_k xq (q - z_w)``, with activation codes 257 times finer than W16A8's.
 - W8A16: ``acc = sum_k f32(f16(x[m,k])) * wq[n,k]`` (each product exact in float32; the sum here
   in float64, then rounded); ``y = f32(acc) * s_w[n] + b[n]``.
 - then optionally ``gelu(y) = 0.5 * y * (1 + erf(y * f32(1/sqrt(2))))``, then the output dtype.
 
 int32 accumulation limit: ``|xq| <= 127`` and ``|wq|, |hi|, |lo| <= 128`` bound each product by
 ``127 * 128 = 16256``, so a K-long sum stays within int32 for ``K <= K_MAX = 132104``
-(``floor((2**31 - 1) / 16256)``). Layers with larger K are refused at construction. Two schemes that
+(``floor((2**31 - 1) / 16256)``). Layers with larger K are refused at construction. W16A16's middle
+accumulator adds two products a step, ``127 * 128 + 128 * 128 = 32640`` at most, and its row sums
+hold int16 codes (``32639 * K``): ``K <= K_MAX_A16 = 65793``. Two schemes that
 look simpler would overflow far sooner, which is why they are not used: int8 x int16 products in
 one int32 accumulator (``127 * 32768 * K`` overflows past K = 516), and folding the zero point into
 the weights (``|q - z| <= 65535``: past K = 258).
@@ -36,12 +44,21 @@ from tickgpu.quant.schemes import cast_output
 INT32_MAX = 2**31 - 1
 MAX_PRODUCT = 127 * 128
 K_MAX = INT32_MAX // MAX_PRODUCT  # 132104
+# W16A16: the middle accumulator's step xh*lo + xl*hi (127 * 128 + 128 * 128)
+MAX_MID_PRODUCT = 127 * 128 + 128 * 128
+K_MAX_A16 = INT32_MAX // MAX_MID_PRODUCT  # 65793
 
 _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
 
 
-def check_k(k: int, what: str = "in_features") -> None:
-    """Raise ValueError if a reduction of length k could overflow an int32 accumulator."""
+def check_k(k: int, what: str = "in_features", *, act16: bool = False) -> None:
+    """Raise ValueError if a reduction of length k could overflow an int32 accumulator (`act16`:
+    W16A16's, whose limit is K_MAX_A16)."""
+    if act16 and k > K_MAX_A16:
+        raise ValueError(
+            f"{what}: {k} exceeds K_MAX_A16 = {K_MAX_A16}, past which W16A16's middle limb sums can "
+            f"overflow int32 ((127 * 128 + 128 * 128) * K > 2**31 - 1); split the layer along K"
+        )
     if k > K_MAX:
         raise ValueError(
             f"{what}: {k} exceeds K_MAX = {K_MAX}, past which int8 x int8 sums can overflow int32 "
@@ -103,6 +120,36 @@ def epilogue_w16a8(acc_hi, acc_lo, rowsum, x_scale, w_scale, limb_offset, bias=N
         scale = x_scale.astype(np.float32)[:, None] * w_scale.astype(np.float32)[None, :]
         y = t * scale
         return _finish(y, bias, apply_gelu, out_dtype)
+
+
+def epilogue_w16a16(acc_hh, acc_mid, acc_ll, rowsum, x_scale, w_scale, limb_offset, bias=None, *,
+                    apply_gelu=False, out_dtype="float32"):
+    """Float32 epilogue of the limb x limb GEMM (see the module docstring for the exact order)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = acc_hh.astype(np.float32) * np.float32(65536.0) + acc_mid.astype(np.float32) * np.float32(256.0)
+        t = t + acc_ll.astype(np.float32)
+        t = t + limb_offset.astype(np.float32)[None, :] * rowsum.astype(np.float32)[:, None]
+        scale = x_scale.astype(np.float32)[:, None] * w_scale.astype(np.float32)[None, :]
+        y = t * scale
+        return _finish(y, bias, apply_gelu, out_dtype)
+
+
+def limb_accumulators(x_hi, x_lo, w_hi, w_lo):
+    """W16A16's three int32 accumulators ``(acc_hh, acc_mid, acc_ll)`` of int8 limb matrices (M, K),
+    (N, K), exact (the K_MAX_A16 limit makes int32 hold them in any order)."""
+    check_k(x_hi.shape[1], act16=True)
+    hh = int_gemm(x_hi, w_hi)
+    mid = int_gemm(x_hi, w_lo).astype(np.int64) + int_gemm(x_lo, w_hi)
+    return hh, mid.astype(np.int32), int_gemm(x_lo, w_lo)
+
+
+def linear_w16a16(x_hi, x_lo, x_scale, rowsum, w_hi, w_lo, w_scale, limb_offset, bias=None, *,
+                  apply_gelu=False, out_dtype="float32"):
+    """W16A16 linear layer on limbs: int16 activations and weights as int8 limbs, four int8 GEMMs
+    in three accumulators, combined in float32."""
+    hh, mid, ll = limb_accumulators(x_hi, x_lo, w_hi, w_lo)
+    return epilogue_w16a16(hh, mid, ll, rowsum, x_scale, w_scale, limb_offset, bias,
+                           apply_gelu=apply_gelu, out_dtype=out_dtype)
 
 
 def linear_w8a8(xq, x_scale, wq, w_scale, bias=None, *, apply_gelu=False, out_dtype="float32"):

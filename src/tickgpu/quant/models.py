@@ -11,12 +11,15 @@ Schemes (weights x activations):
 ============  =========================================  ======================================
 ``w8a8``      int8 symmetric per channel                 int8 symmetric per token (absmax)
 ``w16a8``     int16 asymmetric per channel, as 2 limbs   int8 symmetric per token
+``w16a16``    int16 asymmetric per channel, as 2 limbs   int16 symmetric per token, as 2 limbs
 ``w8a16``     int8 symmetric per channel                 float16 (weight-only: small batches)
 ``fp16``      float16                                    float16 (float32 accumulation)
 ``fp32``      float32                                    float32
 ============  =========================================  ======================================
 
-``fp16`` and ``fp32`` are the float baselines; they run on the CPU only.
+``fp16`` and ``fp32`` are the float baselines; they run on the CPU only. ``w16a16`` is the accurate
+one: its activation codes are 257 times finer than int8's (W16A8's error is the activations'), at
+four int8 tensor-core products a weight where W16A8 has two.
 """
 from __future__ import annotations
 
@@ -36,8 +39,10 @@ from tickgpu.quant.schemes import (
     quantize_weight,
 )
 
-SCHEMES = ("w8a8", "w16a8", "w8a16", "fp16", "fp32")
-GPU_SCHEMES = ("w8a8", "w16a8", "w8a16")
+SCHEMES = ("w8a8", "w16a8", "w16a16", "w8a16", "fp16", "fp32")
+GPU_SCHEMES = ("w8a8", "w16a8", "w16a16", "w8a16")
+# Schemes whose activations are quantized to integers (on the GPU by a kernel, from float32)
+_INT_ACT = ("w8a8", "w16a8", "w16a16")
 _BACKENDS = ("auto", "cpu", "gpu")
 
 
@@ -159,8 +164,8 @@ class QuantLinear:
     Raises
     ------
     ValueError
-        Bad shapes, non-finite weights, or in_features > :data:`tickgpu.quant.gemm.K_MAX` (int32
-        accumulation could overflow).
+        Bad shapes, non-finite weights, or in_features > :data:`tickgpu.quant.gemm.K_MAX`
+        (:data:`~tickgpu.quant.gemm.K_MAX_A16` for ``w16a16``): int32 accumulation could overflow.
     """
 
     op_name = "quant_linear"
@@ -174,12 +179,12 @@ class QuantLinear:
         self.backend = backend
         self.gelu = bool(gelu)
         # Its GPU step reads float32 input (W8A16 reads float16): see _gpu_step.
-        self._stages_f32 = self.scheme in ("w8a8", "w16a8")
+        self._stages_f32 = self.scheme in _INT_ACT
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"weight: must be 2-D (out_features, in_features), got shape {w.shape}")
         self.out_features, self.in_features = w.shape
-        gemm.check_k(self.in_features)
+        gemm.check_k(self.in_features, act16=self.scheme == "w16a16")
         if bias is None:
             self.bias = np.zeros(self.out_features, np.float32)
         else:
@@ -195,7 +200,7 @@ class QuantLinear:
         self.weight_float: np.ndarray | None = None
         if scheme in ("w8a8", "w8a16"):
             self.weight_q = quantize_weight(w, "int8")
-        elif scheme == "w16a8":
+        elif scheme in ("w16a8", "w16a16"):
             self.weight_q = quantize_weight(w, "int16")
         else:
             wf = np.asarray(w, np.float64)
@@ -216,6 +221,12 @@ class QuantLinear:
         wq = self.weight_q
         if s == "w8a16":
             return gemm.linear_w8a16(x, wq.q, wq.scale, self.bias, apply_gelu=gelu, out_dtype=out_dtype)
+        if s == "w16a16":
+            act = quantize_activations(x, bits=16)
+            xh, xl = act.limbs
+            hi, lo = wq.limbs
+            return gemm.linear_w16a16(xh, xl, act.scale, act.rowsum, hi, lo, wq.scale, wq.limb_offset,
+                                      self.bias, apply_gelu=gelu, out_dtype=out_dtype)
         act = quantize_activations(x)
         if s == "w8a8":
             return gemm.linear_w8a8(act.q, act.scale, wq.q, wq.scale, self.bias,
@@ -298,7 +309,7 @@ class QuantMLP:
                 raise ValueError("layernorm: gamma, beta must be finite and eps > 0")
             self.layernorm = (g.astype(np.float32), bt.astype(np.float32), eps)
         # Its GPU step reads float32 input, but for W8A16 without a LayerNorm (float16): see _gpu_step.
-        self._stages_f32 = self.scheme in ("w8a8", "w16a8") or (self.scheme == "w8a16" and self.layernorm is not None)
+        self._stages_f32 = self.scheme in _INT_ACT or (self.scheme == "w8a16" and self.layernorm is not None)
 
     @classmethod
     def from_state_dict(cls, state_dict, *, layernorm_eps: float = 1e-5, **kwargs) -> "QuantMLP":

@@ -26,6 +26,16 @@ Activations (per token, i.e. per row ``m`` of X of shape (M, K)), all float32:
   NaN (the row is poisoned, not silently quantized); other rows are unaffected. The model API checks
   inputs first and raises by default (see :class:`tickgpu.quant.QuantLinear`).
 
+Activations as int16, two int8 limbs (the ``w16a16`` scheme), per token, all float32:
+
+- the same, with ``127`` replaced by ``ACT16_MAX = 32639`` (``= 127 * 257``): ``inv = 32639 / a``,
+  ``s = a / 32639``, ``xq = clip(rint(x * inv), -32639, 32639)`` (int16), ``rowsum = sum_k xq``;
+  the same NaN rows. ``32639`` rather than ``32767`` is the largest range whose codes split into
+  two int8 limbs without an offset: ``hi = (xq + 128) >> 8`` (arithmetic shift) in [-127, 127],
+  ``lo = xq - 256 * hi`` in [-128, 127], ``xq = 256 * hi + lo`` exactly. A code step is 1/32639 of
+  the row's absmax, 257 times finer than int8's: this, not the weights, is what bounds W16A8's
+  error (see :mod:`tickgpu.quant.gemm`).
+
 ``EPS = 2**-100`` (about 7.9e-31) floors every range so that no scale is ever 0, inf or NaN: it is far
 below fp16's smallest subnormal (6e-8) and bf16's / fp32's smallest normal (1.2e-38) is far below it,
 so ``127 / EPS`` and ``EPS / 127`` are normal float32 numbers.
@@ -38,6 +48,7 @@ import numpy as np
 
 EPS = np.float32(2.0**-100)
 INT8_MAX = 127
+ACT16_MAX = 32639   # 127 * 257: int16 activation codes that split into int8 limbs without an offset
 INT16_MIN, INT16_MAX = -32768, 32767
 # Steps across a channel's range: one fewer than int16 has, so that rint(W / s) + z, two roundings,
 # never lands past 32767 (which clipping would turn into an error of a whole step, not half).
@@ -175,31 +186,46 @@ def join_limbs(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class QuantizedActivations:
-    """Per-token int8 activations: ``x[m, k] ~ scale[m] * q[m, k]``.
+    """Per-token activations: ``x[m, k] ~ scale[m] * q[m, k]``.
 
-    ``q`` int8 (M, K), ``scale`` float32 (M,) (NaN for a poisoned row), ``rowsum`` int32 (M,).
+    ``q`` int8 (M, K) (int16 for 16-bit activations), ``scale`` float32 (M,) (NaN for a poisoned
+    row), ``rowsum`` int32 (M,).
     """
 
     q: np.ndarray
     scale: np.ndarray
     rowsum: np.ndarray
 
+    @property
+    def limbs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hi, lo) int8 (M, K) with ``q = 256 * hi + lo`` (16-bit activations only)."""
+        return split_act_limbs(self.q)
 
-def quantize_activations(x) -> QuantizedActivations:
-    """Quantize activations per token (row) to symmetric int8 with absmax scales and row sums.
+
+ACT_BITS = (8, 16)
+
+
+def quantize_activations(x, bits: int = 8) -> QuantizedActivations:
+    """Quantize activations per token (row) to symmetric int8 (or int16) with absmax scales and row sums.
 
     Parameters
     ----------
     x : array_like, shape (M, K)
         float16, bfloat16-as-float32, float32 or float64 activations; converted to float32 first
         (float64 inputs are rounded to float32, as a GPU caller would have to).
+    bits : {8, 16}
+        8: int8 codes in [-127, 127]; 16: int16 codes in [-ACT16_MAX, ACT16_MAX], which split into
+        int8 limbs (:func:`split_act_limbs`).
 
     Returns
     -------
     QuantizedActivations
         A row with a non-finite element gets codes 0, row sum 0 and scale NaN (see module docstring);
-        an all-zero row gets codes 0 and the finite scale ``EPS / 127``.
+        an all-zero row gets codes 0 and the finite scale ``EPS / 127`` (``EPS / 32639``).
     """
+    if bits not in ACT_BITS:
+        raise ValueError(f"bits: must be one of {ACT_BITS}, got {bits!r}")
+    qmax = INT8_MAX if bits == 8 else ACT16_MAX
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"x: must be 2-D (tokens, features), got shape {x.shape}")
@@ -208,13 +234,31 @@ def quantize_activations(x) -> QuantizedActivations:
         finite = np.isfinite(x).all(axis=1)
         absmax = np.abs(np.where(finite[:, None], x, 0)).max(axis=1, initial=np.float32(0))
         a = np.maximum(absmax, EPS)
-        inv = np.float32(INT8_MAX) / a
-        scale = a / np.float32(INT8_MAX)
-        q = np.clip(_rint(np.where(finite[:, None], x, 0) * inv[:, None]), -INT8_MAX, INT8_MAX)
-    q = q.astype(np.int8)
+        inv = np.float32(qmax) / a
+        scale = a / np.float32(qmax)
+        q = np.clip(_rint(np.where(finite[:, None], x, 0) * inv[:, None]), -qmax, qmax)
+    q = q.astype(np.int8 if bits == 8 else np.int16)
     scale = np.where(finite, scale, np.float32(np.nan)).astype(np.float32)
     rowsum = q.astype(np.int32).sum(axis=1, dtype=np.int32)
     return QuantizedActivations(q, scale, rowsum)
+
+
+def split_act_limbs(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Split int16 activation codes in [-ACT16_MAX, ACT16_MAX] into int8 limbs with ``q = 256*hi + lo``.
+
+    ``hi = (q + 128) >> 8`` (floor) is in [-127, 127] and ``lo = q - 256 * hi`` in [-128, 127].
+    """
+    q = np.asarray(q)
+    if q.dtype != np.int16:
+        raise TypeError(f"q: must be int16, got {q.dtype}")
+    q32 = q.astype(np.int32)
+    if q32.size and np.abs(q32).max() > ACT16_MAX:
+        m = np.unravel_index(int(np.argmax(np.abs(q32))), q32.shape)
+        where = ", ".join(str(int(i)) for i in m)
+        raise ValueError(f"q[{where}]: must be within +-{ACT16_MAX} to split into limbs, got {int(q32[m])}")
+    hi = (q32 + 128) >> 8
+    lo = q32 - 256 * hi
+    return hi.astype(np.int8), lo.astype(np.int8)
 
 
 def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
