@@ -502,24 +502,6 @@ class MockDriver:
             a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float16, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
             y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)
-        elif entry == "quant_gemm_aq_kernel":
-            # float32 activations quantized per token (int16 limbs for W16A16), then the layer
-            ka = vals["K_A"]
-            assert ka <= k, f"{v}: K_A {ka} > K {k}"
-            x = self._matrix(fn, vals["a_ptr"], m, ka, vals["stride_am"], np.float32, "a_ptr")
-            b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")[:, :ka]
-            b2 = self._matrix(fn, vals["b2_ptr"], n, k, vals["stride_bn"], np.int8, "b2_ptr")[:, :ka]
-            b_scale, off = vec("b_scale_ptr", n, np.float32), vec("b_offset_ptr", n, np.float32)
-            if "w16a16" in v:
-                act = quantize_activations(x, bits=16)
-                xh, xl = act.limbs
-                y = gemm.linear_w16a16(xh, xl, act.scale, act.rowsum, b, b2, b_scale, off, bias, apply_gelu=gelu)
-            elif "w16a8" in v:
-                act = quantize_activations(x)
-                y = gemm.linear_w16a8(act.q, act.scale, act.rowsum, b, b2, b_scale, off, bias, apply_gelu=gelu)
-            else:
-                act = quantize_activations(x)
-                y = gemm.linear_w8a8(act.q, act.scale, b, b_scale, bias, apply_gelu=gelu)
         else:
             a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.int8, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")

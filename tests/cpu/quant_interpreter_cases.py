@@ -74,13 +74,6 @@ def test_plan_grid_tiles_are_the_compiled_tiles():
     # The CUDA C small-batch W8A16 kernel: 8 * MT rows and 16 channels a block.
     assert {rows: (tile, rows, 16) for tile, rows, mt, *_ in kq.W8A16_SMALL} == _gpu.W8A16_SMALL_TILES
     assert all(rows == 8 * mt for _, rows, mt, *_ in kq.W8A16_SMALL)
-    # The prologue-quantizing GEMM: the plan's tiles and names are the compiled ones.
-    assert _gpu.AQ_TILES == kq.GEMM_AQ_TILES
-    for scheme in _INT_SCHEMES:
-        for tile in _gpu.AQ_TILES:
-            for gelu in (False, True):
-                name = _gpu.aq_variant_name(scheme, gelu, "f32", tile)
-                assert name == kq.aq_variant_name(scheme, gelu, "f32", tile) and name in VARIANTS
     # The fused step: the plan names and sizes the variants the bundle compiles.
     assert _gpu.MLP3_BLOCK_M == kq.MLP3_BLOCK_M and _gpu.MLP3_WIDTHS == kq.MLP3_WIDTHS
     assert _gpu.MLP3_SCHEMES == {name: tuple(bool(ln) for ln in lns) for name, _, lns in kq.MLP3_SCHEMES}
@@ -334,48 +327,6 @@ def test_quant_gemm_kernel_gelu(rt, rng, scheme):
 _INT8_TILES = [(scheme, t[0]) for scheme in _INT_SCHEMES for t in kq.GEMM_TILES[scheme]]
 
 
-@pytest.mark.parametrize("scheme", list(_INT_SCHEMES))
-@pytest.mark.parametrize("tile", kq.GEMM_AQ_TILES)
-def test_prologue_quantizing_gemm_is_bit_exact(rt, rng, scheme, tile):
-    """quant_gemm_aq_kernel against the reference of the activation kernel and the GEMM: float32
-    rows (padded to 16 floats, the padding garbage) quantized in the prologue; a NaN row, a zero
-    row, rows of very different magnitudes; K not a multiple of 16 nor of BLOCK_K."""
-    fmt, bits = _INT_SCHEMES[scheme]
-    bm, bn = _gpu._TILE_M_N[(scheme, tile)]
-    m, n, k = 2 * bm - 3, 2 * bn - 5, int(rng.integers(100, 300)) | 1
-    x = (rng.standard_normal((m, k)) * 10 ** rng.uniform(-6, 3, (m, 1))).astype(np.float32)
-    x[1, k // 2] = np.nan
-    x[2] = 0.0
-    stride = -(-k // 16) * 16
-    xp = np.full((m, stride), 1e30, np.float32)   # padding that would wreck an absmax that read it
-    xp[:, :k] = x
-    wq = quantize_weight(rng.standard_normal((n, k)) + rng.uniform(-2, 2, (n, 1)), fmt)
-    k_pad = stride
-    if fmt == "int16":
-        hi, lo = wq.limbs
-        b, b2, off = rt.upload(_gpu._pad_rows(hi, k_pad)), rt.upload(_gpu._pad_rows(lo, k_pad)), rt.upload(wq.limb_offset)
-    else:
-        b = b2 = rt.upload(_gpu._pad_rows(wq.q, k_pad))
-        off = rt.upload(wq.scale)
-    bias = rng.standard_normal(n).astype(np.float32)
-    for gelu, out in ((False, "float32"), (True, "bfloat16")):
-        c = rt.empty((m, n), out)
-        rt.launch(_gpu.aq_variant_name(scheme, gelu, _gpu._OUT_TAG[out], tile), (-(-m // bm) * -(-n // bn), 1, 1),
-                  [rt.upload(xp), b, b2, rt.upload(wq.scale), off, rt.upload(bias), c, m, n, k_pad, k, stride,
-                   k_pad, n])
-        y = rt.download(c)
-        if out == "bfloat16":
-            y = (y.astype(np.uint32) << 16).view(np.float32)
-        ref = np.asarray(_int_reference(scheme, quantize_activations(x, bits=bits), wq, bias, apply_gelu=gelu,
-                                        out_dtype=out), np.float32)
-        assert np.isnan(y[1]).all() and np.isnan(ref[1]).all()
-        keep = np.arange(m) != 1
-        if not gelu:
-            assert np.array_equal(y[keep].view(np.uint32), ref[keep].view(np.uint32))
-        else:   # erf's ulps; under the interpreter, bfloat16 narrowing by truncation
-            np.testing.assert_allclose(y[keep], ref[keep], rtol=2 ** -7, atol=1e-6)
-
-
 @pytest.mark.parametrize("scheme,tile", _INT8_TILES)
 def test_every_gemm_tile_is_bit_exact(rt, rng, scheme, tile):
     """Each compiled tile over a partial second tile of rows and of columns, against the reference."""
@@ -439,7 +390,7 @@ def test_layernorm_kernel(rt, rng):
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
 @pytest.mark.parametrize("m", [1, 17, 65])
-@pytest.mark.parametrize("dims", [[13, 40, 24, 3], [32, 48, 16, 5], [20, 80, 72, 3]], ids=["odd", "aligned", "wide"])
+@pytest.mark.parametrize("dims", [[13, 40, 24, 3], [32, 48, 16, 5]], ids=["odd", "aligned"])
 def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
     layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
               for i, o in zip(dims[:-1], dims[1:])]
@@ -458,10 +409,6 @@ def test_gpu_plan_runs_the_mlp_like_the_cpu(rt, rng, scheme, m, dims):
             else:
                 np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
     assert rt.launches  # something really ran
-    # up to a graph step's rows, the int-activation schemes' hidden layers quantize in the GEMM
-    # (narrower models of three layers are one fused kernel there)
-    aq = [v for v in rt.launches if v.startswith("quant_gemm_aq_")]
-    assert bool(aq) == (scheme != "w8a16" and m <= _gpu.GRAPH_MAX_ROWS and max(dims) > 64), rt.launches
     if scheme == "w8a16" and dims[0] % 16 == 0:
         assert any(v.endswith("_a16") for v in rt.launches)
 

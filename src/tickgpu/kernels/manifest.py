@@ -107,11 +107,6 @@ QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
                           ("b2_ptr", "ptr"), ("b_scale_ptr", "ptr"), ("b_offset_ptr", "ptr"), ("bias_ptr", "ptr"),
                           ("c_ptr", "ptr"), ("M", "i32"), ("N", "i32"), ("K", "i32"), ("stride_am", "i32"),
                           ("stride_bn", "i32"), ("stride_cm", "i32")),
-    # the same GEMM on float32 activations it quantizes itself (a step's hidden layers)
-    "quant_gemm_aq_kernel": (("a_ptr", "ptr"), ("b_ptr", "ptr"), ("b2_ptr", "ptr"), ("b_scale_ptr", "ptr"),
-                             ("b_offset_ptr", "ptr"), ("bias_ptr", "ptr"), ("c_ptr", "ptr"), ("M", "i32"),
-                             ("N", "i32"), ("K", "i32"), ("K_A", "i32"), ("stride_am", "i32"), ("stride_bn", "i32"),
-                             ("stride_cm", "i32")),
     "w8a16_gemm_kernel": (("a_ptr", "ptr"), ("b_ptr", "ptr"), ("b_scale_ptr", "ptr"), ("bias_ptr", "ptr"),
                           ("c_ptr", "ptr"), ("M", "i32"), ("N", "i32"), ("K", "i32"), ("stride_am", "i32"),
                           ("stride_bn", "i32"), ("stride_cm", "i32")),

@@ -19,9 +19,6 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    per-channel scales, zero-point correction through the row sums, bias, optional GELU, output
    dtype) is fused and float32. Its bundle variants assume K and the row strides of A and B are
    multiples of 16 (callers pad K with zero weights; A's padding may hold anything).
-   ``quant_gemm_aq_kernel`` is the same GEMM on float32 activations, quantized per token in its
-   prologue with kernel 1's operations: a model step's hidden layers without kernel 1 between
-   them (for up to a graph step's rows).
 3. ``w8a16_gemm_kernel``: weight-only int8: float16 A, int8 B tiles widened to float16 in registers
    (exact), float32 accumulation on the tensor cores, per-channel scale and bias in the epilogue.
    With FAST_CVT (every bundle variant) the widening is three integer operations and two float16x2
@@ -371,98 +368,6 @@ def quant_gemm_kernel(
 
 
 @triton.jit
-def quant_gemm_aq_kernel(
-    a_ptr,                               # float32 activations (M x K_A): the previous layer's outputs
-    b_ptr, b2_ptr,                       # int8 B (N x K, K contiguous); LIMBS: b = hi limb, b2 = lo limb
-    b_scale_ptr, b_offset_ptr,           # float32 (N,): per-channel scale; LIMBS: 128 - zero_point
-    bias_ptr,                            # float32 (N,)
-    c_ptr,                               # output (M x N), float32 / float16 / bfloat16
-    M, N, K,                             # K: the weights' padded K (a multiple of 16)
-    K_A,                                 # the activations' true K (<= K; B is zero beyond it)
-    stride_am, stride_bn, stride_cm,
-    LIMBS: tl.constexpr,
-    A16: tl.constexpr,
-    GELU: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
-    PDL: tl.constexpr = 0,
-):
-    """quant_gemm_kernel on float32 activations, quantized per token in its prologue: a hidden layer
-    of a model step without the activation kernel before it (one launch and one round trip through
-    memory fewer). Each program first reads its BLOCK_M rows whole for their absmax (and whether a
-    row holds a non-finite value), then quantizes each A tile as it loads it, with
-    act_quant_kernel's operations (the same codes, scales and row sums, bit for bit), into the same
-    int8 products and epilogue. Every program of a row block repeats that read: for the few rows of
-    a tick (the rows are a few KB, in L2), not for large batches."""
-    _dependent_launch(PDL)
-    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    mask_m = offs_m < M
-    mask_n = offs_n < N
-    a_rows = a_ptr + offs_m[:, None].to(tl.int64) * stride_am + offs_k[None, :]
-    qmax: tl.constexpr = ACT16_MAX if A16 else 127.0
-
-    # Prologue: each row's absmax over its finite values; a non-finite value poisons the row
-    # (reduced a chunk at a time: the registers are the main loop's).
-    amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    bad = tl.zeros((BLOCK_M,), dtype=tl.int32)
-    for k0 in range(0, K_A, BLOCK_K):
-        kmask = offs_k < K_A - k0
-        v = tl.load(a_rows + k0, mask=mask_m[:, None] & kmask[None, :], other=0.0)
-        nonfinite = ((v != v) | (tl.abs(v) > FLT_MAX)) & kmask[None, :]
-        bad = tl.maximum(bad, tl.max(nonfinite.to(tl.int32), axis=1))
-        amax = tl.maximum(amax, tl.max(tl.where(nonfinite, 0.0, tl.abs(v)), axis=1))
-    row_bad = bad > 0
-    a_max = tl.maximum(amax, RANGE_FLOOR)
-    inv = tl.math.div_rn(qmax, a_max)
-    a_scale = tl.where(row_bad, float("nan"), tl.math.div_rn(a_max, qmax))
-
-    b_ptrs = b_ptr + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
-    b2_ptrs = b2_ptr + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    acc2 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    acc3 = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
-    rowsum = tl.zeros((BLOCK_M,), dtype=tl.int32)
-    for k0 in range(0, K, BLOCK_K):
-        kmask = offs_k < K_A - k0
-        v = tl.load(a_rows + k0, mask=mask_m[:, None] & kmask[None, :], other=0.0)
-        r = _round_half_even(v * inv[:, None])
-        r = tl.minimum(tl.maximum(r, -qmax), qmax)
-        r = tl.where(row_bad[:, None] | ~kmask[None, :], 0.0, r)
-        q = r.to(tl.int32)
-        rowsum += tl.sum(q, axis=1)
-        bmask = (offs_k < K - k0)[:, None] & mask_n[None, :]
-        b = tl.load(b_ptrs, mask=bmask, other=0)
-        if A16:
-            hi, lo = _act_limbs(q)
-            b2 = tl.load(b2_ptrs, mask=bmask, other=0)
-            acc = tl.dot(hi, b, acc, out_dtype=tl.int32)
-            acc2 = tl.dot(hi, b2, acc2, out_dtype=tl.int32)
-            acc2 = tl.dot(lo, b, acc2, out_dtype=tl.int32)
-            acc3 = tl.dot(lo, b2, acc3, out_dtype=tl.int32)
-        else:
-            q8 = q.to(tl.int8)
-            acc = tl.dot(q8, b, acc, out_dtype=tl.int32)
-            if LIMBS:
-                b2 = tl.load(b2_ptrs, mask=bmask, other=0)
-                acc2 = tl.dot(q8, b2, acc2, out_dtype=tl.int32)
-        b_ptrs += BLOCK_K
-        b2_ptrs += BLOCK_K
-
-    b_scale = tl.load(b_scale_ptr + offs_n, mask=mask_n, other=0.0)
-    bias = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
-    if LIMBS:
-        b_offset = tl.load(b_offset_ptr + offs_n, mask=mask_n, other=0.0)
-    else:
-        b_offset = tl.zeros((BLOCK_N,), dtype=tl.float32)
-    y = _int8_epilogue(acc, acc2, acc3, a_scale, rowsum, b_scale, b_offset, bias, LIMBS, A16, GELU)
-    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * stride_cm + offs_n[None, :]
-    tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
-
-
-@triton.jit
 def w8a16_gemm_kernel(
     a_ptr,                               # float16 A (M x K), row-major
     b_ptr, b_scale_ptr,                  # int8 B (N x K, K contiguous), float32 scale (N,)
@@ -776,41 +681,6 @@ def _gemm_variants():
                                    aligned16=True)
 
 
-# The tiles of quant_gemm_aq_kernel (a model step's hidden layers, up to GRAPH_MAX_ROWS rows): the
-# per-tick tile, which the tile rule picks for up to 64 rows unless a layer is wider than ~3,800
-# outputs (the 64-row tile, whose float32 A tiles and three W16A16 accumulators spill, is not built).
-GEMM_AQ_TILES = ("s",)
-
-
-def aq_variant_name(scheme: str, gelu: bool, out: str, tile: str) -> str:
-    return f"quant_gemm_aq_{scheme}{'_gelu' if gelu else ''}_{out}_{tile}"
-
-
-def _gemm_aq_variants():
-    # Aligned like the GEMM above (the plan pads the hidden activations' rows to a multiple of 16
-    # floats); K_A, the true K that masks the activations, carries no promise.
-    for scheme, limbs, a16 in (("w8a8", 0, 0), ("w16a8", 1, 0), ("w16a16", 1, 1)):
-        for gelu in (0, 1):
-            for out, ptr in _OUT_TYPES.items():
-                for tile, bm, bn, bk, warps, stages in GEMM_TILES[scheme]:
-                    if tile not in GEMM_AQ_TILES:
-                        continue
-                    sig = {
-                        "a_ptr": "*fp32", "b_ptr": "*i8", "b2_ptr": "*i8", "b_scale_ptr": "*fp32",
-                        "b_offset_ptr": "*fp32", "bias_ptr": "*fp32", "c_ptr": ptr,
-                        "M": "i32", "N": "i32", "K": "i32", "K_A": "i32",
-                        "stride_am": "i32", "stride_bn": "i32", "stride_cm": "i32",
-                        "LIMBS": "constexpr", "A16": "constexpr", "GELU": "constexpr", "BLOCK_M": "constexpr",
-                        "BLOCK_N": "constexpr", "BLOCK_K": "constexpr", "GROUP_M": "constexpr",
-                        "PDL": "constexpr",
-                    }
-                    yield _variant(aq_variant_name(scheme, gelu, out, tile), quant_gemm_aq_kernel, sig,
-                                   {"LIMBS": limbs, "A16": a16, "GELU": gelu, "BLOCK_M": bm, "BLOCK_N": bn,
-                                    "BLOCK_K": bk, "GROUP_M": 8, "PDL": 0}, warps, stages, out, "tiles",
-                                   "a model step's hidden layer (float32 input quantized in the prologue); "
-                                   "tile by tickgpu.quant._gpu.gemm_tile", aligned16=True)
-
-
 def _w8a16_variants():
     for gelu in (0, 1):
         for out, ptr in _OUT_TYPES.items():
@@ -924,7 +794,7 @@ def w8a16_small_variants():
                 }
 
 
-QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_gemm_aq_variants(), *_w8a16_variants(),
+QUANT_VARIANTS: list[dict] = [*_act_quant_variants(), *_gemm_variants(), *_w8a16_variants(),
                               *_layernorm_variants(), *_mlp3_variants()]
 """Every specialization the bundle holds: variant name, kernel, Triton signature (argument name ->
 type, constexprs marked "constexpr"), constexpr values, num_warps, num_stages, compile options, the

@@ -19,10 +19,6 @@ are launched through a *kernel runtime*: an object with
   :data:`GRAPH_MAX_ROWS` rows is one graph replay reading its input from, and writing its output
   to, mapped host memory -- no copy, one launch, one wait.
 
-In a step of up to :data:`GRAPH_MAX_ROWS` rows, an int8- or int16-activation model's hidden layers
-quantize their float32 input in the GEMM's prologue (``quant_gemm_aq_*``) instead of in a kernel of
-their own: the same codes, one launch fewer a layer.
-
 A model of three layers whose widths all fit 64 runs a step of up to :data:`GRAPH_MAX_ROWS` rows
 as one fused kernel (``quant_mlp3_*``, :meth:`GpuPlan.fused_variant`) instead of 4-6 launches: the
 same operations, float32 out (rounded to the model's out_dtype on the host, as a kernel's store
@@ -101,17 +97,6 @@ W8A16_SMALL_TILES = {8: ("m8", 8, 16), 16: ("m16", 16, 16), 32: ("m32", 32, 16)}
 MLP3_BLOCK_M = 16
 MLP3_WIDTHS = (32, 64)
 MLP3_SCHEMES = {"w8a8": (False, True), "w16a8": (False, True), "w8a16": (True,), "w16a16": (False, True)}
-
-
-# The hidden layers of a step of up to GRAPH_MAX_ROWS rows (int8 and int16 activations) run
-# quant_gemm_aq_kernel, which quantizes its float32 input in its prologue, in place of the activation
-# kernel and the GEMM; its tiles (tickgpu.kernels.quant.GEMM_AQ_TILES, a test holds the two equal).
-AQ_TILES = ("s",)
-
-
-def aq_variant_name(scheme: str, gelu: bool, out_tag: str, tile: str) -> str:
-    """quant_gemm_aq_kernel's variant name, as tickgpu.kernels.quant names it."""
-    return f"quant_gemm_aq_{scheme}{'_gelu' if gelu else ''}_{out_tag}_{tile}"
 
 
 def mlp3_variant_name(scheme: str, layernorm: bool, width: int) -> str:
@@ -241,11 +226,9 @@ class GpuPlan:
         self.programs: dict[int, _Program] = {}
         self._lock = threading.Lock()   # a program's buffers serve one step at a time
 
-    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None,
-              stride_c=None):
-        stride_c = layer.n if stride_c is None else stride_c
+    def _gemm(self, layer, a, m, out_dtype, launches, a_scale=None, a_rowsum=None, stride_a=0, out=None):
         if out is None:
-            out = self.rt.empty((m, stride_c), out_dtype)
+            out = self.rt.empty((m, layer.n), out_dtype)
         gelu = "_gelu" if layer.gelu else ""
         tag = _OUT_TAG[out_dtype]
         if self.scheme == "w8a16":
@@ -259,21 +242,8 @@ class GpuPlan:
             grid = (-(-m // bm) * -(-layer.n // bn), 1, 1)
             launches.append((f"quant_gemm_{self.scheme}{gelu}_{tag}_{tile}", grid,
                              [a, a_scale, a_rowsum, layer.b, layer.b2, layer.scale, layer.offset,
-                              layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, stride_c]))
+                              layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, layer.n]))
         return out
-
-    def _aq_launch(self, layer, m: int, out_dtype: str):
-        """(variant, tile) of the prologue-quantizing GEMM for a hidden layer of an m-row step, or
-        None where the layer takes the activation kernel and the GEMM (more rows than a graph step,
-        a tile it is not compiled for, a bundle without it)."""
-        if m > GRAPH_MAX_ROWS:
-            return None
-        tile = gemm_tile(self.scheme, m, layer.n, self.rt.sm_count)
-        if tile not in AQ_TILES:
-            return None
-        name = aq_variant_name(self.scheme, layer.gelu, _OUT_TAG[out_dtype], tile)
-        has = getattr(self.rt, "has", None)
-        return (name, tile) if has is None or has(name) else None
 
     def fused_variant(self, m: int) -> str | None:
         """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
@@ -340,34 +310,18 @@ class GpuPlan:
             stride = k0
             # W16A16: a code row holds the int16 activations' hi limbs, then their lo limbs (k_pad each)
             a16 = self.scheme == "w16a16"
-            outs = [self.out_dtype if i == last else "float32" for i in range(last + 1)]
-            # the hidden layers that quantize their input in the GEMM's prologue, whose float32
-            # inputs (the layer before's outputs) get rows padded to 16 floats (aligned loads)
-            aq = [None] + [self._aq_launch(layer, m, outs[i]) for i, layer in enumerate(self.layers) if i > 0]
             for i, layer in enumerate(self.layers):
-                if i == last:
-                    out, out_stride = y, layer.n
-                else:
-                    out_stride = _round_up(layer.n, 16) if aq[i + 1] else layer.n
-                    out = rt.empty((m, out_stride), "float32")
-                if aq[i]:
-                    name, tile = aq[i]
-                    bm, bn = _TILE_M_N[(self.scheme, tile)]
-                    launches.append((name, (-(-m // bm) * -(-layer.n // bn), 1, 1),
-                                     [h, layer.b, layer.b2, layer.scale, layer.offset, layer.bias, out,
-                                      m, layer.n, layer.k_pad, layer.k, stride, layer.k_pad, out_stride]))
-                else:
-                    row = 2 * layer.k_pad if a16 else layer.k_pad
-                    xq = rt.empty((m, row), "int8")
-                    scale = rt.empty((m,), "float32")
-                    rowsum = rt.empty((m,), "int32")
-                    has_ln = i == 0 and self.ln is not None
-                    launches.append((f"quant_act{'16' if a16 else ''}{'_ln' if has_ln else ''}_k{_row_block(layer.k)}",
-                                     (m, 1, 1), [h, self.gamma, self.beta, xq, scale, rowsum,
-                                                 m, layer.k, stride, row, self.ln_eps]))
-                    self._gemm(layer, xq, m, outs[i], launches, a_scale=scale, a_rowsum=rowsum, stride_a=row,
-                               out=out, stride_c=out_stride)
-                h, stride = out, out_stride
+                row = 2 * layer.k_pad if a16 else layer.k_pad
+                xq = rt.empty((m, row), "int8")
+                scale = rt.empty((m,), "float32")
+                rowsum = rt.empty((m,), "int32")
+                has_ln = i == 0 and self.ln is not None
+                launches.append((f"quant_act{'16' if a16 else ''}{'_ln' if has_ln else ''}_k{_row_block(layer.k)}",
+                                 (m, 1, 1), [h, self.gamma, self.beta, xq, scale, rowsum,
+                                             m, layer.k, stride, row, self.ln_eps]))
+                h = self._gemm(layer, xq, m, self.out_dtype if i == last else "float32", launches,
+                               a_scale=scale, a_rowsum=rowsum, stride_a=row, out=y if i == last else None)
+                stride = layer.n
         return self._finish(_Program(x, in_dtype, launches, h), graph)
 
     def _finish(self, prog: _Program, graph: bool) -> _Program:
