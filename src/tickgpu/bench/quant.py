@@ -1,11 +1,12 @@
 """`tickgpu bench --suite quant`: the quantized GEMMs and small models side by side with PyTorch.
 
-Three sections, measured in one run on one GPU:
+Four sections, measured in one run on one GPU:
 
 * ``gemm``: one linear layer ``(M, K) x (N, K)^T`` for M in 1..4096 at N = K = 4096 and at signal-model
   sizes (256-1024): tickgpu's W8A8 (int8 tensor cores, fused per-token x per-channel epilogue), W16A8
-  (two int8 limbs) and W8A16 (weight-only) kernels, each as the GEMM alone (operands already quantized)
-  and, for W8A8 / W16A8, as the whole layer (activation quantization kernel + GEMM from float32);
+  (two int8 weight limbs), W16A16 (weight and activation limbs) and W8A16 (weight-only) kernels, each as
+  the GEMM alone (operands already quantized) and, for the int8-activation and int16-activation schemes,
+  as the whole layer (activation quantization kernel + GEMM from float32);
   against ``torch.matmul`` in float16 and bfloat16, and ``torch._int_mm`` followed by a separate
   dequantization (per-token x per-channel scales, bias, float16), alone and with PyTorch's own
   activation quantization in front. Outputs are float16 everywhere.
@@ -13,6 +14,9 @@ Three sections, measured in one run on one GPU:
   1-64, plus the shipped 12-32-32-1 signal model) called from Python with NumPy in and NumPy out:
   tickgpu ``QuantMLP(backend="gpu")`` for each scheme, the CPU reference, and PyTorch eager float32 on
   the GPU and on the CPU (tensor from NumPy, forward, back to NumPy).
+* ``surrogate``: the shipped Black-Scholes surrogate on the GPU in each scheme, its largest error
+  against the float32 model over 20,000 points (relative to each output's largest magnitude; target
+  1e-4), beside the float16 model's, and a step's time at 1 and 64 points.
 * ``crossover``: what ``backend="auto"`` needs (tickgpu.dispatch): for ``QuantLinear`` (op
   "quant_linear"; W8A8, 256 x 256 and 1,024 x 1,024) and ``QuantMLP`` (op "quant_mlp"; the shipped
   model and 64-256-256-4 with LayerNorm, W8A8) the CPU backend against the GPU backend, NumPy in
@@ -32,7 +36,7 @@ With ``--floor`` (the floor programs' output), ``targets`` puts each model step 
 "graph H2D + kernel + D2H, 1,024 floats" from the same run (target: within 1.3x) and beside PyTorch
 eager float32 on the GPU (target: 5x faster), and W8A8 at 4096^3 beside its targets (1.3x fp16,
 1.1x ``_int_mm`` + dequantization; W8A16 at M <= 16 against fp16 is scripts/quant-sweep's, in device
-time).
+time), W16A8 and W16A16 at 4096^3 against fp16, and the surrogate's errors.
 
 torch is imported here only (never by the library). Results are printed and saved as JSON.
 """
