@@ -508,7 +508,8 @@ class MockDriver:
             a_scale, b_scale = vec("a_scale_ptr", m, np.float32), vec("b_scale_ptr", n, np.float32)
             if "w16a16" in v:
                 b2 = self._matrix(fn, vals["b2_ptr"], n, k, vals["stride_bn"], np.int8, "b2_ptr")
-                a2 = self._matrix(fn, vals["a_ptr"] + k, m, k, vals["stride_am"], np.int8, "a_ptr")
+                # the lo limbs from half a row in, as the activation kernel writes them
+                a2 = self._matrix(fn, vals["a_ptr"] + vals["stride_am"] // 2, m, k, vals["stride_am"], np.int8, "a_ptr")
                 y = gemm.linear_w16a16(a, a2, a_scale, vec("a_rowsum_ptr", m, np.int32), b, b2, b_scale,
                                        vec("b_offset_ptr", n, np.float32), bias, apply_gelu=gelu)
             elif "w16a8" in v:

@@ -69,8 +69,7 @@ def test_activation_limbs_recombine_exactly_for_every_code():
     assert hi.dtype == lo.dtype == np.int8
     assert hi.min() == -127 and hi.max() == 127 and lo.min() == -128 and lo.max() == 127
     assert np.array_equal(256 * hi.astype(np.int64) + lo.astype(np.int64), q.astype(np.int64))
-    # 32639 = 127 * 257 is the end: one more would need hi = 128
-    assert ACT16_MAX == 127 * 257 and (ACT16_MAX + 1 + 128) >> 8 == 128
+    assert ACT16_MAX == 127 * 257
     with pytest.raises(ValueError, match=r"q\[1\]: must be within"):
         split_act_limbs(np.array([0, -ACT16_MAX - 1], np.int16))
     with pytest.raises(TypeError, match="int16"):
@@ -91,23 +90,40 @@ def test_w16a16_accumulators_recombine_to_the_int16_product(rng):
     assert np.array_equal(combined.astype(np.float64), want)
 
 
-def test_w16a16_int32_limit_is_where_the_arithmetic_says():
-    assert gemm.K_MAX_A16 == (2**31 - 1) // (127 * 128 + 128 * 128) == 65793
-    # the middle accumulator's worst step: xh = -127 against lo = -128 plus xl = -128 against hi = -128
-    for k, overflows in ((gemm.K_MAX_A16, False), (gemm.K_MAX_A16 + 1, True)):
-        exact = k * (127 * 128 + 128 * 128)
-        assert (exact > 2**31 - 1) == overflows
-    # row sums of int16 codes fit too
-    assert ACT16_MAX * gemm.K_MAX_A16 <= 2**31 - 1
+def test_w16a16_int32_accumulators_at_k_max_a16_hold_their_sums():
+    """At K = K_MAX_A16, the codes that make each accumulator's steps largest (activation codes
+    +-32639: limbs +-127; weight codes -32768 and 32766: limbs -128 / -128 and 127 / 126), summed
+    in int32 registers in order as a GPU would, equal the exact sums; a longer layer is refused."""
     k = gemm.K_MAX_A16
-    xh = np.full((1, k), -127, np.int8)
-    xl = np.full((1, k), -128, np.int8)
-    w = np.full((1, k), -128, np.int8)
-    hh, mid, ll = gemm.limb_accumulators(xh, xl, w, w)
-    assert int(mid[0, 0]) == k * (127 * 128 + 128 * 128)
+    assert k == (2**31 - 1) // (127 * 128 + 128 * 128) == 65793
+    wq = quantize_weight(np.stack([-np.ones(k), np.ones(k)]), "int16")
+    act = quantize_activations(np.stack([np.ones(k), -np.ones(k)]).astype(np.float32), bits=16)
+    (xh, xl), (hi, lo) = act.limbs, wq.limbs
+    assert {int(xh.min()), int(xh.max()), int(xl.min()), int(xl.max())} == {-127, 127}
+    assert {int(hi.min()), int(lo.min())} == {-128} and int(hi.max()) == 127
+    hh, mid, ll = gemm.limb_accumulators(xh, xl, hi, lo)
+    mid_steps = (xh[:, None, :].astype(np.int32) * lo[None, :, :] + xl[:, None, :].astype(np.int32) * hi[None, :, :])
+    for acc, steps in ((mid, mid_steps), (hh, xh[:, None, :].astype(np.int32) * hi[None, :, :]),
+                       (ll, xl[:, None, :].astype(np.int32) * lo[None, :, :])):
+        running = np.cumsum(steps, axis=2, dtype=np.int32)[..., -1]      # what int32 registers hold
+        exact = steps.astype(np.int64).sum(axis=2)
+        assert np.array_equal(running.astype(np.int64), exact) and np.array_equal(acc.astype(np.int64), exact)
+    assert int(np.abs(mid.astype(np.int64)).max()) == 32512 * k > 2 * 10**9
+    assert np.abs(act.rowsum.astype(np.int64)).max() == ACT16_MAX * k
     with pytest.raises(ValueError, match="K_MAX_A16"):
         z = np.zeros((1, k + 1), np.int8)
         gemm.limb_accumulators(z, z, z, z)
+    with pytest.raises(ValueError, match="row sums"):
+        quantize_activations(np.ones((1, 65796), np.float32), bits=16)
+
+
+def test_int_gemm_refuses_sums_that_could_pass_int32():
+    """K_MAX bounds a step by 127 * 128; two -128 operands (W16A16's lo limbs) make 128 * 128, so
+    past (2**31 - 1) // 16384 = 131071 such a product sum is refused, not wrapped."""
+    a = np.full((1, 131072), -128, np.int8)
+    with pytest.raises(ValueError, match="could overflow int32"):
+        gemm.int_gemm(a, a)
+    assert int(gemm.int_gemm(a[:, :131071], a[:, :131071])[0, 0]) == 131071 * 16384
 
 
 def test_w16a16_extreme_codes_at_large_k_are_exact():

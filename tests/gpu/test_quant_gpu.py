@@ -153,8 +153,10 @@ def test_quant_mlp_gpu_matches_cpu(rng, scheme, m, dims):
                 got = mlp(x).astype(np.float64)
                 want = mlp.forward_cpu(x).astype(np.float64)
                 assert got.shape == (m, dims[-1])
-                # An erf ulp upstream may move a hidden activation's code by one step.
-                np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02 * np.abs(want).max())
+                # An erf ulp upstream may move a hidden activation's code by one step (an int16
+                # step is 257 times finer).
+                tol = (8e-3 if out == "bfloat16" else 1e-3) if scheme == "w16a16" else 0.02   # bfloat16: 2 ulps
+                np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
 
 
 def test_shipped_signal_model_on_the_gpu():
@@ -215,8 +217,9 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
                 if layernorm is None and scheme != "w8a16":
                     assert np.array_equal(got[keep], ref[keep]), (scheme, out, m)
                 g, w = got[keep].astype(np.float64), want[keep].astype(np.float64)
-                np.testing.assert_allclose(g, w, rtol=0.02, atol=0.02 * np.abs(w).max())
-                np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=0.02, atol=0.02 * np.abs(w).max())
+                tol = (8e-3 if out == "bfloat16" else 1e-3) if scheme == "w16a16" else 0.02   # bfloat16: 2 ulps
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
+                np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=tol, atol=tol * np.abs(w).max())
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])

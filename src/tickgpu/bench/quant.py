@@ -203,7 +203,8 @@ def gemm_case(torch, kr, stream, rng, m: int, n: int, k: int, quick: bool, devic
             st = {"error": f"{type(e).__name__}: {e}"}
         out["cases"][name] = st
 
-    # Correctness of what was timed, on the first rows (the NumPy reference is exact for W8A8/W16A8).
+    # Correctness of what was timed, on the first rows (the NumPy reference is exact for W8A8, W16A8
+    # and W16A16).
     kr.synchronize()
     rows = min(m, CHECK_ROWS if n * k <= 1 << 22 else 4)   # NumPy's int64 GEMM is slow at 4096^2
     act_ref = quantize_activations(x[:rows])
@@ -553,8 +554,10 @@ def evaluate_targets(res: dict) -> dict:
         for scheme, r in sur["schemes"].items():
             if "max_rel_err_vs_fp32" in r:
                 t[f"surrogate_{scheme}_max_rel_err_vs_fp32"] = max(r["max_rel_err_vs_fp32"])
-        if "w16a8" in sur["schemes"] and "max_rel_err_vs_fp32" in sur["schemes"]["w16a8"]:
-            t["surrogate_w16a8_err<=1e-4"] = max(sur["schemes"]["w16a8"]["max_rel_err_vs_fp32"]) <= 1e-4
+        for scheme in ("w16a8", "w16a16"):
+            errs = sur["schemes"].get(scheme, {}).get("max_rel_err_vs_fp32")
+            if errs is not None:
+                t[f"surrogate_{scheme}_err<=1e-4"] = max(errs) <= 1e-4
     cross = res.get("crossover")
     if isinstance(cross, dict):
         t["auto_gpu_range_rows"] = {op: c.get("gpu_range") for op, c in cross.items() if isinstance(c, dict)}

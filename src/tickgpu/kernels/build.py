@@ -34,7 +34,7 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
   pick them when the condition holds.
 
 The quant family (tickgpu.kernels.quant.QUANT_VARIANTS: per-token activation quantization, the
-W8A8 / W16A8 / W8A16 GEMMs with fused epilogues, LayerNorm) is one variant per entry of that table,
+W8A8 / W16A8 / W16A16 / W8A16 GEMMs with fused epilogues, LayerNorm, the fused 3-layer step) is one variant per entry of that table,
 compiled with its own num_warps / num_stages and ``enable_fp_fusion=False``; its manifest entries
 carry the grid rule (``grid``, ``block_m``, ``block_n``) and alignment promise (``multiple_of_16``).
 Where nvcc is found the family also holds the CUDA C small-batch W8A16 kernel (csrc/cuda/w8a16.cu,

@@ -15,7 +15,8 @@ Five kernels, each reproducing a step of the NumPy reference in :mod:`tickgpu.qu
    operand layout Hopper's wgmma reads without a transpose). int32 accumulation through ``tl.dot``
    on int8 tensor cores. With ``LIMBS`` it runs the int16 weights as two int8 limb matrices against
    the same A tile and combines the two accumulators in float32; with ``A16`` also A's two limbs
-   (W16A16): four int8 products in three accumulators (the cross terms share one). The epilogue (per-token x
+   (W16A16; a row of A holds the hi limbs in its first half, the lo limbs from ``stride_am / 2``, as
+   kernel 1 writes them): four int8 products in three accumulators (the cross terms share one). The epilogue (per-token x
    per-channel scales, zero-point correction through the row sums, bias, optional GELU, output
    dtype) is fused and float32. Its bundle variants assume K and the row strides of A and B are
    multiples of 16 (callers pad K with zero weights; A's padding may hold anything).
@@ -317,7 +318,7 @@ def quant_gemm_kernel(
     GROUP_M: tl.constexpr,
     PDL: tl.constexpr = 0,
     A16: tl.constexpr = 0,               # with LIMBS: A's rows hold int16 activations as two int8
-                                         # limbs, hi in columns [0, K), lo in [K, 2K) (W16A16)
+                                         # limbs, hi in a row's first half, lo in its second (W16A16)
 ):
     """int8 x int8 -> int32 GEMM with the fused float32 epilogue of W8A8 (or W16A8 with LIMBS, or
     W16A16 with LIMBS and A16: four limb products in three accumulators)."""
@@ -346,7 +347,7 @@ def quant_gemm_kernel(
             b2 = tl.load(b2_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0)
             acc2 = tl.dot(a, b2, acc2, out_dtype=tl.int32)
             if A16:
-                a2 = tl.load(a_ptrs + K, mask=mask_m[:, None] & mask_k[None, :], other=0)
+                a2 = tl.load(a_ptrs + stride_am // 2, mask=mask_m[:, None] & mask_k[None, :], other=0)
                 acc2 = tl.dot(a2, b, acc2, out_dtype=tl.int32)
                 acc3 = tl.dot(a2, b2, acc3, out_dtype=tl.int32)
             b2_ptrs += BLOCK_K
@@ -511,8 +512,8 @@ def _fused_layer(h, kmask, w, w2, b_scale, b_offset, bias, nmask,
 @triton.jit
 def mlp3_fused_kernel(
     x_ptr, gamma_ptr, beta_ptr,          # float32 input rows (M x K0); LayerNorm weight and bias (K0,)
-    w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr,   # per layer: int8 weights (N x K, K contiguous; W16A8:
-    w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr,   # hi and lo limbs), float32 scale, limb offset, bias
+    w1_ptr, w1b_ptr, s1_ptr, o1_ptr, b1_ptr,   # per layer: int8 weights (N x K, K contiguous; W16A8,
+    w2_ptr, w2b_ptr, s2_ptr, o2_ptr, b2_ptr,   # W16A16: hi and lo limbs), float32 scale, limb offset, bias
     w3_ptr, w3b_ptr, s3_ptr, o3_ptr, b3_ptr,
     y_ptr,                               # float32 outputs (M x N)
     M, K0, H1, H2, N,

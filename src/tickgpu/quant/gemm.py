@@ -27,8 +27,9 @@ Epilogues (m = token, n = output channel; ``f32()`` rounds to nearest float32):
 int32 accumulation limit: ``|xq| <= 127`` and ``|wq|, |hi|, |lo| <= 128`` bound each product by
 ``127 * 128 = 16256``, so a K-long sum stays within int32 for ``K <= K_MAX = 132104``
 (``floor((2**31 - 1) / 16256)``). Layers with larger K are refused at construction. W16A16's middle
-accumulator adds two products a step, ``127 * 128 + 128 * 128 = 32640`` at most, and its row sums
-hold int16 codes (``32639 * K``): ``K <= K_MAX_A16 = 65793``. Two schemes that
+accumulator adds two products a step, ``127 * 128 + 128 * 128 = 32640`` at most (a bound: the
+codes reach 32512), its low one ``128 * 128``, and its row sums hold int16 codes (``32639 * K``):
+``K <= K_MAX_A16 = 65793``. Two schemes that
 look simpler would overflow far sooner, which is why they are not used: int8 x int16 products in
 one int32 accumulator (``127 * 32768 * K`` overflows past K = 516), and folding the zero point into
 the weights (``|q - z| <= 65535``: past K = 258).
@@ -83,14 +84,20 @@ def gelu(y: np.ndarray) -> np.ndarray:
 def int_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Exact ``a @ b.T`` of int8 matrices a (M, K) and b (N, K), as int32 (M, N).
 
-    The sum is formed in int64; the K limit (:func:`check_k`) makes the int32 result equal what an
-    int32 accumulator computes, in any order.
+    The sum is formed in int64; the K limit (:func:`check_k`) and the operands' own peaks (a sum
+    that could pass int32 is refused) make the int32 result equal what an int32 accumulator
+    computes, in any order.
     """
     if a.dtype != np.int8 or b.dtype != np.int8:
         raise TypeError(f"int_gemm: operands must be int8, got {a.dtype} and {b.dtype}")
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"int_gemm: shapes {a.shape} and {b.shape} do not match as (M, K), (N, K)")
     check_k(a.shape[1])
+    # K_MAX assumes one side within +-127; two -128 limbs (W16A16's lo x lo) allow 128 * 128 a step
+    peak = int(np.abs(a.astype(np.int16)).max(initial=0)) * int(np.abs(b.astype(np.int16)).max(initial=0))
+    if peak * a.shape[1] > INT32_MAX:
+        raise ValueError(f"int_gemm: K = {a.shape[1]} with products up to {peak} could overflow int32; "
+                         f"split the layer along K")
     acc = a.astype(np.int64) @ b.astype(np.int64).T
     return acc.astype(np.int32)
 

@@ -49,6 +49,8 @@ import numpy as np
 EPS = np.float32(2.0**-100)
 INT8_MAX = 127
 ACT16_MAX = 32639   # 127 * 257: int16 activation codes that split into int8 limbs without an offset
+# Rows of int16 codes whose int32 row sum cannot wrap
+ACT16_K_MAX = (2**31 - 1) // ACT16_MAX   # 65795
 INT16_MIN, INT16_MAX = -32768, 32767
 # Steps across a channel's range: one fewer than int16 has, so that rint(W / s) + z, two roundings,
 # never lands past 32767 (which clipping would turn into an error of a whole step, not half).
@@ -222,6 +224,12 @@ def quantize_activations(x, bits: int = 8) -> QuantizedActivations:
     QuantizedActivations
         A row with a non-finite element gets codes 0, row sum 0 and scale NaN (see module docstring);
         an all-zero row gets codes 0 and the finite scale ``EPS / 127`` (``EPS / 32639``).
+
+    Raises
+    ------
+    ValueError
+        Not 2-D; bits not 8 or 16; 16-bit rows longer than ACT16_K_MAX (their int32 row sums
+        could wrap).
     """
     if bits not in ACT_BITS:
         raise ValueError(f"bits: must be one of {ACT_BITS}, got {bits!r}")
@@ -229,6 +237,9 @@ def quantize_activations(x, bits: int = 8) -> QuantizedActivations:
     x = np.asarray(x)
     if x.ndim != 2:
         raise ValueError(f"x: must be 2-D (tokens, features), got shape {x.shape}")
+    if bits == 16 and x.shape[1] > ACT16_K_MAX:
+        raise ValueError(f"x: rows of {x.shape[1]} int16 codes could overflow their int32 row sums "
+                         f"(at most {ACT16_K_MAX})")
     x = x.astype(np.float32, copy=False)
     with np.errstate(invalid="ignore", over="ignore"):
         finite = np.isfinite(x).all(axis=1)
