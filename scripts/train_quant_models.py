@@ -37,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from tickgpu.app import signal as app_signal  # noqa: E402
+from tickgpu.app import surrogate as app_surrogate  # noqa: E402
 from tickgpu.quant import EmaStandardizer, QuantMLP, check_causal, quantize_activations, quantize_weight  # noqa: E402
 
 DATA = ROOT / "src" / "tickgpu" / "data"
@@ -79,9 +80,6 @@ def prepare_signal():
 
 # -- (b) Black-Scholes surrogate -----------------------------------------------------------------
 
-M_RANGE, T_RANGE, V_RANGE = (0.7, 1.3), (0.02, 2.0), (0.05, 0.8)
-
-
 def bsm_call(moneyness, t, vol):
     """Call price / spot and delta for spot 1, strike = moneyness, r = q = 0 (float64)."""
     from scipy.special import ndtr
@@ -92,15 +90,6 @@ def bsm_call(moneyness, t, vol):
     return ndtr(d1) - moneyness * ndtr(d2), ndtr(d1)
 
 
-def bsm_inputs(rng, n):
-    return np.column_stack([rng.uniform(*M_RANGE, n), rng.uniform(*T_RANGE, n), rng.uniform(*V_RANGE, n)])
-
-
-def bsm_scale_inputs(raw):
-    """The fixed affine map of the known input domain onto [-1, 1] (no calibration involved)."""
-    lo = np.array([M_RANGE[0], T_RANGE[0], V_RANGE[0]])
-    hi = np.array([M_RANGE[1], T_RANGE[1], V_RANGE[1]])
-    return (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
 
 
 # -- training --------------------------------------------------------------------------------------
@@ -283,12 +272,12 @@ def _train(args, xs, ys, nf, t0):
     print(f"signal: {len(xs)} train / {len(xs_test)} test events, loss {loss_sig:.3f}, {time.time() - t0:.0f}s")
 
     rng = np.random.default_rng(2)
-    raw_train = bsm_inputs(rng, 200_000)
+    raw_train = app_surrogate.sample_inputs(rng, 200_000)
     p, d = bsm_call(*raw_train.T)
     torch.manual_seed(2)
     bsm = torch.nn.Sequential(torch.nn.Linear(3, 64), torch.nn.GELU(), torch.nn.Linear(64, 64), torch.nn.GELU(),
                               torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 2))
-    loss_bsm = train(bsm, bsm_scale_inputs(raw_train), np.column_stack([p, d]).astype(np.float32),
+    loss_bsm = train(bsm, app_surrogate.scale_inputs(raw_train), np.column_stack([p, d]).astype(np.float32),
                      steps=steps_bsm, batch=512, lr=3e-3, seed=2)
     sd_bsm = state_dict_np(bsm)
     print(f"bsm: loss {loss_bsm:.2e}, {time.time() - t0:.0f}s")
@@ -296,8 +285,8 @@ def _train(args, xs, ys, nf, t0):
 
 
 def _report(args, sd_sig, sd_bsm, loss_sig, loss_bsm, xs_test, ys_test, causal, nf, t0):
-    raw_test = bsm_inputs(np.random.default_rng(3), 20_000)
-    x_bsm_test = bsm_scale_inputs(raw_test)
+    raw_test = app_surrogate.sample_inputs(np.random.default_rng(app_surrogate.TEST_SEED), 20_000)
+    x_bsm_test = app_surrogate.scale_inputs(raw_test)
     signal_rows = eval_signal(sd_sig, xs_test, ys_test)
     bsm_rows = eval_bsm(sd_bsm, raw_test, x_bsm_test)
     tensor_rows = [{"model": "signal", **r} for r in tensor_table(sd_sig, xs_test[:5000])] + \

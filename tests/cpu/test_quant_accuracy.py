@@ -5,6 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tickgpu.app import surrogate
 from tickgpu.quant import QuantMLP
 
 DATA = Path(__file__).resolve().parents[2] / "src" / "tickgpu" / "data"
@@ -38,8 +39,7 @@ def test_bsm_surrogate_against_the_analytic_formula(scheme, price_tol, delta_tol
     sd1 = v * np.sqrt(tt)
     d1 = (-np.log(m) + 0.5 * sd1 ** 2) / sd1
     price, delta = ndtr(d1) - m * ndtr(d1 - sd1), ndtr(d1)
-    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
-    x = (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
+    x = surrogate.scale_inputs(raw)
     got = QuantMLP.from_state_dict(sd, scheme=scheme)(x)
     assert np.abs(got[:, 0] - price).max() < price_tol
     assert np.abs(got[:, 1] - delta).max() < delta_tol
@@ -47,8 +47,7 @@ def test_bsm_surrogate_against_the_analytic_formula(scheme, price_tol, delta_tol
 
 def _surrogate_inputs():
     sd, t = _load("quant_bsm_surrogate.npz")
-    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
-    return sd, (2 * (t["test_raw"] - lo) / (hi - lo) - 1).astype(np.float32)
+    return sd, surrogate.scale_inputs(t["test_raw"])
 
 
 def test_w16a16_surrogate_is_within_1e4_of_float32():

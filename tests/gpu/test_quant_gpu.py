@@ -297,14 +297,11 @@ def test_surrogate_in_w16a16_on_the_gpu_is_within_1e4_of_float32():
     largest magnitude of the float32 model, over 20,000 points; and the CPU reference's result
     to within what erf ulps upstream can move (a few int16 activation codes a layer: measured
     1.2e-5 / 2.1e-5 of the outputs' magnitudes)."""
-    with resources.files("tickgpu").joinpath("data/quant_bsm_surrogate.npz").open("rb") as f:
-        z = np.load(f)
-        sd = {k: z[k] for k in z.files if not k.startswith("test_")}
-    r = np.random.default_rng(3)
+    from tickgpu.app import surrogate
+
+    sd = surrogate.shipped_state_dict()
     n = 20_000
-    raw = np.column_stack([r.uniform(0.7, 1.3, n), r.uniform(0.02, 2.0, n), r.uniform(0.05, 0.8, n)])
-    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
-    x = (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
+    x = surrogate.scale_inputs(surrogate.sample_inputs(np.random.default_rng(surrogate.TEST_SEED), n))
     want = QuantMLP.from_state_dict(sd, scheme="fp32")(x).astype(np.float64)
     span = np.abs(want).max(axis=0)
     mlp = QuantMLP.from_state_dict(sd, scheme="w16a16", backend="gpu")

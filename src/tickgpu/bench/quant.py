@@ -341,19 +341,12 @@ def surrogate_section(quick: bool) -> dict:
     GPU in each scheme, against its float32 CPU model on 20,000 random points (the accuracy table's
     domain and draw): the largest error of each output over that output's largest magnitude, and
     the float16 CPU model's for scale; with the p50 of a one-point and a 64-point call."""
-    from importlib import resources
-
+    from tickgpu.app import surrogate
     from tickgpu.quant import QuantMLP
 
-    with resources.files("tickgpu").joinpath("data/quant_bsm_surrogate.npz").open("rb") as f:
-        z = np.load(f)
-        z = {k: z[k] for k in z.files}
-    sd = {k: v for k, v in z.items() if not k.startswith("test_")}
-    rng = np.random.default_rng(3)
+    sd = surrogate.shipped_state_dict()
     n = 2_000 if quick else 20_000
-    raw = np.column_stack([rng.uniform(0.7, 1.3, n), rng.uniform(0.02, 2.0, n), rng.uniform(0.05, 0.8, n)])
-    lo, hi = np.array([0.7, 0.02, 0.05]), np.array([1.3, 2.0, 0.8])
-    x = (2 * (raw - lo) / (hi - lo) - 1).astype(np.float32)
+    x = surrogate.scale_inputs(surrogate.sample_inputs(np.random.default_rng(surrogate.TEST_SEED), n))
     ref = QuantMLP.from_state_dict(sd, scheme="fp32")(x).astype(np.float64)
     span = np.abs(ref).max(axis=0)
     out: dict = {"points": n, "output_max_abs": span.tolist(), "schemes": {}}

@@ -92,12 +92,15 @@ def int_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         raise TypeError(f"int_gemm: operands must be int8, got {a.dtype} and {b.dtype}")
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"int_gemm: shapes {a.shape} and {b.shape} do not match as (M, K), (N, K)")
-    check_k(a.shape[1])
-    # K_MAX assumes one side within +-127; two -128 limbs (W16A16's lo x lo) allow 128 * 128 a step
-    peak = int(np.abs(a.astype(np.int16)).max(initial=0)) * int(np.abs(b.astype(np.int16)).max(initial=0))
-    if peak * a.shape[1] > INT32_MAX:
-        raise ValueError(f"int_gemm: K = {a.shape[1]} with products up to {peak} could overflow int32; "
-                         f"split the layer along K")
+    k = a.shape[1]
+    check_k(k)
+    # K_MAX assumes one side within +-127; two -128 operands (W16A16's lo x lo) make 128 * 128 a
+    # step, which only K past INT32_MAX // 16384 = 131071 can overflow: look at the peaks there only
+    if k > INT32_MAX // (128 * 128):
+        peak = int(np.abs(a.astype(np.int16)).max(initial=0)) * int(np.abs(b.astype(np.int16)).max(initial=0))
+        if peak * k > INT32_MAX:
+            raise ValueError(f"int_gemm: K = {k} with products up to {peak} could overflow int32; "
+                             f"split the layer along K")
     acc = a.astype(np.int64) @ b.astype(np.int64).T
     return acc.astype(np.int32)
 
