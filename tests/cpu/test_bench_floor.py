@@ -1,0 +1,45 @@
+"""The floor programs' output as the benchmarks read it: one run, or several with the best kept."""
+from tickgpu.bench.gpu import parse_floor
+
+RUN_A = """\
+NATIVE empty kernel launch throughput                  3.10 us/launch
+NATIVE empty kernel launch+sync round trip           p50=    9.63 us  p99=   12.01 us  min=    8.90 us
+NATIVE graph H2D+kernel+D2H 1024 floats             p50=   18.39 us  p99=   23.88 us  min=   10.34 us
+NATIVE H2D pinned 256MB                                55.41 GB/s
+MAILBOX n=  1024 round trip p50=  5.41 us p99=  9.88 us p99.9= 37.61 min=  3.88 bad=0
+"""
+RUN_B = """\
+NATIVE empty kernel launch throughput                  3.40 us/launch
+NATIVE empty kernel launch+sync round trip           p50=   10.18 us  p99=   11.50 us  min=    9.20 us
+NATIVE graph H2D+kernel+D2H 1024 floats             p50=   11.71 us  p99=   22.98 us  min=   10.72 us
+NATIVE H2D pinned 256MB                                55.90 GB/s
+MAILBOX n=  1024 round trip p50=  5.50 us p99=  7.49 us p99.9= 20.53 min=  4.14 bad=0
+"""
+
+
+def test_one_run_is_read_as_it_is(tmp_path):
+    f = tmp_path / "floor.txt"
+    f.write_text(RUN_A)
+    floor = parse_floor(str(f))
+    assert floor["graph H2D+kernel+D2H 1024 floats"] == {"p50_us": 18.39, "p99_us": 23.88}
+    assert floor["empty kernel launch throughput"] == {"us/launch": 3.10}
+    assert floor["H2D pinned 256MB"] == {"GB/s": 55.41}
+    assert floor["mailbox round trip 1024 floats"] == {"p50_us": 5.41, "p99_us": 9.88}
+
+
+def test_several_runs_keep_the_best_of_each_figure_and_list_them_all(tmp_path):
+    f = tmp_path / "floor.txt"
+    f.write_text(RUN_A + "# floor run 2\n" + RUN_B)
+    floor = parse_floor(str(f))
+    # the lowest p50 with its own run's p99, not the lowest p99 of any run
+    assert floor["graph H2D+kernel+D2H 1024 floats"] == {"p50_us": 11.71, "p99_us": 22.98, "runs": [18.39, 11.71]}
+    assert floor["empty kernel launch+sync round trip"] == {"p50_us": 9.63, "p99_us": 12.01, "runs": [9.63, 10.18]}
+    assert floor["mailbox round trip 1024 floats"]["p50_us"] == 5.41
+    # a bandwidth keeps its highest run, a launch cost its lowest
+    assert floor["H2D pinned 256MB"] == {"GB/s": 55.90, "runs": [55.41, 55.90]}
+    assert floor["empty kernel launch throughput"] == {"us/launch": 3.10, "runs": [3.10, 3.40]}
+
+
+def test_no_file_gives_no_floor(tmp_path):
+    assert parse_floor(None) == {}
+    assert parse_floor(str(tmp_path / "missing.txt")) == {}
