@@ -43,3 +43,32 @@ def test_several_runs_keep_the_best_of_each_figure_and_list_them_all(tmp_path):
 def test_no_file_gives_no_floor(tmp_path):
     assert parse_floor(None) == {}
     assert parse_floor(str(tmp_path / "missing.txt")) == {}
+
+
+def test_the_greeks_tick_reference_lines_are_read(tmp_path):
+    """benchmarks/floor/greeks_tick.cu prints in the floor programs' format."""
+    f = tmp_path / "floor.txt"
+    f.write_text("NATIVE greeks tick f32 1024 in+graph+out                p50=   15.52 us  p99=   27.90 us  min=   13.10 us\n"
+                 "NATIVE greeks tick f32 1024 graph only                  p50=   10.21 us  p99=   20.70 us  min=    9.70 us\n")
+    floor = parse_floor(str(f))
+    assert floor["greeks tick f32 1024 in+graph+out"] == {"p50_us": 15.52, "p99_us": 27.90}
+    assert floor["greeks tick f32 1024 graph only"]["p50_us"] == 10.21
+
+
+def test_targets_set_the_tick_beside_the_floor_and_the_same_work_in_c():
+    from tickgpu.bench.gpu import evaluate_targets
+
+    res = {"floor": {"graph H2D+kernel+D2H 1024 floats": {"p50_us": 12.0, "p99_us": 20.0},
+                     "greeks tick f32 1024 in+graph+out": {"p50_us": 15.0, "p99_us": 25.0}},
+           "latency": {"tickgpu_greeks_f32_numpy_1024": {"p50_us": 30.0}, "torch_eager_greeks_f32_numpy_1024":
+                       {"p50_us": 900.0}, "tickgpu_bound_greeks_f32_numpy_1024": {"p50_us": 21.0}}}
+    t = evaluate_targets(res)
+    assert t["latency_1024_over_floor_graph<=1.3"] == 2.5
+    assert t["latency_1024_bound_over_floor_graph<=1.3"] == 1.75
+    assert t["same_work_C_over_floor_graph"] == 1.25
+    assert t["latency_1024_over_same_work_C"] == 2.0
+    assert t["latency_1024_bound_over_same_work_C"] == 1.4
+    # without the reference program's lines, no same-work ratios
+    del res["floor"]["greeks tick f32 1024 in+graph+out"]
+    t = evaluate_targets(res)
+    assert not any("same_work" in k for k in t)

@@ -584,6 +584,17 @@ def evaluate_targets(res: dict) -> dict:
     if floor and "tickgpu_bound_greeks_f32_numpy_1024" in lat:
         t["latency_1024_bound_over_floor_graph<=1.3"] = (lat["tickgpu_bound_greeks_f32_numpy_1024"]["p50_us"]
                                                          / floor["p50_us"])
+    # The same tick's own work done in C (benchmarks/floor/greeks_tick.cu: copies in, the graph on
+    # mapped staging, copies out, no Python): what the tick costs beyond the bytes it moves, which
+    # are 17 arrays of 1,024 against the floor graph's two.
+    same = res.get("floor", {}).get("greeks tick f32 1024 in+graph+out")
+    if same:
+        if floor:
+            t["same_work_C_over_floor_graph"] = same["p50_us"] / floor["p50_us"]
+        for key, name in (("tickgpu_greeks_f32_numpy_1024", "latency_1024_over_same_work_C"),
+                          ("tickgpu_bound_greeks_f32_numpy_1024", "latency_1024_bound_over_same_work_C")):
+            if key in lat:
+                t[name] = lat[key]["p50_us"] / same["p50_us"]
     iv = res.get("implied_vol", {})
     if "options_per_s" in iv:
         t["iv_f64_Gopts_per_s>=2"] = iv["options_per_s"] / 1e9
