@@ -72,3 +72,30 @@ def test_targets_set_the_tick_beside_the_floor_and_the_same_work_in_c():
     del res["floor"]["greeks tick f32 1024 in+graph+out"]
     t = evaluate_targets(res)
     assert not any("same_work" in k for k in t)
+
+
+def test_tick_parts_take_a_call_apart_on_the_mock(gpu_ctx):
+    """The latency section's breakdown runs the staged tick's own pieces and leaves calls right."""
+    import numpy as np
+
+    import tickgpu
+    from tickgpu.bench.gpu import option_inputs, tick_parts
+
+    x = option_inputs(np, 48, np.float32, seed=3)
+
+    def both():
+        return (tickgpu.greeks(**x, dtype=np.float32, backend="gpu"),
+                tickgpu.greeks(x["spot"], x["strike"], 0.5, 0.01, 0.2, dtype=np.float32, backend="gpu"))
+
+    before = both()
+    parts = tick_parts(x, np.float32, 20)
+    for key in ("native_roundtrip", "graph_only", "stage_in", "stage_out_after_gpu", "call"):
+        assert parts[key]["n"] > 0 and parts[key]["p50_us"] > 0, key
+    assert parts["python_p50_us"] == parts["call"]["p50_us"] - parts["native_roundtrip"]["p50_us"]
+    assert parts["mapped"] is True
+    # Calls after it give what they gave before, arrays and single values alike (the parts' copies
+    # leave the single-value slots holding the arrays' values: the next call must refill them).
+    after = both()
+    for a, b in zip(before, after):
+        for name in ("price", "delta", "charm"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))

@@ -326,7 +326,57 @@ def bench_latency(torch, repeats: int) -> dict:
         return [o.cpu().numpy() for o in outs]
 
     res["torch_eager_greeks_f32_numpy_1024"] = time_calls(torch_call, max(repeats // 5, 1000))
+    res["parts_f32_1024"] = tick_parts(x, np.float32, repeats)
     return res
+
+
+def tick_parts(x: dict, dtype, repeats: int) -> dict:
+    """Where a tick's time goes: the same 1,024-option call taken apart, each part timed alone (p50).
+
+    - ``native_roundtrip``: the one native call of a tick (inputs into staging, the graph, the
+      wait, the outputs out of staging), from Python with everything bound;
+    - ``graph_only``: the same call without the staging copies (the graph and the wait);
+    - ``stage_in``: the input copies alone; ``stage_out_after_gpu``: the output copy right after a
+      replay wrote staging (so the lines come from memory, as in a tick);
+    - ``python``: a `tickgpu.greeks` call's p50 less the native round trip's.
+    """
+    from tickgpu._native import ffi, lib
+    from tickgpu.runtime import context
+
+    ctx = context()
+    n = x["spot"].size
+    tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+    plan = ctx.ticks.get(("greeks", np.dtype(dtype).char, n))
+    if plan is None:
+        return {"error": "no tick plan for this size (not a staged tick)"}
+    d, r = ctx.driver, plan.runner
+    none = ffi.new("tg_hot_copy[1]")
+    block = np.empty((10, plan.m), dtype)
+    with ctx.lock:
+        ctx.enter()
+        if plan.graph.holder is not plan:
+            plan.bind()
+        # NOTE: each call points the out-copy at its own block, since freed: point it at ours.
+        plan.t_out[0].dst = ffi.from_buffer(block)
+        parts = {
+            "native_roundtrip": time_calls(
+                lambda: d.roundtrip(plan.t_in, plan.k_in, plan.graph.exec, r.stream, plan.t_out, 1), repeats),
+            "graph_only": time_calls(lambda: d.roundtrip(none, 0, plan.graph.exec, r.stream, none, 0), repeats),
+            "stage_in": time_calls(lambda: lib.tg_hot_stage(plan.t_in, plan.k_in), repeats),
+        }
+        after = np.empty(min(repeats, 2000), dtype=np.int64)
+        for i in range(after.size):
+            d.roundtrip(none, 0, plan.graph.exec, r.stream, none, 0)
+            t0 = time.perf_counter_ns()
+            lib.tg_hot_stage(plan.t_out, 1)
+            after[i] = time.perf_counter_ns() - t0
+        parts["stage_out_after_gpu"] = stats_us(after[min(200, after.size // 2):])
+        r.staged_by = None   # staging now holds what these copies left; the next tick rewrites it
+    call = time_calls(lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"), repeats)
+    parts["call"] = call
+    parts["python_p50_us"] = call["p50_us"] - parts["native_roundtrip"]["p50_us"]
+    parts["mapped"] = bool(plan.mapped)
+    return parts
 
 
 def _iv_resolution(x: dict, vol: np.ndarray) -> np.ndarray:
