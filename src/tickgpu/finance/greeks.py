@@ -102,7 +102,7 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     for d in shape:
         n *= d
     if dispatch.choose("greeks", n, backend, on_device=on_device) == "gpu":
-        return _greeks_of((_ops or _runtime_ops()).greeks_arrays(values, dt, shape))
+        return _greeks_of((_ops or _runtime_ops()).greeks_arrays(values, dt, shape, on_device))
     return _greeks_cpu(values, dt, shape, n)
 
 
@@ -133,12 +133,12 @@ _HOST_TYPES = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, n
 
 def _greeks_of(arrays) -> Greeks:
     # Greeks is frozen: its __init__ goes through object.__setattr__ field by field; filling the
-    # instance dict directly is the same object, several times cheaper per call (keywords, not
-    # zip(GREEK_NAMES, ...): no iterator per call).
+    # instance dict directly is the same object, several times cheaper per call (one unpacking
+    # into the dict's keys: no keyword dict and no iterator per call).
     g = _new(Greeks)
-    price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = arrays
-    g.__dict__.update(price=price, delta=delta, gamma=gamma, vega=vega, theta=theta, rho=rho, phi=phi,
-                      vanna=vanna, volga=volga, charm=charm)
+    d = g.__dict__
+    (d["price"], d["delta"], d["gamma"], d["vega"], d["theta"], d["rho"], d["phi"], d["vanna"], d["volga"],
+     d["charm"]) = arrays
     return g
 
 

@@ -102,10 +102,11 @@ def greeks(spot, strike, t, rate, vol, div, call, *, dtype, shape) -> dict:
     return dict(zip(GREEKS_OUTPUTS, outs))
 
 
-def greeks_arrays(inputs: tuple, dtype: np.dtype, shape: tuple) -> list:
+def greeks_arrays(inputs: tuple, dtype: np.dtype, shape: tuple, on_device: bool | None = None) -> list | tuple:
     """`greeks` for callers that have checked everything: `inputs` (spot, strike, t, rate, vol,
-    div, call), `dtype` a NumPy float dtype, `shape` a tuple; the 10 arrays in GREEKS_OUTPUTS order."""
-    return _call(GREEKS, dtype, shape, inputs)
+    div, call), `dtype` a NumPy float dtype, `shape` a tuple; the 10 arrays in GREEKS_OUTPUTS order.
+    `on_device` False says that the caller found no GPU array among the inputs (None: look)."""
+    return _call(GREEKS, dtype, shape, inputs, on_device=on_device)
 
 
 def implied_vol(price, spot, strike, t, rate, div, call, *, dtype, shape):
@@ -132,7 +133,8 @@ def surface_eval(strikes, expiries, vols, mode, strike, t, *, what, shape):
     return out
 
 
-def _call(fam: _Family, dtype: np.dtype, shape: tuple, inputs: tuple, grid=(), extra=None) -> list:
+def _call(fam: _Family, dtype: np.dtype, shape: tuple, inputs: tuple, grid=(), extra=None,
+          on_device: bool | None = None) -> list | tuple:
     if dtype not in DTYPE_CODE:
         raise TypeError(f"{fam.name}: dtype must be float64 or float32, got {dtype}")
     if RESIDENT:   # empty unless a resident kernel is open: one truth test on every other call
@@ -141,9 +143,10 @@ def _call(fam: _Family, dtype: np.dtype, shape: tuple, inputs: tuple, grid=(), e
             outs = r.host_call(inputs, shape)
             if outs is not None:
                 return outs
-    for x in inputs:
-        if type(x) not in _HOST_TYPES and is_device_array(x):
-            return direct.device_call(_context(), fam, dtype, shape, inputs, grid, extra)
+    if on_device is not False:
+        for x in inputs:
+            if type(x) not in _HOST_TYPES and is_device_array(x):
+                return direct.device_call(_context(), fam, dtype, shape, inputs, grid, extra)
     return staged.host_call(_context, fam, dtype, shape, inputs, grid, extra)
 
 

@@ -25,6 +25,7 @@ of their runners when the pattern changes -- a few driver calls against millisec
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -91,7 +92,12 @@ def _output_blocks(fam, dtype):
             rows.append((b, spec[b][1]))
             spec[b] = (odt, spec[b][1] + 1)
         hit = _BLOCKS[key] = (spec, rows)
+        # A block's rows as views in one call (itemgetter is cheaper than list(block) or a loop).
+        _ROWS[key] = operator.itemgetter(*range(spec[0][1])) if len(spec) == 1 and spec[0][1] > 1 else list
     return hit
+
+
+_ROWS: dict = {}
 
 
 # ---- inputs -------------------------------------------------------------------------------------
@@ -328,9 +334,10 @@ def plan_for(ctx, fam, dtype, m, index, grid, extra, pattern=None) -> _TickPlan:
 
 
 # ---- calls --------------------------------------------------------------------------------------
-def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list:
-    """Run `fam` on host inputs; NumPy outputs of `shape`. `context()` gives the runtime context
-    (called only when there is work, so an empty call touches no driver)."""
+def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list | tuple:
+    """Run `fam` on host inputs; NumPy outputs of `shape`, in the family's output order (a list or
+    a tuple). `context()` gives the runtime context (called only when there is work, so an empty
+    call touches no driver)."""
     n = 1
     for d in shape:
         n *= d
@@ -367,7 +374,7 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list:
                 blk = _empty((spec[0][1], m), spec[0][0])
                 t_out[0].dst = _from_buffer(blk)
                 tick(ctx, plan, t_out, 1)
-                outs = list(blk) if n == m else [row[:n] for row in blk]
+                outs = _ROWS[(fam.name, dtype)](blk) if n == m else [row[:n] for row in blk]
             else:
                 blocks = [_empty((cnt, m), odt) for odt, cnt in spec]
                 for b, blk in enumerate(blocks):
