@@ -160,6 +160,18 @@ int tg_hot_launch_sync(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_
     return report(cu.stream_sync((CUstream)stream), cu_result);
 }
 
+int tg_hot_launch_desc_run(const tg_hot_launch_desc *desc, int sync, int *cu_result)
+{
+    HOT_READY(cu_result);
+    if (desc == NULL)
+        return TG_EINVAL;
+    int st = tg_hot_launch(desc->func, desc->grid_x, desc->grid_y, desc->grid_z, desc->block_x, desc->block_y,
+                           desc->block_z, desc->shared_bytes, desc->stream, desc->params, cu_result);
+    if (st != TG_OK || !sync)
+        return st;
+    return report(cu.stream_sync((CUstream)desc->stream), cu_result);
+}
+
 int tg_hot_graph_launch(uintptr_t graph_exec, uintptr_t stream, int *cu_result)
 {
     HOT_READY(cu_result);

@@ -168,10 +168,26 @@ int cuStreamSynchronize(void *stream)
     return 0;
 }
 
+/* The last cuLaunchKernel's arguments (fake_last_launch), and the first parameter's value as an
+   int32 read through params, as a kernel would see it. A function handle of 0xbad fails the launch
+   with CUDA_ERROR_INVALID_VALUE (1). */
+static uintptr_t last_launch[9];
+static int last_param0;
+
+int fake_last_launch(uintptr_t *out9, int *param0)
+{
+    memcpy(out9, last_launch, sizeof last_launch);
+    *param0 = last_param0;
+    return 0;
+}
+
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra)
 {
-    return 0;
+    const uintptr_t a[9] = {(uintptr_t)f, gx, gy, gz, bx, by, bz, shared, (uintptr_t)stream};
+    memcpy(last_launch, a, sizeof a);
+    last_param0 = params != NULL && params[0] != NULL ? *(const int *)params[0] : -1;
+    return (uintptr_t)f == 0xbad ? 1 : 0;
 }
 
 int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void *src, size_t bytes, void *stream)

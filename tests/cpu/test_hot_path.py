@@ -230,3 +230,121 @@ def test_hot_pipeline_and_roundtrip_on_a_stand_in_driver(fake_libcuda, threads):
     assert res == {"ok": True, "equal": True, "launch_streams": True, "no_reuse_before_wait": True,
                    "error": [True, True], "waited_after_error": True, "roundtrip": True, "roundtrip_equal": True,
                    "einval": [True, True, True]}, res
+
+
+_BOUND_LAUNCH_SCRIPT = r'''
+import ctypes, json
+import numpy as np
+from tickgpu._native import ffi, lib
+from tickgpu.runtime.driver import CudaError, Driver
+from tickgpu.runtime.launch import BoundLaunch
+
+fake = ctypes.CDLL("libcuda.so.1")
+assert lib.tg_hot_init() == lib.TG_OK, "the stand-in driver did not load"
+
+
+def last():
+    a, p0 = (ctypes.c_size_t * 9)(), ctypes.c_int()
+    fake.fake_last_launch(a, ctypes.byref(p0))
+    return list(a), p0.value
+
+
+def syncs(stream):
+    kinds, streams = (ctypes.c_int * 4096)(), (ctypes.c_size_t * 4096)()
+    n = fake.fake_log(kinds, streams, 4096)
+    return sum(1 for i in range(n) if kinds[i] == 2 and streams[i] == stream)
+
+
+out = {}
+value = np.array([41], np.int32)
+params = ffi.new("void *[1]")
+params[0] = ffi.from_buffer(value)
+desc = ffi.new("tg_hot_launch_desc *")
+desc.func, desc.shared_bytes, desc.stream, desc.params = 0x1234, 64, 0x7000, params
+desc.grid_x, desc.grid_y, desc.grid_z, desc.block_x, desc.block_y, desc.block_z = 3, 2, 1, 128, 1, 1
+res = ffi.new("int *")
+s0 = syncs(0x7000)
+out["run"] = lib.tg_hot_launch_desc_run(desc, 0, res) == lib.TG_OK and res[0] == 0
+out["args"], out["param0"] = last()
+out["no_sync"] = syncs(0x7000) == s0
+value[0] = 42                     # arguments rewritten in place: the next run reads them
+out["run_sync"] = lib.tg_hot_launch_desc_run(desc, 1, res) == lib.TG_OK
+out["param0_after"] = last()[1]
+out["synced"] = syncs(0x7000) == s0 + 1
+out["einval"] = [lib.tg_hot_launch_desc_run(ffi.NULL, 1, res) == lib.TG_EINVAL]
+for field in ("func", "grid_x", "block_z"):
+    d2 = ffi.new("tg_hot_launch_desc *", desc[0])
+    setattr(d2, field, 0)
+    out["einval"].append(lib.tg_hot_launch_desc_run(d2, 1, res) == lib.TG_EINVAL)
+d3 = ffi.new("tg_hot_launch_desc *", desc[0])
+d3.params = ffi.NULL
+out["einval"].append(lib.tg_hot_launch_desc_run(d3, 1, res) == lib.TG_EINVAL)
+bad = ffi.new("tg_hot_launch_desc *", desc[0])
+bad.func = 0xbad
+s1 = syncs(0x7000)
+out["refused"] = [lib.tg_hot_launch_desc_run(bad, 1, res) == lib.TG_ECUDA, res[0] == 1, syncs(0x7000) == s1]
+
+# BoundLaunch over the native call: a driver whose hot path is the native core (no cuInit here),
+# a launcher stand-in with a real argument buffer layout (one int32 parameter).
+drv = Driver()
+drv._hot, drv._ffi, drv._result = lib, ffi, ffi.new("int *")
+
+
+class Spec:
+    variant, block, shared, pdl = "k_b128", (128, 1, 1), 64, False
+
+
+class Kernel:
+    spec, func = Spec(), 0x1234
+
+
+class Args:
+    def __init__(self):
+        self.values = np.array([7], np.int32)
+        self.ptrs = np.array([self.values.ctypes.data], np.uint64)
+        self.address = self.ptrs.ctypes.data
+
+
+class L:
+    driver, kernel, args, launches = drv, Kernel(), Args(), 0
+
+    def launch_grid(self, grid, stream, *, sync=False):
+        raise AssertionError("the native path was not taken")
+
+
+lau = L()
+b = BoundLaunch(lau, (5, 1, 1), 0x8000)
+s2 = syncs(0x8000)
+b()
+out["bound_args"], out["bound_param0"] = last()
+lau.args.values[0] = 8
+b(sync=True)
+out["bound_param0_after"], out["bound_synced"], out["launches"] = last()[1], syncs(0x8000) == s2 + 1, lau.launches
+Kernel.func = 0xbad
+try:
+    BoundLaunch(lau, (5, 1, 1), 0x8000)(sync=True)
+    out["error"] = None
+except CudaError as e:
+    out["error"] = [e.op, e.name, e.code, e.kernel]
+print(json.dumps(out))
+'''
+
+
+def test_a_bound_launch_is_one_native_call_with_arguments_read_at_each_launch(fake_libcuda):
+    """tg_hot_launch_desc_run launches what its descriptor says (and waits only when asked), reads
+    the argument values at each run, refuses a bad descriptor without calling the driver, and reports
+    the driver's refusal; BoundLaunch drives it, and a refused launch raises CudaError with the
+    driver's name, the call and the kernel."""
+    import os
+
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{fake_libcuda.parent}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    r = subprocess.run([sys.executable, "-c", _BOUND_LAUNCH_SCRIPT], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr + r.stdout
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res == {"run": True, "args": [0x1234, 3, 2, 1, 128, 1, 1, 64, 0x7000], "param0": 41, "no_sync": True,
+                   "run_sync": True, "param0_after": 42, "synced": True, "einval": [True] * 5,
+                   "refused": [True, True, True],
+                   "bound_args": [0x1234, 5, 1, 1, 128, 1, 1, 64, 0x8000], "bound_param0": 7,
+                   "bound_param0_after": 8, "bound_synced": True, "launches": 2,
+                   "error": ["cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE", 1, "k_b128"]}, res

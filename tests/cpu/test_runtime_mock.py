@@ -901,3 +901,32 @@ def test_refused_graph_update_recaptures(ctx, mock, rng):
     out = ops.greeks(**dict(d, vol=0.4), dtype=np.float64, shape=(n,))
     assert g.stats["update_refusals"] == 1 and g.stats["captures"] == 2
     _close(out["vanna"], expected_greeks(**_ref(dict(d, vol=0.4)))["vanna"], np.float64)
+
+
+def test_a_bound_launch_reads_the_arguments_of_each_launch(ctx, mock):
+    """Launcher.bind fixes grid and stream; arguments rewritten between launches take effect. On the
+    mock (no native hot path) it takes the launcher's own launch (the native call is tested on the
+    stand-in libcuda, test_hot_path.py)."""
+    n = 40
+    x = np.arange(n, dtype=np.float32)
+    dx, dy = mock.mem_alloc(4 * n), mock.mem_alloc(4 * n)
+    mock.memcpy_htod(dx, x.ctypes.data, x.nbytes)
+    lau = ctx.launcher("scale", "f32", n, False)
+    lau.args.pack(dx, dy, n)
+    bound = lau.bind(n, ctx.stream)
+    assert bound.grid == lau.grid(n) and "scale" in repr(bound)
+    before = len(mock.launches)
+    bound(sync=True)
+    y = np.empty(n, np.float32)
+    mock.memcpy_dtoh(y.ctypes.data, dy, y.nbytes)
+    np.testing.assert_array_equal(y, (x.astype(np.float64) * np.float64(np.float32(1.0001)) + 1.0).astype(np.float32))
+    lau.args.set(2, n // 2)                       # only the first half this time
+    mock.memcpy_htod(dy, np.zeros(n, np.float32).ctypes.data, 4 * n)
+    bound()
+    mock.memcpy_dtoh(y.ctypes.data, dy, y.nbytes)
+    assert (y[: n // 2] != 0).all() and (y[n // 2:] == 0).all()
+    assert [launch["n"] for launch in mock.launches[before:]] == [n, n // 2]
+    with pytest.raises(TypeError, match="give n or grid"):
+        lau.bind()
+    with pytest.raises(ValueError, match="grid must be three sizes"):
+        lau.bind(grid=(0, 1, 1))

@@ -91,6 +91,43 @@ def test_scale_kernel_reads_and_writes_mapped_memory_in_place(ctx, rng):
     m_out.release(ctx.stream)
 
 
+def test_a_bound_launch_runs_the_scale_kernel_with_each_launchs_arguments(ctx, rng):
+    """Launcher.bind on the GPU: one native call a launch (the hot path), the argument values read
+    at each launch (n rewritten in place), a bad launch raising CudaError with the kernel's name."""
+    from tickgpu.runtime.driver import CudaError
+    from tickgpu.runtime.launch import BoundLaunch
+
+    n = 1000
+    lau = ctx.launcher("scale", "f32", n, False)
+    m_in, m_out = mapped(n * 4, ctx), mapped(n * 4, ctx)
+    try:
+        x = (rng.standard_normal(n) * 100).astype(np.float32)
+        m_in.array(np.float32, (n,))[:] = x
+        out = m_out.array(np.float32, (n,))
+        out[:] = -7.0
+        lau.args.pack(m_in.device_ptr, m_out.device_ptr, n)
+        bound = lau.bind(n, ctx.stream)
+        assert bound._run is not None          # the native call, not the launcher's Python path
+        launches = lau.launches
+        bound(sync=True)
+        want = (x.astype(np.float64) * np.float64(np.float32(1.0001)) + 1.0).astype(np.float32)
+        assert np.max(np.abs(out.view(np.int32) - want.view(np.int32))) <= 1
+        out[:] = -7.0
+        lau.args.set(2, n // 2)                # the next launch covers the first half only
+        bound(sync=True)
+        assert np.max(np.abs(out[: n // 2].view(np.int32) - want[: n // 2].view(np.int32))) <= 1
+        assert np.all(out[n // 2:] == -7.0)
+        assert lau.launches == launches + 2
+        # A block size the device refuses (more than 1,024 threads): the driver's error, named.
+        too_big = BoundLaunch(lau, (1, 1, 1), ctx.stream)
+        too_big._desc.block_x = 4096
+        with pytest.raises(CudaError, match=r"cuLaunchKernel failed: CUDA_ERROR_\w+ \(kernel scale_f32"):
+            too_big(sync=True)
+    finally:
+        m_in.release(ctx.stream)
+        m_out.release(ctx.stream)
+
+
 def _chain(rng, n, dtype):
     return dict(spot=rng.uniform(50, 150, n).astype(dtype), strike=rng.uniform(50, 150, n).astype(dtype),
                 t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),

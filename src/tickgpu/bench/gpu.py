@@ -430,11 +430,13 @@ def bench_implied_vol(cp, n: int) -> dict:
 def bench_launch(cp, repeats: int) -> dict:
     """One prepacked kernel launch and wait from Python, through the C hot path.
 
-    Each call is `Launcher.launch(..., sync=True)`: one native call (cuLaunchKernel + stream
-    synchronise, GIL released) on arguments packed once. The headline is the bundle's empty kernel
-    (csrc/cuda/noop.cu), like for like with the floor's C `<<<>>>` launch + sync of an empty
-    kernel; the greeks kernel on one option is shown beside it (its own run time, a chain of
-    transcendental functions on one thread, included), with that kernel's device time from events.
+    The headline is a bound launch (`Launcher.bind`, then ``bound(sync=True)``): one native call
+    of three arguments (cuLaunchKernel + stream synchronise, GIL released) on arguments packed
+    once, of the bundle's empty kernel (csrc/cuda/noop.cu), like for like with the floor's C
+    `<<<>>>` launch + sync of an empty kernel. Beside it: the same through `Launcher.launch`
+    (its Python layers and an eleven-argument native call), and the greeks kernel on one option
+    (its own run time, a chain of transcendental functions on one thread, included), with that
+    kernel's device time from events.
     """
     from tickgpu.runtime import context
 
@@ -443,8 +445,10 @@ def bench_launch(cp, repeats: int) -> dict:
     handle = stream.ptr
     noop = ctx.launcher("noop", "f32", 1, False)
     noop.args.pack(1)
-    res = time_calls(lambda: noop.launch(1, handle, sync=True), repeats, warmup=200)
+    bound = noop.bind(1, handle)
+    res = time_calls(lambda: bound(True), repeats, warmup=200)
     res["variant"] = noop.kernel.variant
+    res["launcher_launch"] = time_calls(lambda: noop.launch(1, handle, sync=True), repeats, warmup=200)
 
     lau = ctx.launcher("greeks", "f32", 1, False)
     ins = [cp.full(16, v, dtype=cp.float32) for v in (100.0, 100.0, 0.5, 0.01, 0.2, 0.0)]

@@ -4,7 +4,9 @@
 value's bytes. `ArgBuffer` keeps both in NumPy memory that lives as long as the kernel: the value
 bytes laid out exactly as the device sees them (the manifest's offsets, checked against
 ``cuFuncGetParamInfo`` at load), and the pointer array aimed into it once. A launch then costs one
-``struct.pack_into`` of the new pointers and sizes, and the driver call.
+``struct.pack_into`` of the new pointers and sizes, and the driver call. A launch repeated with
+everything but the argument values fixed is a `BoundLaunch` (`Launcher.bind`): one native call of
+three arguments per launch.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from tickgpu.runtime.bundle import LoadedKernel
 
-__all__ = ["ArgBuffer", "Launcher", "grid_for", "MAX_ELEMENTS_PER_LAUNCH"]
+__all__ = ["ArgBuffer", "Launcher", "BoundLaunch", "grid_for", "MAX_ELEMENTS_PER_LAUNCH"]
 
 _STRUCT_CODES = {"ptr": "Q", "i32": "i", "i64": "q", "f32": "f", "f64": "d"}
 
@@ -131,3 +133,60 @@ class Launcher:
             self.driver.launch(self.kernel.func, grid, spec.block, spec.shared, stream,
                                self.args.address, sync=sync, kernel=spec.variant)
         self.launches += 1
+
+    def bind(self, n: int | None = None, stream: int = 0, *, grid: tuple[int, int, int] | None = None) -> "BoundLaunch":
+        """This kernel's launch over `n` elements (or on `grid`) on `stream`, fixed once: see `BoundLaunch`."""
+        if (n is None) == (grid is None):
+            raise TypeError(f"bind: kernel {self.kernel.spec.variant}: give n or grid, not both or neither")
+        return BoundLaunch(self, self.grid(n) if grid is None else grid, stream)
+
+
+class BoundLaunch:
+    """One kernel's launch with its function, grid, block, shared memory and stream fixed.
+
+    ``bound()`` launches; ``bound(sync=True)`` launches and waits for the stream. The argument
+    values are the launcher's `ArgBuffer`, read at each launch, so ``launcher.args.set`` or ``pack``
+    between launches take effect. Where the driver has the native hot path, each launch is one
+    call (`tg_hot_launch_desc_run`: a descriptor built once, three arguments) instead of
+    `Launcher.launch`'s Python layers and an eleven-argument call; elsewhere (a stand-in driver)
+    it is `Launcher.launch_grid`. Not thread-safe, like the launcher whose buffer it uses.
+    """
+
+    __slots__ = ("launcher", "grid", "stream", "_desc", "_run", "_driver", "_variant")
+
+    def __init__(self, launcher: Launcher, grid, stream: int):
+        grid = tuple(int(g) for g in grid)
+        if len(grid) != 3 or min(grid) < 1 or max(grid) >= 1 << 31:
+            raise ValueError(f"bind: kernel {launcher.kernel.spec.variant}: grid must be three sizes in "
+                             f"[1, 2**31), got {grid}")
+        self.launcher, self.grid, self.stream = launcher, grid, int(stream)
+        d = self._driver = launcher.driver
+        spec = launcher.kernel.spec
+        self._variant = spec.variant
+        self._run = self._desc = None
+        hot = getattr(d, "_hot", None)
+        if hot is not None:
+            ffi = d._ffi
+            desc = self._desc = ffi.new("tg_hot_launch_desc *")
+            desc.func = launcher.kernel.func
+            desc.grid_x, desc.grid_y, desc.grid_z = grid
+            desc.block_x, desc.block_y, desc.block_z = spec.block
+            desc.shared_bytes = spec.shared
+            desc.stream = self.stream
+            # The buffer lives as long as the launcher, which this object holds.
+            desc.params = ffi.cast("void **", launcher.args.address)
+            self._run = hot.tg_hot_launch_desc_run
+
+    def __call__(self, sync: bool = False) -> None:
+        run = self._run
+        if run is None:
+            self.launcher.launch_grid(self.grid, self.stream, sync=sync)
+            return
+        d = self._driver
+        st = run(self._desc, sync, d._result)
+        if st:
+            d._hot_check(st, "cuLaunchKernel", self._variant)
+        self.launcher.launches += 1
+
+    def __repr__(self) -> str:
+        return f"<BoundLaunch {self._variant} grid={self.grid} stream={self.stream:#x}>"
