@@ -86,3 +86,61 @@ def test_bad_bindings_say_which_input_and_why(gpu_ctx, rng):
     empty = [a[:0] for a in x]
     with pytest.raises(ValueError, match="spot has 0 elements"):
         rt.bind_greeks(*empty)
+
+
+# ---- bind_implied_vol ------------------------------------------------------------------------------
+def _quotes(rng, n, dtype):
+    return [rng.uniform(1, 20, n).astype(dtype), rng.uniform(80, 120, n).astype(dtype),
+            rng.uniform(80, 120, n).astype(dtype), rng.uniform(0.1, 2, n).astype(dtype),
+            rng.uniform(0, 0.05, n).astype(dtype), rng.uniform(0, 0.03, n).astype(dtype), rng.random(n) < 0.5]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 5, 16, 64])
+def test_bound_implied_vol_equals_implied_vol_and_follows_in_place_updates(gpu_ctx, rng, dtype, n):
+    from cuda_mock import expected_iv
+
+    x = _quotes(rng, n, dtype)
+    ivs = rt.bind_implied_vol(*x, dtype=dtype)
+    assert "BoundImpliedVol" in repr(ivs) and ivs.n == n
+    for _ in range(3):
+        vol, status = ivs()
+        assert vol.shape == (n,) and vol.dtype == dtype and status.shape == (n,) and status.dtype == np.int8
+        want_vol, want_status = expected_iv(*(np.asarray(v, np.float64) for v in x[:6]), call=x[6])
+        tol = 1e-12 if dtype == np.float64 else 2e-6
+        np.testing.assert_allclose(vol, want_vol.astype(dtype), rtol=tol, atol=tol)
+        np.testing.assert_array_equal(status, want_status)
+        g_vol, g_status = tickgpu.implied_vol(*x, dtype=dtype, backend="gpu", return_status=True)
+        np.testing.assert_array_equal(vol, g_vol)
+        np.testing.assert_array_equal(status, g_status)
+        for a, b in zip(x, _quotes(rng, n, dtype)):
+            a[:] = b                      # the loop's arrays, updated in place
+
+
+def test_bound_greeks_and_implied_vols_share_nothing_they_should_not(gpu_ctx, rng):
+    """A greeks binding and an implied-vol binding of one size, called in turn with the ops on
+    single values in between, each keep giving their own answers."""
+    n = 16
+    g_in, iv_in = _chain(rng, n, np.float64), _quotes(rng, n, np.float64)
+    tick, ivs = rt.bind_greeks(*g_in), rt.bind_implied_vol(*iv_in)
+    want_g = tickgpu.greeks(*g_in, backend="gpu")
+    want_iv = tickgpu.implied_vol(*iv_in, backend="gpu", return_status=True)
+    for _ in range(2):
+        _same(tick(), want_g)
+        tickgpu.implied_vol(5.0, 100.0, iv_in[2], 1.0, 0.01, backend="gpu")
+        vol, status = ivs()
+        np.testing.assert_array_equal(vol, want_iv[0])
+        np.testing.assert_array_equal(status, want_iv[1])
+
+
+def test_bad_implied_vol_bindings_say_which_input_and_why(gpu_ctx, rng):
+    x = _quotes(rng, 8, np.float64)
+    with pytest.raises(TypeError, match="bind_implied_vol: price must be of dtype float64, got float32"):
+        rt.bind_implied_vol(x[0].astype(np.float32), *x[1:])
+    with pytest.raises(TypeError, match="bind_implied_vol: rate must be a NumPy array, got float"):
+        rt.bind_implied_vol(*x[:4], 0.01, *x[5:])
+    with pytest.raises(ValueError, match="bind_implied_vol: strike has 7 elements, price has 8"):
+        rt.bind_implied_vol(*x[:2], x[2][:7], *x[3:])
+    big = _quotes(rng, 65, np.float64)
+    with pytest.raises(ValueError, match=r"price has 65 elements; a binding takes 1 to 64 \(tickgpu.implied_vol"):
+        rt.bind_implied_vol(*big)

@@ -310,6 +310,24 @@ def test_implied_vol_numpy(ctx, rng, dtype, n):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", (1, 17, 1024))
+def test_bound_implied_vols_follow_their_arrays(ctx, rng, dtype, n):
+    """rt.bind_implied_vol: the CPU backend's vols and statuses of the arrays' contents at each
+    call, and the same bits as tickgpu.implied_vol on the GPU."""
+    args = _iv_inputs(rng, n, dtype)
+    names = ("price", "spot", "strike", "t", "rate", "div", "call")
+    ivs = rt.bind_implied_vol(*(args[k] for k in names), dtype=dtype)
+    for _ in range(2):
+        g, c = _iv_both(args, dtype)
+        vol, status = ivs()
+        np.testing.assert_array_equal(vol, g[0], err_msg=f"bound vol n={n}")
+        np.testing.assert_array_equal(status, g[1], err_msg=f"bound status n={n}")
+        _iv_agree(args, (vol, status), c, dtype, f"bound iv n={n}")
+        for k, v in _iv_inputs(rng, n, dtype).items():
+            args[k][:] = v
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_implied_vol_edges(ctx, dtype):
     # below intrinsic, above maximum, at intrinsic, t = 0, NaN, negative price, ordinary
     price = np.array([0.5, 150.0, 10.0, 5.0, np.nan, -1.0, 8.0])

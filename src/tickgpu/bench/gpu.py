@@ -327,6 +327,18 @@ def bench_latency(torch, repeats: int) -> dict:
 
     res["torch_eager_greeks_f32_numpy_1024"] = time_calls(torch_call, max(repeats // 5, 1000))
     res["parts_f32_1024"] = tick_parts(x, np.float32, repeats)
+    # Implied vols of 1,024 float64 quotes (prices from the CPU backend's greeks), a call and bound.
+    from tickgpu.runtime import bind_implied_vol
+
+    q = {k: v for k, v in x64.items() if k != "vol"}
+    q["price"] = tickgpu.greeks(**x64, backend="cpu").price
+    iv_names = ("price", "spot", "strike", "t", "rate", "div", "call")
+    res["tickgpu_implied_vol_f64_numpy_1024"] = time_calls(lambda: tickgpu.implied_vol(**q, backend="gpu"), repeats)
+    ivs = bind_implied_vol(*(q[k] for k in iv_names))
+    res["tickgpu_bound_implied_vol_f64_numpy_1024"] = time_calls(ivs, repeats)
+    vol, status = ivs()
+    want = tickgpu.implied_vol(**q, backend="gpu", return_status=True)
+    res["bound_iv_same_bits"] = bool(np.array_equal(vol, want[0], equal_nan=True) and np.array_equal(status, want[1]))
     return res
 
 

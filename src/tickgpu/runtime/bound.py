@@ -1,19 +1,24 @@
-"""Greeks bound to fixed NumPy arrays: checked once, then recomputed from their contents per call.
+"""Greeks and implied vols bound to fixed NumPy arrays: checked once, then recomputed from their
+contents per call.
 
 A tick loop usually owns its inputs: the same arrays, updated in place as quotes arrive. For that
-loop, `tickgpu.greeks` repeats work on every call that the loop does not need: argument checks,
-shapes, dtypes, dispatch, the staging table. `bind_greeks` does that work once::
+loop, `tickgpu.greeks` and `tickgpu.implied_vol` repeat work on every call that the loop does not
+need: argument checks, shapes, dtypes, dispatch, the staging table. `bind_greeks` and
+`bind_implied_vol` do that work once::
 
     spot = np.empty(1024, np.float32); ...           # the loop's own arrays
     tick = tickgpu.runtime.bind_greeks(spot, strike, t, rate, vol, div, call, dtype=np.float32)
+    ivs = tickgpu.runtime.bind_implied_vol(mid, spot, strike, t, rate, div, call, dtype=np.float32)
     while True:
-        spot[:] = latest_spots()                      # in place: the binding reads the new values
+        spot[:] = latest_spots()                      # in place: the bindings read the new values
         g = tick()                                    # Greeks, new arrays every call
+        vol, status = ivs()
 
 Each call is one native round trip (the arrays into the tick's staging, the tick's graph, the
 results out) on the staged path's own plan and graph for that size, and the same kernel, so the
-results are `tickgpu.greeks(..., backend="gpu")`'s to the bit. The binding holds references to its
-arrays; resizing one (``ndarray.resize``) is refused by NumPy while they are held.
+results are those of `tickgpu.greeks(..., backend="gpu")` / `tickgpu.implied_vol(...,
+backend="gpu", return_status=True)` to the bit. A binding holds references to its arrays;
+resizing one (``ndarray.resize``) is refused by NumPy while they are held.
 """
 from __future__ import annotations
 
@@ -26,22 +31,107 @@ from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
 from tickgpu.runtime.staged import bucket, plan_for
 
-__all__ = ["BoundGreeks", "bind_greeks"]
+__all__ = ["BoundGreeks", "BoundImpliedVol", "bind_greeks", "bind_implied_vol"]
 
-_NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
 _from_buffer = _ffi.from_buffer
 _empty = np.empty
 _rows = operator.itemgetter(*range(10))   # the block's ten rows as views, in one call
+_I8 = np.dtype(np.int8)
 
 
-class BoundGreeks:
+class _BoundTick:
+    """What a binding of one staged op does: check the arrays once, then one round trip a call."""
+
+    _fam = None          # the op's family (tickgpu.runtime.ops)
+    _api = ""            # the public name, for messages
+
+    def __init__(self, values, dtype):
+        from tickgpu.finance import _checks
+        from tickgpu.runtime import context
+
+        fam, api = self._fam, self._api
+        dt = _checks.check_dtype(dtype)
+        n = None
+        first = fam.inputs[0]
+        for name, x in zip(fam.inputs, values):
+            if type(x) is not np.ndarray:
+                raise TypeError(f"{api}: {name} must be a NumPy array, got {type(x).__name__}")
+            want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == fam.flag else (dt,)
+            if x.dtype not in want:
+                raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
+            if x.ndim != 1 or not x.flags.c_contiguous:
+                raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, "
+                                 f"got shape {x.shape}{'' if x.flags.c_contiguous else ', not contiguous'}")
+            if n is None:
+                n = x.shape[0]
+            elif x.shape[0] != n:
+                raise ValueError(f"{api}: {name} has {x.shape[0]} elements, {first} has {n}")
+        ctx = context()
+        if not 1 <= n <= ctx.staging_elements:
+            raise ValueError(f"{api}: {first} has {n} elements; a binding takes 1 to {ctx.staging_elements} "
+                             f"(tickgpu.{api.removeprefix('bind_')} takes any number)")
+        self.n, self.dtype, self.arrays = n, dt, tuple(values)
+        self._ctx = ctx
+        self._m = bucket(n, ctx.staging_elements)
+        self._plan = None
+        self._t_in = _ffi.new("tg_hot_copy[]", len(values))
+        for i, x in enumerate(values):
+            self._t_in[i].src = _from_buffer(x)      # the arrays stay referenced by self.arrays
+            self._t_in[i].bytes = x.nbytes
+        self._n_out = self._out_blocks()
+        self._t_out = _ffi.new("tg_hot_copy[]", self._n_out)
+        with ctx.lock:
+            ctx.enter()
+            self._replan()
+
+    def _out_blocks(self) -> int:
+        raise NotImplementedError
+
+    def _replan(self) -> None:
+        """The staged path's plan for this size (built by warm-up; again after scratch moved)."""
+        ctx = self._ctx
+        plan = plan_for(ctx, self._fam, self.dtype, self._m, 0, (), None)
+        if plan.ng or len(plan.blocks) != self._n_out:
+            raise AssertionError(f"{self._api}: the plan is not {self._n_out} output block(s) without a grid")
+        for i in range(len(self.arrays)):
+            self._t_in[i].dst = plan.t_in[i].dst
+        for b in range(self._n_out):
+            self._t_out[b].src = plan.t_out[b].src
+            self._t_out[b].bytes = plan.t_out[b].bytes
+        self._plan = plan
+
+    def _run(self, *blocks) -> None:
+        """One round trip: the bound arrays in, the graph, the results out into `blocks`."""
+        ctx = self._ctx
+        t_out = self._t_out
+        with ctx.lock:
+            ctx.enter()
+            for b, blk in enumerate(blocks):
+                t_out[b].dst = _from_buffer(blk)
+            plan = self._plan
+            if plan.epoch != ctx.bundle.scratch_epoch:
+                self._replan()
+                plan = self._plan
+            if plan.graph.holder is not plan:
+                plan.bind()
+            r = plan.runner
+            # This call writes every input slot: the plan's record of what its slots hold is stale.
+            r.staged_by = self
+            ctx.driver.roundtrip(self._t_in, len(self.arrays), plan.graph.exec, r.stream, t_out, self._n_out)
+            r.stats["replays"] += 1
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.dtype.name} n={self.n}>"
+
+
+class BoundGreeks(_BoundTick):
     """Greeks of fixed NumPy arrays, recomputed from their current contents on every call.
 
     Parameters
     ----------
     spot, strike, t, rate, vol, div : numpy.ndarray
         One-dimensional, C-contiguous arrays of `dtype`, all of one length n (1 <= n <= the
-        runtime's staging elements, 65,536 by default). Read on every call, never written.
+        runtime's staging elements, 131,072 by default). Read on every call, never written.
     call : numpy.ndarray
         Of the same length, bool or uint8 (nonzero: a call).
     dtype : numpy.float64 or numpy.float32
@@ -59,80 +149,65 @@ class BoundGreeks:
         ``backend="auto"`` is the call that falls back to the CPU).
     """
 
+    _fam, _api = ops.GREEKS, "bind_greeks"
+
     def __init__(self, spot, strike, t, rate, vol, div, call, *, dtype=np.float64):
-        from tickgpu.finance import _checks
-        from tickgpu.runtime import context
+        super().__init__((spot, strike, t, rate, vol, div, call), dtype)
 
-        dt = _checks.check_dtype(dtype)
-        values = (spot, strike, t, rate, vol, div, call)
-        n = None
-        for name, x in zip(_NAMES, values):
-            if type(x) is not np.ndarray:
-                raise TypeError(f"bind_greeks: {name} must be a NumPy array, got {type(x).__name__}")
-            want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == "call" else (dt,)
-            if x.dtype not in want:
-                raise TypeError(f"bind_greeks: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
-            if x.ndim != 1 or not x.flags.c_contiguous:
-                raise ValueError(f"bind_greeks: {name} must be one-dimensional and C-contiguous, "
-                                 f"got shape {x.shape}{'' if x.flags.c_contiguous else ', not contiguous'}")
-            if n is None:
-                n = x.shape[0]
-            elif x.shape[0] != n:
-                raise ValueError(f"bind_greeks: {name} has {x.shape[0]} elements, spot has {n}")
-        ctx = context()
-        if not 1 <= n <= ctx.staging_elements:
-            raise ValueError(f"bind_greeks: spot has {n} elements; a binding takes 1 to {ctx.staging_elements} "
-                             f"(tickgpu.greeks takes any number)")
-        self.n, self.dtype, self.arrays = n, dt, values
-        self._ctx = ctx
-        self._m = bucket(n, ctx.staging_elements)
-        self._plan = None
-        self._t_in = _ffi.new("tg_hot_copy[]", len(values))
-        self._t_out = _ffi.new("tg_hot_copy[1]")
-        for i, x in enumerate(values):
-            self._t_in[i].src = _from_buffer(x)      # the arrays stay referenced by self.arrays
-            self._t_in[i].bytes = x.nbytes
-        with ctx.lock:
-            ctx.enter()
-            self._replan()
-
-    def _replan(self) -> None:
-        """The staged path's plan for this size (built by warm-up; again after scratch moved)."""
-        ctx = self._ctx
-        plan = plan_for(ctx, ops.GREEKS, self.dtype, self._m, 0, (), None)
-        if plan.ng or len(plan.blocks) != 1:
-            raise AssertionError("bind_greeks: the greeks plan is not one output block without a grid")
-        for i in range(len(self.arrays)):
-            self._t_in[i].dst = plan.t_in[i].dst
-        self._t_out[0].src = plan.t_out[0].src
-        self._t_out[0].bytes = plan.t_out[0].bytes
-        self._plan = plan
+    def _out_blocks(self) -> int:
+        return 1
 
     def __call__(self) -> Greeks:
         """The greeks of the bound arrays' current contents: a new `Greeks` of n-element arrays."""
-        ctx = self._ctx
         m, n = self._m, self.n
         block = _empty((10, m), self.dtype)
-        with ctx.lock:
-            ctx.enter()
-            self._t_out[0].dst = _from_buffer(block)
-            plan = self._plan
-            if plan.epoch != ctx.bundle.scratch_epoch:
-                self._replan()
-                plan = self._plan
-            if plan.graph.holder is not plan:
-                plan.bind()
-            r = plan.runner
-            # This call writes every input slot: the plan's record of what its slots hold is stale.
-            r.staged_by = self
-            ctx.driver.roundtrip(self._t_in, len(self.arrays), plan.graph.exec, r.stream, self._t_out, 1)
-            r.stats["replays"] += 1
+        self._run(block)
         return _greeks_of(_rows(block) if n == m else [row[:n] for row in block])
 
-    def __repr__(self) -> str:
-        return f"<BoundGreeks {self.dtype.name} n={self.n}>"
+
+class BoundImpliedVol(_BoundTick):
+    """Implied vols of fixed NumPy arrays, recomputed from their current contents on every call.
+
+    Parameters
+    ----------
+    price, spot, strike, t, rate, div : numpy.ndarray
+        One-dimensional, C-contiguous arrays of `dtype`, all of one length n (1 <= n <= the
+        runtime's staging elements). Read on every call, never written.
+    call : numpy.ndarray
+        Of the same length, bool or uint8 (nonzero: a call).
+    dtype : numpy.float64 or numpy.float32
+        Of the inputs, the solve and the vols.
+
+    Each call returns ``(vol, status)``: new arrays of n vols (`dtype`) and n `IVStatus` codes
+    (int8), those of ``tickgpu.implied_vol(..., backend="gpu", return_status=True)``.
+
+    Raises
+    ------
+    TypeError, ValueError, BackendUnavailable
+        As `BoundGreeks`.
+    """
+
+    _fam, _api = ops.IMPLIED_VOL, "bind_implied_vol"
+
+    def __init__(self, price, spot, strike, t, rate, div, call, *, dtype=np.float64):
+        super().__init__((price, spot, strike, t, rate, div, call), dtype)
+
+    def _out_blocks(self) -> int:
+        return 2
+
+    def __call__(self) -> tuple[np.ndarray, np.ndarray]:
+        """(vol, status) of the bound arrays' current contents, new arrays of n elements."""
+        m, n = self._m, self.n
+        vol, status = _empty(m, self.dtype), _empty(m, _I8)
+        self._run(vol, status)
+        return (vol, status) if n == m else (vol[:n], status[:n])
 
 
 def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64) -> BoundGreeks:
     """`tickgpu.greeks` on the GPU for fixed NumPy arrays, checked once (see `BoundGreeks`)."""
     return BoundGreeks(spot, strike, t, rate, vol, div, call, dtype=dtype)
+
+
+def bind_implied_vol(price, spot, strike, t, rate, div, call, *, dtype=np.float64) -> BoundImpliedVol:
+    """`tickgpu.implied_vol` on the GPU for fixed NumPy arrays, checked once (see `BoundImpliedVol`)."""
+    return BoundImpliedVol(price, spot, strike, t, rate, div, call, dtype=dtype)
