@@ -74,8 +74,10 @@ def test_bad_bindings_say_which_input_and_why(gpu_ctx, rng):
         rt.bind_greeks(*x[:4], x[4].astype(np.float32), *x[5:])
     with pytest.raises(TypeError, match="bind_greeks: call must be of dtype bool or uint8, got int64"):
         rt.bind_greeks(*x[:6], x[6].astype(np.int64))
-    with pytest.raises(TypeError, match="bind_greeks: rate must be a NumPy array, got float"):
-        rt.bind_greeks(*x[:3], 0.01, *x[4:])
+    with pytest.raises(TypeError, match="bind_greeks: rate must be a NumPy array or a single number, got list"):
+        rt.bind_greeks(*x[:3], [0.01] * 8, *x[4:])
+    with pytest.raises(TypeError, match="bind_greeks: at least one input must be a NumPy array"):
+        rt.bind_greeks(100.0, 100.0, 1.0, 0.01, 0.2, 0.0, True)
     with pytest.raises(ValueError, match="bind_greeks: strike must be one-dimensional and C-contiguous"):
         rt.bind_greeks(x[0], np.repeat(x[1], 2)[::2], *x[2:])
     with pytest.raises(ValueError, match="bind_greeks: t has 7 elements, spot has 8"):
@@ -137,10 +139,30 @@ def test_bad_implied_vol_bindings_say_which_input_and_why(gpu_ctx, rng):
     x = _quotes(rng, 8, np.float64)
     with pytest.raises(TypeError, match="bind_implied_vol: price must be of dtype float64, got float32"):
         rt.bind_implied_vol(x[0].astype(np.float32), *x[1:])
-    with pytest.raises(TypeError, match="bind_implied_vol: rate must be a NumPy array, got float"):
-        rt.bind_implied_vol(*x[:4], 0.01, *x[5:])
+    with pytest.raises(TypeError, match="bind_implied_vol: rate must be a NumPy array or a single number, got str"):
+        rt.bind_implied_vol(*x[:4], "0.01", *x[5:])
     with pytest.raises(ValueError, match="bind_implied_vol: strike has 7 elements, price has 8"):
         rt.bind_implied_vol(*x[:2], x[2][:7], *x[3:])
     big = _quotes(rng, 65, np.float64)
     with pytest.raises(ValueError, match=r"price has 65 elements; a binding takes 1 to 64 \(tickgpu.implied_vol"):
         rt.bind_implied_vol(*big)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_single_values_are_fixed_at_binding(gpu_ctx, rng, dtype):
+    """Numbers bind as arrays of their own: the results are tickgpu's with the same single values,
+    to the bit, while the arrays among the inputs are still read at each call."""
+    n = 24
+    spot, strike, t = (rng.uniform(80, 120, n).astype(dtype), rng.uniform(80, 120, n).astype(dtype),
+                       rng.uniform(0.1, 2, n).astype(dtype))
+    tick = rt.bind_greeks(spot, strike, t, 0.03, np.float64(0.2), 0.0, True, dtype=dtype)
+    for _ in range(2):
+        _same(tick(), tickgpu.greeks(spot, strike, t, 0.03, 0.2, 0.0, True, dtype=dtype, backend="gpu"))
+        spot[:] = rng.uniform(80, 120, n)
+    price = rng.uniform(1, 20, n).astype(dtype)
+    ivs = rt.bind_implied_vol(price, 100.0, strike, t, 0.03, 0.01, False, dtype=dtype)
+    want = tickgpu.implied_vol(price, 100.0, strike, t, 0.03, 0.01, False, dtype=dtype, backend="gpu",
+                               return_status=True)
+    vol, status = ivs()
+    np.testing.assert_array_equal(vol, want[0])
+    np.testing.assert_array_equal(status, want[1])

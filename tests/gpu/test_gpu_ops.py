@@ -166,6 +166,24 @@ def test_bound_greeks_follow_their_arrays(ctx, rng, dtype, n):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_bound_greeks_with_single_values(ctx, rng, dtype):
+    """Numbers bound as fixed values: tickgpu.greeks's bits with the same numbers, and the CPU
+    backend's greeks, while the arrays are read at each call."""
+    n = 300
+    args = _bsm(rng, n, dtype)
+    args.update(rate=0.02, div=0.0, call=False)
+    names = ("spot", "strike", "t", "rate", "vol", "div", "call")
+    tick = rt.bind_greeks(*(args[k] for k in names), dtype=dtype)
+    for _ in range(2):
+        g, c = _greeks_both(args, dtype)
+        b = tick()
+        for name in GREEKS:
+            np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"bound {name}")
+            _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name}", _cancelling_scale(args).get(name))
+        args["spot"][:] = rng.uniform(50, 150, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_greeks_edges_and_broadcast(ctx, rng, dtype):
     edges = _edges(dtype)
     g, c = _greeks_both(edges, dtype)

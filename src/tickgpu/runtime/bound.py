@@ -37,6 +37,7 @@ _from_buffer = _ffi.from_buffer
 _empty = np.empty
 _rows = operator.itemgetter(*range(10))   # the block's ten rows as views, in one call
 _I8 = np.dtype(np.int8)
+_NUMBER_TYPES = frozenset({float, int, bool, np.float64, np.float32, np.bool_, np.int64, np.int32})
 
 
 class _BoundTick:
@@ -51,11 +52,23 @@ class _BoundTick:
 
         fam, api = self._fam, self._api
         dt = _checks.check_dtype(dtype)
+        arrays = [x for x in values if type(x) is np.ndarray]
+        if not arrays:
+            raise TypeError(f"{api}: at least one input must be a NumPy array (single values alone: "
+                            f"call tickgpu.{api.removeprefix('bind_')})")
+        first = next(name for name, x in zip(fam.inputs, values) if type(x) is np.ndarray)
+        # A single value (a Python or NumPy number) is fixed at binding: it becomes an array of its
+        # own, copied in with the others at each call (rebind to change it).
+        n_first = arrays[0].shape[0] if arrays[0].ndim == 1 else None
+        values = list(values)
+        for i, (name, x) in enumerate(zip(fam.inputs, values)):
+            if type(x) in _NUMBER_TYPES and n_first is not None:
+                values[i] = (np.full(n_first, bool(x), np.bool_) if name == fam.flag
+                             else np.full(n_first, float(x), dt))
         n = None
-        first = fam.inputs[0]
         for name, x in zip(fam.inputs, values):
             if type(x) is not np.ndarray:
-                raise TypeError(f"{api}: {name} must be a NumPy array, got {type(x).__name__}")
+                raise TypeError(f"{api}: {name} must be a NumPy array or a single number, got {type(x).__name__}")
             want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == fam.flag else (dt,)
             if x.dtype not in want:
                 raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
@@ -129,18 +142,20 @@ class BoundGreeks(_BoundTick):
 
     Parameters
     ----------
-    spot, strike, t, rate, vol, div : numpy.ndarray
+    spot, strike, t, rate, vol, div : numpy.ndarray or number
         One-dimensional, C-contiguous arrays of `dtype`, all of one length n (1 <= n <= the
-        runtime's staging elements, 131,072 by default). Read on every call, never written.
-    call : numpy.ndarray
-        Of the same length, bool or uint8 (nonzero: a call).
+        runtime's staging elements, 131,072 by default), read on every call, never written; or
+        single numbers, fixed at binding (at least one input must be an array).
+    call : numpy.ndarray or bool
+        Of the same length, bool or uint8 (nonzero: a call); or one bool, fixed at binding.
     dtype : numpy.float64 or numpy.float32
         Of the inputs, the computation and the results.
 
     Raises
     ------
     TypeError
-        An input that is not a NumPy array of the right dtype, naming it.
+        An input that is neither a NumPy array of the right dtype nor a number, or no array at
+        all, naming the input.
     ValueError
         An input that is not one-dimensional and C-contiguous, lengths that differ, or a length
         outside [1, staging elements], naming the input.
@@ -170,11 +185,10 @@ class BoundImpliedVol(_BoundTick):
 
     Parameters
     ----------
-    price, spot, strike, t, rate, div : numpy.ndarray
-        One-dimensional, C-contiguous arrays of `dtype`, all of one length n (1 <= n <= the
-        runtime's staging elements). Read on every call, never written.
-    call : numpy.ndarray
-        Of the same length, bool or uint8 (nonzero: a call).
+    price, spot, strike, t, rate, div : numpy.ndarray or number
+        As `BoundGreeks`'s inputs: arrays of one length n read on every call, or single numbers
+        fixed at binding.
+    call : numpy.ndarray or bool
     dtype : numpy.float64 or numpy.float32
         Of the inputs, the solve and the vols.
 
