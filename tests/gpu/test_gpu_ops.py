@@ -15,6 +15,7 @@ from scipy.special import erfc
 
 import tickgpu
 import tickgpu.runtime as rt
+from greeks_tolerance import cancelling_scale   # tests/ (pyproject: pythonpath)
 
 pytestmark = pytest.mark.gpu
 
@@ -37,7 +38,7 @@ def _tol(dtype):
 
 def _agree(gpu, cpu, dtype, what, floor=None):
     """Within tol relative, or tol times the array's largest magnitude (or, where given, tol times
-    ``floor``: the element's own resolution, for results that cancel; see _cancelling_scale)."""
+    ``floor``: the element's own resolution, for results that cancel; see cancelling_scale)."""
     gpu, cpu = np.asarray(gpu, dtype=np.float64), np.asarray(cpu, dtype=np.float64)
     assert gpu.shape == cpu.shape, what
     np.testing.assert_array_equal(np.isnan(gpu), np.isnan(cpu), err_msg=f"{what}: NaN positions differ")
@@ -52,48 +53,6 @@ def _agree(gpu, cpu, dtype, what, floor=None):
         bad = np.flatnonzero(~(np.abs(g - c) <= tol * np.abs(c) + tol * scale))
         assert bad.size == 0, (f"{what}: {bad.size} of {c.size} beyond rtol {tol} (atol {tol} x scale): "
                                f"gpu {g[bad[:5]]}, cpu {c[bad[:5]]}")
-
-
-def _cancelling_scale(args):
-    """Per option, the magnitude whose rounding sets the error of vanna and volga.
-
-    Both are proportional to d2 = d1 - sigma sqrt(t), which cancels near the at-the-money-forward
-    point ((r - q) t close to sigma^2 t / 2): any implementation's d2 carries a few ulps of
-    |d1| + sigma sqrt(t), not of d2. So vanna = -e^{-qt} phi(d1) d2 / sigma is known to
-    e^{-qt} phi(d1) (|d1| + sigma sqrt t) / sigma times the working precision, and volga = vega d1 d2 / sigma
-    to vega (|d1| + sigma sqrt t)^2 / sigma times it. (An edge case: S = K = 100, t = 1, sigma = 0.2,
-    r = 0.03, q = 0.01 in float32 has d2 = -5.2e-9 from the float32-rounded inputs, against roundings
-    of ~1e-8; its vanna, 1.0e-8 in float64, came out 2.9e-8 on the CPU and -0.0 on the GPU, both
-    correct to float32 resolution.)
-
-    Price and theta are sums of terms of opposite signs, each computed to a few ulps of itself: price
-    = w (S e^{-qt} N(w d1) - K e^{-rt} N(w d2)) is known to the sum of its two legs times the working
-    precision, theta to the sum of its three terms' magnitudes. (A deep out-of-the-money float32
-    price of 0.0042 with legs near 0.07 came out 0.00421684 on the GPU against 0.00421701 on the
-    CPU: 1.7e-7 apart, 2.5 ulps of the legs.) Bad inputs and t = 0 get 0 (the plain tolerance)."""
-    import math
-
-    erfc = np.vectorize(math.erfc, otypes=[np.float64])
-
-    def ndtr(x):
-        return 0.5 * erfc(-x / np.sqrt(2.0))
-
-    a = {k: np.asarray(v, dtype=np.float64) for k, v in args.items() if k != "call"}
-    w = np.where(np.asarray(args.get("call", True), dtype=bool), 1.0, -1.0)
-    with np.errstate(all="ignore"):
-        sst = a["vol"] * np.sqrt(a["t"])
-        d1 = (np.log(a["spot"] / a["strike"]) + (a["rate"] - a["div"]) * a["t"]) / sst + 0.5 * sst
-        pdf_q = np.exp(-a["div"] * a["t"] - 0.5 * d1 * d1) / np.sqrt(2 * np.pi)
-        span = np.abs(d1) + sst
-        vanna = pdf_q * span / a["vol"]
-        volga = a["spot"] * pdf_q * np.sqrt(a["t"]) * span * span / a["vol"]
-        leg_s = a["spot"] * np.exp(-a["div"] * a["t"]) * ndtr(w * d1)
-        leg_k = a["strike"] * np.exp(-a["rate"] * a["t"]) * ndtr(w * (d1 - sst))
-        price = leg_s + leg_k
-        theta = a["spot"] * pdf_q * a["vol"] / (2 * np.sqrt(a["t"])) + np.abs(a["rate"]) * leg_k \
-            + np.abs(a["div"]) * leg_s
-    return {k: np.nan_to_num(v, nan=0.0, posinf=0.0)
-            for k, v in (("vanna", vanna), ("volga", volga), ("price", price), ("theta", theta))}
 
 
 def _bsm(rng, n, dtype):
@@ -140,7 +99,7 @@ def _to_host(x):
 def test_greeks_numpy(ctx, rng, dtype, n):
     args = _bsm(rng, n, dtype)
     g, c = _greeks_both(args, dtype)
-    floors = _cancelling_scale(args)
+    floors = cancelling_scale(args)
     for name in GREEKS:
         assert isinstance(getattr(g, name), np.ndarray) and getattr(g, name).dtype == dtype
         _agree(getattr(g, name), getattr(c, name), dtype, f"{name} n={n}", floors.get(name))
@@ -157,7 +116,7 @@ def test_bound_greeks_follow_their_arrays(ctx, rng, dtype, n):
     for _ in range(2):
         g, c = _greeks_both(args, dtype)
         b = tick()
-        floors = _cancelling_scale(args)
+        floors = cancelling_scale(args)
         for name in GREEKS:
             np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"bound {name} n={n}")
             _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name} n={n}", floors.get(name))
@@ -179,7 +138,7 @@ def test_bound_greeks_with_single_values(ctx, rng, dtype):
         b = tick()
         for name in GREEKS:
             np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"bound {name}")
-            _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name}", _cancelling_scale(args).get(name))
+            _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name}", cancelling_scale(args).get(name))
         args["spot"][:] = rng.uniform(50, 150, n)
 
 
@@ -187,7 +146,7 @@ def test_bound_greeks_with_single_values(ctx, rng, dtype):
 def test_greeks_edges_and_broadcast(ctx, rng, dtype):
     edges = _edges(dtype)
     g, c = _greeks_both(edges, dtype)
-    floors = _cancelling_scale(edges)
+    floors = cancelling_scale(edges)
     for name in GREEKS:
         _agree(getattr(g, name), getattr(c, name), dtype, f"edge {name}", floors.get(name))
     args = dict(spot=rng.uniform(80, 120, (5, 1)), strike=rng.uniform(80, 120, (1, 7)), t=0.5, rate=0.02,
@@ -222,7 +181,7 @@ def test_every_variant(ctx, rng, monkeypatch):
         if k.spec.family == "greeks":
             args = _bsm(rng, n, dtype)
             g, c = _greeks_both(args, dtype)
-            floors = _cancelling_scale(args)
+            floors = cancelling_scale(args)
             for name in GREEKS:
                 _agree(getattr(g, name), getattr(c, name), dtype, f"{variant} {name}", floors.get(name))
         elif k.spec.family == "implied_vol":
@@ -413,7 +372,7 @@ def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
             dev["rate"] = 0.015                                    # a scalar rides along
             g, c = _greeks_both(dev, dtype)
             assert type(g.price).__module__.split(".")[0] == name
-            floors = _cancelling_scale({**a, "rate": 0.015})
+            floors = cancelling_scale({**a, "rate": 0.015})
             for gname in GREEKS:
                 _agree(_to_host(getattr(g, gname)), getattr(c, gname), dtype, f"{name} {gname} n={n}",
                        floors.get(gname))
