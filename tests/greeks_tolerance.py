@@ -1,5 +1,6 @@
 """What a float32 or float64 greek can be known to where its formula cancels: shared by the GPU
-tests that compare greeks with the CPU backend (test_gpu_ops.py, test_mailbox_gpu.py)."""
+tests that compare greeks with the CPU backend (test_gpu_ops.py, test_mailbox_gpu.py,
+test_pipeline_streams_gpu.py through test_gpu_ops)."""
 import numpy as np
 
 

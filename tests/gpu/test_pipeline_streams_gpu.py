@@ -40,7 +40,7 @@ def _pinned(ctx, n, dtype):
 
 def _greeks_agree(args, got, dtype, what):
     cpu = tickgpu.greeks(**args, dtype=dtype, backend="cpu")
-    floors = ref._cancelling_scale(args)
+    floors = ref.cancelling_scale(args)
     for name in ref.GREEKS:
         assert got[name].dtype == dtype and got[name].shape == (len(args["spot"]),)
         ref._agree(got[name], getattr(cpu, name), dtype, f"{what} {name}", floors.get(name))
