@@ -11,7 +11,8 @@
  *      outputs into staging, across PCIe; then a wait (cudaStreamSynchronize);
  *   3. the outputs copied out of staging into the caller's (pageable) result block.
  * It also times step 2 alone. The kernel computes the project's greeks (csrc/cpu/greeks_kernel.h,
- * the source the CPU backend and the resident kernel compile), one thread an option.
+ * the source the CPU backend and the resident kernel compile; csrc/cpu/greeks_instances.h), one
+ * thread an option.
  *
  * Output lines have the floor programs' format, so `tickgpu.bench.gpu.parse_floor` reads them:
  *   NATIVE greeks tick f32 1024 in+graph+out          p50=... us  p99=... us  min=... us
@@ -37,29 +38,7 @@
         }                                                                                                 \
     } while (0)
 
-#define REAL double
-#define M(name) name
-#define C(x) (x)
-#define KERNEL_ELEMENT greeks_element_f64
-#define KERNEL_LIMIT greeks_limit_f64
-#include "cpu/greeks_kernel.h"
-#undef REAL
-#undef M
-#undef C
-#undef KERNEL_ELEMENT
-#undef KERNEL_LIMIT
-
-#define REAL float
-#define M(name) name##f
-#define C(x) (x##f)
-#define KERNEL_ELEMENT greeks_element_f32
-#define KERNEL_LIMIT greeks_limit_f32
-#include "cpu/greeks_kernel.h"
-#undef REAL
-#undef M
-#undef C
-#undef KERNEL_ELEMENT
-#undef KERNEL_LIMIT
+#include "cpu/greeks_instances.h"
 
 __device__ static inline void greeks_one(double S, double K, double t, double r, double s, double q, double w, double *o)
 {

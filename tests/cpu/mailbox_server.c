@@ -20,29 +20,7 @@
 
 #include "../../csrc/hot/mailbox_protocol.h"
 
-#define REAL double
-#define M(name) name
-#define C(x) (x)
-#define KERNEL_ELEMENT server_element_f64
-#define KERNEL_LIMIT server_limit_f64
-#include "../../csrc/cpu/greeks_kernel.h"
-#undef REAL
-#undef M
-#undef C
-#undef KERNEL_ELEMENT
-#undef KERNEL_LIMIT
-
-#define REAL float
-#define M(name) name##f
-#define C(x) (x##f)
-#define KERNEL_ELEMENT server_element_f32
-#define KERNEL_LIMIT server_limit_f32
-#include "../../csrc/cpu/greeks_kernel.h"
-#undef REAL
-#undef M
-#undef C
-#undef KERNEL_ELEMENT
-#undef KERNEL_LIMIT
+#include "../../csrc/cpu/greeks_instances.h"
 
 typedef struct {
     tg_mb_header *box;
@@ -117,9 +95,9 @@ static void *serve(void *arg)
         uint32_t status = (n >= 1 && n <= cap) ? TG_MB_STATUS_OK : TG_MB_STATUS_BAD_REQUEST;
         if (status == TG_MB_STATUS_OK) {
             if (cfg.elem_size == 8)
-                SERVE(double, server_element_f64, server_limit_f64);
+                SERVE(double, greeks_element_f64, greeks_limit_f64);
             else
-                SERVE(float, server_element_f32, server_limit_f32);
+                SERVE(float, greeks_element_f32, greeks_limit_f32);
         }
         __atomic_store_n(&h->response.status, status, __ATOMIC_RELAXED);
         __atomic_store_n(&h->response.served, h->response.served + 1, __ATOMIC_RELAXED);
