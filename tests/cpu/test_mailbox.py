@@ -355,6 +355,36 @@ def test_greeks_route_through_an_open_resident_kernel(mock_ctx, rng, dtype):
     tickgpu.greeks(*chain(rng, 8, dtype), dtype=dtype, backend="gpu")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_bound_greeks_route_through_an_open_resident_kernel(mock_ctx, rng, dtype):
+    """rt.bind_greeks goes through an open resident kernel of its dtype that takes n options (as
+    tickgpu.greeks does), reading its arrays' contents at each call; a binding beyond capacity, or
+    of the other dtype, or after the kernel is closed, takes the graph."""
+    from tickgpu.runtime import mailbox
+
+    values = chain(rng, 40, dtype)
+    tick = rt.bind_greeks(*values, dtype=dtype)
+    big = rt.bind_greeks(*chain(rng, 300, dtype), dtype=dtype)
+    other_dt = np.float32 if dtype == np.float64 else np.float64
+    other = rt.bind_greeks(*chain(rng, 8, other_dt), dtype=other_dt)
+    with mailbox.resident("greeks", dtype=dtype, capacity=256) as r:
+        so, server = mock_ctx.driver.so, mock_ctx.driver.servers[r._stream]
+        before, calls = so.tgms_answered(server), r.calls
+        for _ in range(3):
+            assert_same(tick().as_dict(), cpu(values, dtype), "bound, resident")
+            for a, b in zip(values, chain(rng, 40, dtype)):
+                a[:] = b                      # in place: the next request carries the new values
+        assert so.tgms_answered(server) - before == 3 and r.calls == calls + 3
+        big()
+        other()
+        assert so.tgms_answered(server) - before == 3   # not through the mailbox
+    assert r.closed
+    before_graph = mock_ctx.runners and sum(x.stats["replays"] for x in mock_ctx.runners.values())
+    g = tick()
+    assert sum(x.stats["replays"] for x in mock_ctx.runners.values()) == before_graph + 1
+    assert g.price.shape == (40,)
+
+
 def test_resident_call_checks_capacity_and_broadcasts(mock_ctx, rng):
     from tickgpu.runtime import mailbox
 

@@ -158,3 +158,23 @@ def test_context_wide_waits_do_not_stall_on_an_open_resident_kernel(ctx, rng):
         tickgpu.warmup()
         assert time.monotonic() - t0 < 20.0, "warmup() waited for the resident kernel's idle timeout"
         agree(r(*values), values, np.float64, "after warmup")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_bound_greeks_through_the_resident_kernel(ctx, rng, dtype):
+    """A binding goes through an open resident kernel: the CPU backend's greeks of its arrays'
+    current contents, and the bits of tickgpu.greeks routed through the same kernel."""
+    n = 300
+    values = chain(rng, n, dtype)
+    tick = rt.bind_greeks(*values, dtype=dtype)
+    with mailbox.resident("greeks", dtype=dtype, capacity=CAPACITY) as r:
+        for _ in range(3):
+            calls = r.calls
+            b = tick()
+            assert r.calls == calls + 1, "the bound call did not go through the resident kernel"
+            agree(b.as_dict(), values, dtype, "bound")
+            g = tickgpu.greeks(*values, dtype=dtype, backend="gpu")
+            for name in OUTPUTS:
+                np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"bound {name}")
+            for a, v in zip(values, chain(rng, n, dtype)):
+                a[:] = v

@@ -678,7 +678,7 @@ def evaluate_targets(res: dict) -> dict:
     mailbox_floor = res.get("floor", {}).get("mailbox round trip 1024 floats")
     if mailbox_floor:
         # One option from Python against the floor's persistent kernel (4 KB each way, from C).
-        for key in ("resident_f32_1", "resident_f64_1"):
+        for key in ("resident_f32_1", "resident_f64_1", "resident_bound_f32_1", "resident_bound_f64_1"):
             if "p50_us" in rs.get(key, {}):
                 t[f"{key}_over_floor_mailbox"] = rs[key]["p50_us"] / mailbox_floor["p50_us"]
     ws = res.get("warm_start", {})

@@ -32,7 +32,9 @@ def bench_resident(repeats: int) -> dict:
     -------
     dict
         ``{"graph_f32_1024", "resident_f32_1024", "graph_f64_1024", "resident_f64_1024"}`` and the
-        same with ``_1`` (one option), each `time_calls`'s dict (``n``, ``p50_us``, ``p99_us``,
+        same with ``_1`` (one option), ``resident_bound_...`` for the same arrays bound once
+        (`bind_greeks`) and called through the open mailbox (with ``..._same_bits``: its results
+        equal the unbound call's), each `time_calls`'s dict (``n``, ``p50_us``, ``p99_us``,
         ``p999_us``, ``min_us``), plus ``"speedup_p50_f32"`` / ``"speedup_p50_f64"`` (graph p50 /
         resident p50, 1,024 options; ``..._1`` for one) and ``"agree_f32"`` / ``"agree_f64"``: the
         largest relative difference between the two paths' results over both sizes (a benchmark
@@ -62,9 +64,17 @@ def bench_resident(repeats: int) -> dict:
                     r.close()
             res[f"graph_{code}_{n}"] = time_calls(call, repeats, warmup=1000)
             via_graph = call()
+            bound = runtime.bind_greeks(*(x[k] for k in ("spot", "strike", "t", "rate", "vol", "div", "call")),
+                                        dtype=dtype)
             with mailbox.resident("greeks", dtype=dtype, capacity=4096) as r:
                 res[f"resident_{code}_{n}"] = time_calls(call, repeats, warmup=1000)
                 via_resident = call()
+                # The same arrays bound once: a binding's call through the open mailbox.
+                res[f"resident_bound_{code}_{n}"] = time_calls(bound, repeats, warmup=1000)
+                same = bound()
+                res[f"resident_bound_{code}_{n}_same_bits"] = all(
+                    np.array_equal(getattr(same, k), getattr(via_resident, k), equal_nan=True)
+                    for k in ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm"))
                 res[f"resident_{code}_launches"] = r.launches
             speedup = res[f"graph_{code}_{n}"]["p50_us"] / res[f"resident_{code}_{n}"]["p50_us"]
             res[f"speedup_p50_{code}" + ("" if n == N else f"_{n}")] = speedup

@@ -398,14 +398,7 @@ class ResidentGreeks:
                     self._flag[0] = v
                 else:
                     self._scalars[k] = v
-            # The answer lands in `block` as one (10, n) copy.
-            out = _from_buffer(block)
-            st = _call_block(self._box, n, self._in, out, self._timeout_ns, self._status)
-            if st == lib.TG_MB_EXITED:
-                # The kernel returned on idle (nothing is pending): start it again and retry once.
-                self._launch()
-                st = _call_block(self._box, n, self._in, out, self._timeout_ns, self._status)
-            self.calls += 1
+            st = self._request(self._in, n, block)
         del vals
         if st != lib.TG_OK:
             self._fail(st, n)
@@ -413,6 +406,36 @@ class ResidentGreeks:
         if len(shape) == 1:
             return outs
         return [o.reshape(shape) for o in outs]
+
+    def call_bound(self, inputs, n: int):
+        """One request for a binding's fixed arrays (`tickgpu.runtime.bind_greeks`): `inputs` a
+        ``tg_bsm_inputs`` the binding made once (seven arrays of n, stride 1). Returns the answer
+        as a (10, n) block, or None where this mailbox cannot take it (closed, or more than
+        `capacity` options): the binding then takes its graph."""
+        if n > self.capacity or self.closed:
+            return None
+        block = _empty((10, n), self.dtype)
+        with self._lock:
+            if self.closed:
+                return None
+            if self._parked:
+                self._launch()
+            st = self._request(inputs, n, block)
+        if st != lib.TG_OK:
+            self._fail(st, n)
+        return block
+
+    def _request(self, inputs, n: int, block) -> int:
+        """Post one request and wait for its answer, which lands in `block` as one (10, n) copy;
+        the native status. Under the mailbox's lock, the kernel running."""
+        out = _from_buffer(block)
+        st = _call_block(self._box, n, inputs, out, self._timeout_ns, self._status)
+        if st == lib.TG_MB_EXITED:
+            # The kernel returned on idle (nothing is pending): start it again and retry once.
+            self._launch()
+            st = _call_block(self._box, n, inputs, out, self._timeout_ns, self._status)
+        self.calls += 1
+        return st
 
     def _fail(self, st: int, n: int):
         if st == lib.TG_MB_TIMEOUT:
