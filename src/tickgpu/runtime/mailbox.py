@@ -14,7 +14,9 @@ for 1,024 (28 KB in, 40 KB out); float64 8.0 / 8.1 / 22.2 us. Each PCIe round tr
 waits on costs ~1 us, so a request costs the poll, one read of the inputs, one fence and `done`
 (mailbox_protocol.h); before that protocol (n and the mask read after the poll, `served` read
 back, three fences, 256 threads for 1,024 options) the same trips took 11.0 / 10.9 / 22.1 us.
-The Python call around it (checks, staging pointers, ten output rows) is most of what remains.
+The Python call around it (checks, staging pointers, ten output rows) is most of what remains; a
+`bind_greeks` binding, whose request is made once, goes through an open kernel too: 8.5 us for one
+float32 option from Python against `tickgpu.greeks`'s 16.3 us (benchmarks/results/h200-2026-11-30-m/).
 Opt-in, and measured by `tickgpu bench --suite gpu` (section "resident") beside the graph path,
 so that choosing it stays a measured choice.
 
