@@ -187,10 +187,17 @@ def test_float32_within_1e5_of_float64_on_ordinary_inputs(rng):
         "volga": g64.vega * (np.abs(a) + sst / 2) ** 2 / sigma,
         "charm": np.abs(q) * disc_q + disc_q * pdf * (2 * np.abs(r - q) * t + (np.abs(a) + sst) * sst) / (2 * t * sst),
     }
+    # Far in a tail (a short-dated option far from the money at low vol: |d| of 6 and more) the
+    # inputs themselves limit any float32 result: d, computed in float32, carries a few ulps of the
+    # terms it sums (|a| + sigma sqrt t), and N(d), phi(d) turn an absolute error in d into a
+    # relative one |d| times as large. Where that bound, 8 ulps x (|a| + sigma sqrt t)^2, exceeds
+    # 1e-5 it is the tolerance (seed 978819378: a call at d2 = -6.36 had rho 1.01e-5 off).
+    rtol = np.maximum(1e-5, 8 * 2.0**-24 * (np.abs(a) + sst) ** 2)
     for name in NAMES:
         want = getattr(g64, name)
         err = np.abs(getattr(g32, name).astype(np.float64) - want)
-        assert np.all(err <= 1e-5 * scale.get(name, np.abs(want))), name
+        bad = np.flatnonzero(~(err <= rtol * scale.get(name, np.abs(want))))
+        assert bad.size == 0, (name, bad[:5], err[bad[:5]], want[bad[:5]], rtol[bad[:5]])
 
 
 # ---- shapes, dtypes, call flags ------------------------------------------------------------------
