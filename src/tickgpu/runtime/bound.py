@@ -29,9 +29,10 @@ import operator
 import numpy as np
 
 from tickgpu._native import ffi as _ffi
+from tickgpu.finance import _checks
 from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
-from tickgpu.runtime.staged import bucket, plan_for
+from tickgpu.runtime.staged import _output_blocks, bucket, plan_for
 
 __all__ = ["BoundGreeks", "BoundImpliedVol", "bind_greeks", "bind_implied_vol"]
 
@@ -39,7 +40,6 @@ _from_buffer = _ffi.from_buffer
 _empty = np.empty
 _rows = operator.itemgetter(*range(10))   # the block's ten rows as views, in one call
 _I8 = np.dtype(np.int8)
-_NUMBER_TYPES = frozenset({float, int, bool, np.float64, np.float32, np.bool_, np.int64, np.int32})
 
 
 class _BoundTick:
@@ -49,26 +49,15 @@ class _BoundTick:
     _api = ""            # the public name, for messages
 
     def __init__(self, values, dtype):
-        from tickgpu.finance import _checks
         from tickgpu.runtime import context
 
         fam, api = self._fam, self._api
         dt = _checks.check_dtype(dtype)
-        arrays = [x for x in values if type(x) is np.ndarray]
-        if not arrays:
-            raise TypeError(f"{api}: at least one input must be a NumPy array (single values alone: "
-                            f"call tickgpu.{api.removeprefix('bind_')})")
-        first = next(name for name, x in zip(fam.inputs, values) if type(x) is np.ndarray)
-        # A single value (a Python or NumPy number) is fixed at binding: it becomes an array of its
-        # own, copied in with the others at each call (rebind to change it).
-        n_first = arrays[0].shape[0] if arrays[0].ndim == 1 else None
         values = list(values)
-        for i, (name, x) in enumerate(zip(fam.inputs, values)):
-            if type(x) in _NUMBER_TYPES and n_first is not None:
-                values[i] = (np.full(n_first, bool(x), np.bool_) if name == fam.flag
-                             else np.full(n_first, float(x), dt))
-        n = None
+        n = first = None
         for name, x in zip(fam.inputs, values):
+            if type(x) in _checks.SCALAR_TYPES:
+                continue            # a single value: made an array below, once n is known
             if type(x) is not np.ndarray:
                 raise TypeError(f"{api}: {name} must be a NumPy array or a single number, got {type(x).__name__}")
             want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == fam.flag else (dt,)
@@ -78,9 +67,17 @@ class _BoundTick:
                 raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, "
                                  f"got shape {x.shape}{'' if x.flags.c_contiguous else ', not contiguous'}")
             if n is None:
-                n = x.shape[0]
+                n, first = x.shape[0], name
             elif x.shape[0] != n:
                 raise ValueError(f"{api}: {name} has {x.shape[0]} elements, {first} has {n}")
+        if n is None:
+            raise TypeError(f"{api}: at least one input must be a NumPy array (single values alone: "
+                            f"call tickgpu.{api.removeprefix('bind_')})")
+        # A single value (a Python or NumPy number) is fixed at binding: an array of its own, copied
+        # in with the others at each call (rebind to change it).
+        for i, (name, x) in enumerate(zip(fam.inputs, values)):
+            if type(x) in _checks.SCALAR_TYPES:
+                values[i] = np.full(n, bool(x), np.bool_) if name == fam.flag else np.full(n, float(x), dt)
         ctx = context()
         if not 1 <= n <= ctx.staging_elements:
             raise ValueError(f"{api}: {first} has {n} elements; a binding takes 1 to {ctx.staging_elements} "
@@ -93,21 +90,19 @@ class _BoundTick:
         for i, x in enumerate(values):
             self._t_in[i].src = _from_buffer(x)      # the arrays stay referenced by self.arrays
             self._t_in[i].bytes = x.nbytes
-        self._n_out = self._out_blocks()
+        # One copy out per output block of the op's staging (greeks: one; implied vol: vols, statuses).
+        self._n_out = len(_output_blocks(fam, dt)[0])
         self._t_out = _ffi.new("tg_hot_copy[]", self._n_out)
         with ctx.lock:
             ctx.enter()
             self._replan()
 
-    def _out_blocks(self) -> int:
-        raise NotImplementedError
-
     def _replan(self) -> None:
         """The staged path's plan for this size (built by warm-up; again after scratch moved)."""
         ctx = self._ctx
         plan = plan_for(ctx, self._fam, self.dtype, self._m, 0, (), None)
-        if plan.ng or len(plan.blocks) != self._n_out:
-            raise AssertionError(f"{self._api}: the plan is not {self._n_out} output block(s) without a grid")
+        if plan.ng:
+            raise AssertionError(f"{self._api}: the op's plan takes a grid")
         for i in range(len(self.arrays)):
             self._t_in[i].dst = plan.t_in[i].dst
         for b in range(self._n_out):
@@ -177,10 +172,7 @@ class BoundGreeks(_BoundTick):
         for k, x in enumerate(self.arrays):
             slots[2 * k] = _from_buffer(x)
             strides[2 * k + 1] = 1
-        self._resident_key = ("greeks", self.dtype)
-
-    def _out_blocks(self) -> int:
-        return 1
+        self._resident_key = (self._fam.name, self.dtype)
 
     def __call__(self) -> Greeks:
         """The greeks of the bound arrays' current contents: a new `Greeks` of n-element arrays.
@@ -224,9 +216,6 @@ class BoundImpliedVol(_BoundTick):
 
     def __init__(self, price, spot, strike, t, rate, div, call, *, dtype=np.float64):
         super().__init__((price, spot, strike, t, rate, div, call), dtype)
-
-    def _out_blocks(self) -> int:
-        return 2
 
     def __call__(self) -> tuple[np.ndarray, np.ndarray]:
         """(vol, status) of the bound arrays' current contents, new arrays of n elements."""

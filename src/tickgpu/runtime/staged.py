@@ -341,7 +341,8 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list | tuple:
     n = 1
     for d in shape:
         n *= d
-    spec, rows = _BLOCKS.get((fam.name, dtype)) or _output_blocks(fam, dtype)
+    fkey = (fam.name, dtype)
+    spec, rows = _BLOCKS.get(fkey) or _output_blocks(fam, dtype)
     if n == 0:
         return [_empty(shape, spec[b][0]) for b, _ in rows]
     ctx = context()
@@ -374,7 +375,7 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list | tuple:
                 blk = _empty((spec[0][1], m), spec[0][0])
                 t_out[0].dst = _from_buffer(blk)
                 tick(ctx, plan, t_out, 1)
-                outs = _ROWS[(fam.name, dtype)](blk) if n == m else [row[:n] for row in blk]
+                outs = _ROWS[fkey](blk) if n == m else [row[:n] for row in blk]
             else:
                 blocks = [_empty((cnt, m), odt) for odt, cnt in spec]
                 for b, blk in enumerate(blocks):
