@@ -227,6 +227,21 @@ def test_variant_by_dtype_alignment_and_size(ctx):
     assert not sel("greeks", "f64", 10**8, False, 132).spec.aligned16
 
 
+def test_variant_choice_follows_the_rule_at_every_boundary(tmp_path, mock):
+    # Three block sizes: the largest that still gives every SM a block, else the smallest.
+    write_bundle(tmp_path, [kernel_entry("greeks", "f32", epb, epb // 4, a) for epb in (256, 1024, 4096)
+                            for a in (False, True)])
+    b = Bundle(mock, Manifest.read(tmp_path), "sm_90")
+    for aligned in (False, True):
+        cands = [k for k in b.kernels.values() if k.spec.aligned16 == aligned]
+        for sm in (1, 7, 132):
+            for n in sorted({1, 255, 256, 257} | {epb * sm + d for epb in (256, 1024, 4096) for d in (-1, 0, 1)}):
+                filling = [k for k in cands if -(-n // k.spec.elements_per_block) >= sm]
+                want = (max(filling, key=lambda k: k.spec.elements_per_block) if filling
+                        else min(cands, key=lambda k: k.spec.elements_per_block))
+                assert b.select("greeks", "f32", n, aligned, sm) is want, (n, sm, aligned)
+
+
 def test_variant_missing_is_clear(tmp_path, mock):
     write_bundle(tmp_path, [kernel_entry("greeks", "f64", 256, 128, True)])
     b = Bundle(mock, Manifest.read(tmp_path), "sm_90")
@@ -584,11 +599,11 @@ def test_device_path_launches_on_producer_stream(ctx, mock, rng, monkeypatch):
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), stream=0x5151) for k, v in d.items()}
     made = []
 
-    def library_empty(x, shape, dtype, device_id):   # outputs from "the producer's library"
-        made.append(FakeGpuArray(mock, np.zeros(shape, dtype), stream=0x5151))
-        return made[-1]
+    def library_empty(x, shape, dtypes, device_id):   # outputs from "the producer's library"
+        made.extend(FakeGpuArray(mock, np.zeros(shape, dt), stream=0x5151) for dt in dtypes)
+        return [(o, o.ptr) for o in made]
 
-    monkeypatch.setattr(direct, "empty_like_kind", library_empty)
+    monkeypatch.setattr(direct, "empty_outputs", library_empty)
     launched_streams = []
     real = mock.launch
 
@@ -604,6 +619,53 @@ def test_device_path_launches_on_producer_stream(ctx, mock, rng, monkeypatch):
     assert out["price"] is made[0]
     got = np.frombuffer(ctypes.string_at(made[0].ptr, 8 * n), dtype=np.float64)
     _close(got, expected_greeks(**_ref(d))["price"], np.float64)
+
+
+def test_device_path_takes_the_outputs_stream_where_the_inputs_name_none(ctx, mock, rng, monkeypatch):
+    from tickgpu.runtime import direct
+
+    n = 16
+    d = _bsm_inputs(rng, n, np.float64)
+    dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}   # no stream named
+
+    def library_empty(x, shape, dtypes, device_id):   # a library whose new arrays name their stream
+        outs = [FakeGpuArray(mock, np.zeros(shape, dt), stream=0x6262) for dt in dtypes]
+        return [(o, o.ptr) for o in outs]
+
+    monkeypatch.setattr(direct, "empty_outputs", library_empty)
+    real = mock.launch
+    seen = []
+    mock.launch = lambda *a, **kw: (seen.append(a[4]), real(*a, **kw))
+    mock.calls.clear()
+    ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    assert seen == [0x6262]
+    assert "cuStreamSynchronize" not in mock.calls
+
+
+def test_view_or_none_probes_once_and_agrees_with_device_view(mock):
+    from tickgpu.runtime.arrays import device_view, is_device_array, view_or_none
+
+    class Counting(FakeGpuArray):
+        probes = 0
+
+        @property
+        def __cuda_array_interface__(self):
+            Counting.probes += 1
+            return super().__cuda_array_interface__
+
+    class CpuTensorLike:   # PyTorch's CPU tensors raise on the interface
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("not on a GPU")
+
+    a = Counting(mock, np.arange(6.0).reshape(2, 3), stream=7)
+    v = view_or_none(a, "spot")
+    assert Counting.probes == 1
+    w = device_view(a, "spot")
+    assert (v.ptr, v.shape, v.dtype, v.contiguous, v.stream) == (w.ptr, w.shape, w.dtype, w.contiguous, w.stream)
+    assert (v.ptr, v.shape, v.dtype, v.stream) == (a.ptr, (2, 3), np.dtype(np.float64), 7)
+    for x in (1.0, 3, True, None, np.ones(3), np.float32(2), [1.0, 2.0], CpuTensorLike()):
+        assert view_or_none(x, "x") is None and not is_device_array(x)
 
 
 def test_device_path_without_named_stream_uses_legacy_stream(ctx, mock, rng):

@@ -319,7 +319,10 @@ def _check_elements(spot, strike, t, rate, vol, div) -> None:
 def _is_device_array(x) -> bool:
     if type(x) in _HOST_TYPES or isinstance(x, (np.ndarray, np.generic)):
         return False
-    if not (hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
+    # The class first: a CuPy array's interface is a property that builds a dict on each access.
+    tx = type(x)
+    if not (hasattr(tx, "__cuda_array_interface__") or hasattr(tx, "__dlpack_device__")
+            or hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
         return False
     try:
         from tickgpu.runtime import is_device_array

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DeviceView", "is_device_array", "device_view", "producer_stream", "empty_like_kind", "DeviceArray"]
+__all__ = ["DeviceView", "is_device_array", "device_view", "view_or_none", "producer_stream", "empty_like_kind",
+           "empty_outputs", "DeviceArray"]
 
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
 _DL_DTYPES = {(2, 64): np.float64, (2, 32): np.float32, (1, 8): np.uint8, (0, 8): np.int8, (6, 8): np.bool_,
@@ -69,8 +70,14 @@ def _c_contiguous(shape, strides, itemsize) -> bool:
     return True
 
 
+_TYPESTR: dict[str, np.dtype] = {}   # CAI typestr -> dtype: np.dtype() parses the string each time
+
+
 def _from_cai(x, cai) -> DeviceView:
-    dtype = np.dtype(cai["typestr"])
+    typestr = cai["typestr"]
+    dtype = _TYPESTR.get(typestr)
+    if dtype is None:
+        dtype = _TYPESTR[typestr] = np.dtype(typestr)
     shape = tuple(int(s) for s in cai["shape"])
     strides = cai.get("strides")
     ptr = int(cai["data"][0])
@@ -129,6 +136,31 @@ def device_view(x, name: str, dlpack_stream: int | None = None) -> DeviceView:
         raise TypeError(f"{name}: {e}") from None
 
 
+def view_or_none(x, name: str, dlpack_stream: int | None = None) -> DeviceView | None:
+    """`device_view(x)` where `x` is a GPU array, else None: one probe of its interface, not two.
+
+    Same answer as `is_device_array(x)` followed by `device_view`, for callers that look at every
+    argument (a CuPy array builds its interface dict afresh on each access).
+    """
+    if type(x) in _PLAIN:
+        return None
+    try:
+        cai = getattr(x, "__cuda_array_interface__", None)
+    except Exception:    # torch raises for a CPU tensor's CAI: not a GPU array through CAI
+        cai = None
+    if cai is not None:
+        return _from_cai(x, cai)
+    if not is_device_array(x):
+        return None
+    try:
+        return _from_dlpack(x, dlpack_stream)
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
+
+
+_PLAIN = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.uint8, np.int64, type(None)})
+
+
 def producer_stream(v: DeviceView) -> int | None:
     """The stream the array's producer orders its work on, or None where it does not say.
 
@@ -142,6 +174,25 @@ def producer_stream(v: DeviceView) -> int | None:
         torch = sys.modules.get("torch")
         if torch is not None:
             return int(torch.cuda.current_stream(v.source.device).cuda_stream)
+    return None
+
+
+def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int) -> list[tuple[object, int]] | None:
+    """New, uninitialised GPU arrays of `shape`, one per dtype, from `x`'s library, each with its
+    device address; None where that library makes none (the caller makes `DeviceArray`s).
+
+    `empty_like_kind` for a whole set of outputs: the device is entered once, and each address is
+    read from the library's own attribute rather than through its interchange protocol.
+    """
+    lib = _library(x)
+    if lib == "cupy":
+        cupy = sys.modules.get("cupy") or __import__("cupy")
+        with cupy.cuda.Device(device_id):
+            outs = [cupy.empty(shape, dtype=dt) for dt in dtypes]
+        return [(o, o.data.ptr) for o in outs]
+    if lib == "torch":
+        outs = [empty_like_kind(x, shape, dt, device_id) for dt in dtypes]
+        return [(o, o.data_ptr()) for o in outs]
     return None
 
 
@@ -178,7 +229,7 @@ class DeviceArray:
     def __init__(self, context, shape: tuple[int, ...], dtype):
         self.shape, self.dtype = tuple(shape), np.dtype(dtype)
         self._context = context
-        nbytes = max(1, int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize)
+        nbytes = max(1, math.prod(self.shape) * self.dtype.itemsize)
         # From the context's device pool: a steady stream of calls makes no driver allocation.
         self.ptr, self._token = context.memory.device(nbytes)
 

@@ -170,6 +170,7 @@ class Bundle:
             self.kernels[spec.variant] = self._load(spec)
         self.load_seconds = time.perf_counter() - t0   # cold start: reading, loading, checking
         self.scratch_epoch = 0   # bumped when a scratch block moves (argument values holding it go stale)
+        self._choices: dict[tuple, list[LoadedKernel]] = {}   # select's candidates, by (family, dtype, aligned16)
 
     def _load(self, spec: KernelSpec) -> LoadedKernel:
         path = self.manifest.root / spec.file
@@ -246,6 +247,17 @@ class Bundle:
         that still gives every SM a block, so big work runs in big blocks and small work is spread
         over many SMs; below that, the smallest block.
         """
+        cands = self._choices.get((family, dtype, aligned16))
+        if cands is None:
+            cands = self._choices[(family, dtype, aligned16)] = self._candidates(family, dtype, aligned16)
+        # Largest block first: the first that still fills every SM, else the smallest.
+        for k in cands:
+            if -(-n // k.spec.elements_per_block) >= sm_count:
+                return k
+        return cands[-1]
+
+    def _candidates(self, family: str, dtype: str, aligned16: bool) -> list[LoadedKernel]:
+        """`select`'s variants of `family`/`dtype`, largest (elements per block, block) first."""
         cands = [k for k in self.kernels.values()
                  if k.spec.family == family and k.spec.dtype == dtype and (aligned16 or not k.spec.aligned16)
                  and k.spec.grid is None]
@@ -255,7 +267,4 @@ class Bundle:
                               f"in the bundle at {self.manifest.root}")
         if aligned16 and any(k.spec.aligned16 for k in cands):
             cands = [k for k in cands if k.spec.aligned16]
-        filling = [k for k in cands if -(-n // k.spec.elements_per_block) >= sm_count]
-        if filling:
-            return max(filling, key=lambda k: (k.spec.elements_per_block, k.spec.block[0]))
-        return min(cands, key=lambda k: (k.spec.elements_per_block, k.spec.block[0]))
+        return sorted(cands, key=lambda k: (k.spec.elements_per_block, k.spec.block[0]), reverse=True)

@@ -13,8 +13,7 @@ import math
 
 import numpy as np
 
-from tickgpu.runtime.arrays import (DeviceArray, device_view, empty_like_kind, is_device_array,
-                                    producer_stream)
+from tickgpu.runtime.arrays import DeviceArray, device_view, empty_outputs, producer_stream, view_or_none
 from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH
 from tickgpu.runtime.staged import DTYPE_CODE
 
@@ -32,21 +31,22 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         ctx.enter()
         views = {}
         for name, x in zip(fam.inputs, inputs):
-            if is_device_array(x):
-                views[name] = _check_view(device_view(x, name, dlpack_stream=CU_STREAM_LEGACY), name, x, fam, dtype,
-                                          shape, n, ctx.ordinal)
-        first = next(v for v in views.values())
-        out_arrays = []
-        for _, role in fam.outputs:
-            odt = fam.out_dtype(role, dtype)
-            o = empty_like_kind(first.source, shape, odt, ctx.ordinal)
-            out_arrays.append(o if o is not None else DeviceArray(ctx, shape, odt))
-        out_views = [device_view(o, name) for o, (name, _) in zip(out_arrays, fam.outputs)]
-        stream = next((s for s in (producer_stream(v) for v in (*views.values(), *out_views)) if s is not None),
-                      CU_STREAM_LEGACY)
-        launch_stream = int(stream)
-        # Arrays of our own (no library to order them) are handed out finished.
-        owned = any(isinstance(o, DeviceArray) for o in out_arrays)
+            v = view_or_none(x, name, dlpack_stream=CU_STREAM_LEGACY)
+            if v is not None:
+                views[name] = _check_view(v, name, x, fam, dtype, shape, n, ctx.ordinal)
+        first = next(iter(views.values()))
+        out_dtypes = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
+        made = empty_outputs(first.source, shape, out_dtypes, ctx.ordinal)
+        owned = made is None   # arrays of our own: no library to order them, so handed out finished
+        if owned:
+            made = [(o, o.ptr) for o in (DeviceArray(ctx, shape, odt) for odt in out_dtypes)]
+        out_arrays = [o for o, _ in made]
+        out_ptrs = [p for _, p in made]
+        stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
+        if stream is None and not owned:   # the inputs name none: the outputs' library may
+            stream = next((s for s in (producer_stream(device_view(o, name))
+                                       for o, (name, _) in zip(out_arrays, fam.outputs)) if s is not None), None)
+        launch_stream = CU_STREAM_LEGACY if stream is None else int(stream)
         if n == 0:
             return out_arrays
 
@@ -71,10 +71,9 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         for (i, _), p in zip(scalars, ctx.constants.put([v for _, v in scalars], launch_stream)):
             ptrs[i] = p
         grid_ptrs = ctx.resident_grid(grid) if grid else []
-        out_ptrs = [v.ptr for v in out_views]
         aligned = all(p % 16 == 0 for p in (*ptrs, *out_ptrs, *grid_ptrs))
         dts = DTYPE_CODE[dtype]
-        out_size = [np.dtype(v.dtype).itemsize for v in out_views]
+        out_size = [odt.itemsize for odt in out_dtypes]
         in_size = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
         for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
             m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)

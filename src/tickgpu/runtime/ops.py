@@ -143,7 +143,9 @@ def _call(fam: _Family, dtype: np.dtype, shape: tuple, inputs: tuple, grid=(), e
             outs = r.host_call(inputs, shape)
             if outs is not None:
                 return outs
-    if on_device is not False:
+    if on_device:   # the caller found a GPU array among the inputs
+        return direct.device_call(_context(), fam, dtype, shape, inputs, grid, extra)
+    if on_device is None:
         for x in inputs:
             if type(x) not in _HOST_TYPES and is_device_array(x):
                 return direct.device_call(_context(), fam, dtype, shape, inputs, grid, extra)
