@@ -704,3 +704,20 @@ def write_bundle(root, entries, cubin_params=None):
     (root / "manifest.json").write_text(json.dumps({"format": 1, "created": "2026-01-01",
                                                     "compilers": {"triton": "3.6", "nvcc": None, "ptxas": None}, "kernels": entries}))
     return root
+
+
+class FakeGpuArray:
+    """A GPU array as another library would hand it over: CAI v3 only."""
+
+    def __init__(self, mock, host: np.ndarray, stream=None, offset=0, strides=None):
+        self.mock = mock
+        self.nbytes = host.nbytes
+        self.base = mock.mem_alloc(max(host.nbytes + offset, 1))
+        self.ptr = self.base + offset
+        ctypes.memmove(self.ptr, host.ctypes.data, host.nbytes)
+        self.shape, self.dtype, self.stream, self.strides = host.shape, host.dtype, stream, strides
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
+                "strides": self.strides, "stream": self.stream}

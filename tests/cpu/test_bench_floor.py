@@ -74,6 +74,21 @@ def test_targets_set_the_tick_beside_the_floor_and_the_same_work_in_c():
     assert not any("same_work" in k for k in t)
 
 
+def test_targets_set_the_device_tick_beside_cupy_torch_and_the_c_launch():
+    from tickgpu.bench.gpu import evaluate_targets
+
+    res = {"floor": {"empty kernel launch+sync round trip": {"p50_us": 8.0, "p99_us": 9.0}},
+           "device_tick": {"f32": {"tickgpu_greeks": {"p50_us": 100.0}, "tickgpu_bound": {"p50_us": 10.0},
+                                   "cupy_elementwise": {"p50_us": 40.0}, "torch_eager": {"p50_us": 400.0}}}}
+    t = evaluate_targets(res)
+    assert t["device_tick_1024_cupy_elementwise_over_bound"] == 4.0
+    assert t["device_tick_1024_cupy_elementwise_over_call"] == 0.4
+    assert t["device_tick_1024_torch_eager_over_bound"] == 40.0
+    assert t["device_tick_1024_bound_over_C_launch_sync"] == 1.25
+    del res["floor"]
+    assert "device_tick_1024_bound_over_C_launch_sync" not in evaluate_targets(res)
+
+
 def test_tick_parts_take_a_call_apart_on_the_mock(gpu_ctx):
     """The latency section's breakdown runs the staged tick's own pieces and leaves calls right."""
     import numpy as np

@@ -24,7 +24,7 @@ from tickgpu.runtime.driver import CudaError
 from tickgpu.runtime.launch import ArgBuffer, grid_for
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cuda_mock import (MockDriver, default_entries, expected_greeks, expected_iv,  # noqa: E402
+from cuda_mock import (FakeGpuArray, MockDriver, default_entries, expected_greeks, expected_iv,  # noqa: E402
                        expected_surface, kernel_entry, write_bundle)
 
 CHUNK = 64   # staging elements: small, so the pipeline path runs on small arrays
@@ -551,23 +551,6 @@ def test_first_call_after_warmup_builds_nothing(ctx, mock, rng):
 
 
 # ---- device-array path (a CAI array in mock "device" memory) --------------------------------------
-class FakeGpuArray:
-    """A GPU array as another library would hand it over: CAI v3 only."""
-
-    def __init__(self, mock, host: np.ndarray, stream=None, offset=0, strides=None):
-        self.mock = mock
-        self.nbytes = host.nbytes
-        self.base = mock.mem_alloc(max(host.nbytes + offset, 1))
-        self.ptr = self.base + offset
-        ctypes.memmove(self.ptr, host.ctypes.data, host.nbytes)
-        self.shape, self.dtype, self.stream, self.strides = host.shape, host.dtype, stream, strides
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 3,
-                "strides": self.strides, "stream": self.stream}
-
-
 def _read(mock, arr):
     from tickgpu.runtime.arrays import DeviceArray
 

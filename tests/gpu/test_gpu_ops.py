@@ -403,6 +403,79 @@ def test_gpu_arrays_misaligned_and_non_contiguous(ctx, rng):
             tickgpu.greeks(**wrong, backend="gpu")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_bindings_follow_their_gpu_arrays(ctx, rng, dtype):
+    """rt.bind_greeks / bind_implied_vol on CuPy and PyTorch arrays: one launch a call into the
+    binding's own result arrays, the bits of tickgpu.greeks / implied_vol on the same arrays, and
+    the CPU backend's values of the arrays' contents at each call (updated in place between)."""
+    libs = _device_libs()
+    if not libs:
+        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    names = ("spot", "strike", "t", "rate", "vol", "div", "call")
+    iv_names = ("price", "spot", "strike", "t", "rate", "div", "call")
+    for lib, to_dev in libs:
+        for n in (1, 17, 1024, 2**20 + 3):
+            a = _bsm(rng, n, dtype)
+            dev = {k: to_dev(v) for k, v in a.items()}
+            tick = rt.bind_greeks(*(dev[k] for k in names), dtype=dtype)
+            assert isinstance(tick, rt.DeviceBoundGreeks)
+            ivargs = _iv_inputs(rng, n, dtype)
+            dev_iv = {k: to_dev(v) for k, v in ivargs.items()}
+            ivs = rt.bind_implied_vol(*(dev_iv[k] for k in iv_names), dtype=dtype)
+            for step in range(2):
+                b = tick()
+                assert b is tick.outputs and type(b.price).__module__.split(".")[0] == lib
+                g, c = _greeks_both(dev, dtype)
+                floors = cancelling_scale(a)
+                for name in GREEKS:
+                    got = _to_host(getattr(b, name))
+                    np.testing.assert_array_equal(got, _to_host(getattr(g, name)), err_msg=f"{lib} bound {name} n={n}")
+                    _agree(got, getattr(c, name), dtype, f"{lib} bound {name} n={n} step {step}", floors.get(name))
+                vol, status = ivs()
+                (vg, sg), (vc, sc) = _iv_both(dev_iv, dtype)
+                np.testing.assert_array_equal(_to_host(vol), _to_host(vg), err_msg=f"{lib} bound vol n={n}")
+                np.testing.assert_array_equal(_to_host(status), _to_host(sg), err_msg=f"{lib} bound status n={n}")
+                _iv_agree(ivargs, (_to_host(vol), _to_host(status)), (vc, sc), dtype, f"{lib} bound iv n={n}")
+                a = _bsm(rng, n, dtype)
+                for k, v in a.items():
+                    dev[k][...] = to_dev(v)                         # in place, on the library's stream
+                ivargs = _iv_inputs(rng, n, dtype)
+                for k, v in ivargs.items():
+                    dev_iv[k][...] = to_dev(v)
+
+
+def test_device_binding_single_values_and_refusals(ctx, rng):
+    libs = _device_libs()
+    if not libs:
+        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    for lib, to_dev in libs:
+        n = 300
+        a = _bsm(rng, n, np.float32)
+        a.update(rate=0.02, div=0.0, call=False)
+        dev = {k: (to_dev(v) if isinstance(v, np.ndarray) else v) for k, v in a.items()}
+        b = rt.bind_greeks(*(dev[k] for k in ("spot", "strike", "t", "rate", "vol", "div", "call")),
+                           dtype=np.float32)()
+        g, c = _greeks_both(dev, np.float32)
+        for name in GREEKS:
+            np.testing.assert_array_equal(_to_host(getattr(b, name)), _to_host(getattr(g, name)), err_msg=f"{lib} {name}")
+        with pytest.raises(TypeError, match="bind_greeks: strike is a ndarray, not a GPU array"):
+            rt.bind_greeks(dev["spot"], a["strike"], dev["t"], 0.02, dev["vol"], 0.0, True, dtype=np.float32)
+        with pytest.raises(ValueError, match="bind_greeks: strike must be one-dimensional and C-contiguous"):
+            rt.bind_greeks(dev["spot"], to_dev(np.repeat(a["strike"], 2))[::2], dev["t"], 0.02, dev["vol"], 0.0,
+                           True, dtype=np.float32)
+        with pytest.raises(TypeError, match="bind_greeks: strike must be of dtype float64, got float32"):
+            rt.bind_greeks(to_dev(a["spot"].astype(np.float64)), dev["strike"], dev["t"], 0.02, dev["vol"], 0.0, True)
+    if any(lib == "torch" for lib, _ in libs):
+        import torch
+
+        x = torch.ones(64, dtype=torch.float64, device="cuda")
+        tick = rt.bind_greeks(x, 100.0, 1.0, 0.01, 0.2, 0.0, True)
+        tick()
+        x.resize_(1 << 20)                                             # reallocated in place
+        with pytest.raises(RuntimeError, match="bind_greeks: a bound tensor was reallocated"):
+            tick()
+
+
 # ---- warm start and steady state --------------------------------------------------------------------
 def test_first_call_after_warmup_builds_nothing(ctx, rng):
     """After warmup() the first call loads, allocates, instantiates and plans nothing: what it

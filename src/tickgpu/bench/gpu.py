@@ -342,6 +342,45 @@ def bench_latency(torch, repeats: int) -> dict:
     return res
 
 
+def bench_device_tick(cp, torch, repeats: int) -> dict:
+    """A tick on GPU arrays: greeks of 1,024 options from CuPy arrays to CuPy arrays, call + wait.
+
+    Side by side: `tickgpu.greeks` on the arrays (outputs allocated by CuPy each call); the same
+    arrays bound once (`bind_greeks`: one launch into fixed outputs); the same greeks as one CuPy
+    ElementwiseKernel; PyTorch eager on tensors of the same values. Each waits for its stream.
+    ``launch_only``: the bound call without the wait (the host's share of a GPU-resident loop).
+    """
+    from tickgpu.runtime import bind_greeks
+
+    res = {}
+    names = ("spot", "strike", "t", "rate", "vol", "div", "call")
+    for dtype, tag in ((np.float32, "f32"), (np.float64, "f64")):
+        x = option_inputs(cp, 1024, dtype, seed=13)
+        stream = cp.cuda.get_current_stream()
+        wait = stream.synchronize
+        r = {}
+        r["tickgpu_greeks"] = time_calls(lambda: (tickgpu.greeks(**x, dtype=dtype, backend="gpu"), wait()), repeats)
+        tick = bind_greeks(*(x[k] for k in names), dtype=dtype)
+        r["tickgpu_bound"] = time_calls(lambda: (tick(), wait()), repeats)
+        r["tickgpu_bound_launch_only"] = time_calls(tick, repeats)
+        wait()
+        ek = cp.ElementwiseKernel(
+            "T spot, T strike, T t, T rate, T vol, T div, bool call",
+            "T price, T delta, T gamma, T vega, T theta, T rho, T phi, T vanna, T volga, T charm",
+            CUPY_GREEKS_SRC, f"cupy_bsm_greeks_tick_{tag}")
+        r["cupy_elementwise"] = time_calls(lambda: (ek(*(x[k] for k in names)), wait()), repeats)
+        tx = {k: torch.as_tensor(v, device="cuda") for k, v in x.items()}
+        r["torch_eager"] = time_calls(lambda: (torch_greeks(torch, **tx), torch.cuda.synchronize()),
+                                      max(repeats // 5, 1000))
+        g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+        b = tick()
+        r["bound_same_bits"] = bool(all(cp.array_equal(getattr(b, k), getattr(g, k), equal_nan=True) for k in GREEK_KEYS))
+        r["variant_stream"] = repr(tick)
+        res[tag] = r
+        del tx
+    return res
+
+
 def tick_parts(x: dict, dtype, repeats: int) -> dict:
     """Where a tick's time goes: the same 1,024-option call taken apart, each part timed alone (p50).
 
@@ -615,6 +654,7 @@ def run(args) -> int:
     steps = {
         "throughput": lambda: bench_throughput(cp, torch, 10_000_000 if quick else 100_000_000, copy_bw),
         "latency": lambda: bench_latency(torch, 2_000 if quick else 10_000),
+        "device_tick": lambda: bench_device_tick(cp, torch, 2_000 if quick else 10_000),
         "implied_vol": lambda: bench_implied_vol(cp, 1_000_000 if quick else 10_000_000),
         "launch": lambda: bench_launch(cp, 2_000 if quick else 20_000),
         "warm_start": lambda: bench_warm_start(2000),
@@ -661,6 +701,15 @@ def evaluate_targets(res: dict) -> dict:
                           ("tickgpu_bound_greeks_f32_numpy_1024", "latency_1024_bound_over_same_work_C")):
             if key in lat:
                 t[name] = lat[key]["p50_us"] / same["p50_us"]
+    # A tick on CuPy arrays: tickgpu's call and binding against CuPy's own kernel and the C launch.
+    dt = res.get("device_tick", {}).get("f32", {})
+    fl_launch = res.get("floor", {}).get("empty kernel launch+sync round trip")
+    if "tickgpu_bound" in dt:
+        t["device_tick_1024_cupy_elementwise_over_bound"] = dt["cupy_elementwise"]["p50_us"] / dt["tickgpu_bound"]["p50_us"]
+        t["device_tick_1024_cupy_elementwise_over_call"] = dt["cupy_elementwise"]["p50_us"] / dt["tickgpu_greeks"]["p50_us"]
+        t["device_tick_1024_torch_eager_over_bound"] = dt["torch_eager"]["p50_us"] / dt["tickgpu_bound"]["p50_us"]
+        if fl_launch:
+            t["device_tick_1024_bound_over_C_launch_sync"] = dt["tickgpu_bound"]["p50_us"] / fl_launch["p50_us"]
     iv = res.get("implied_vol", {})
     if "options_per_s" in iv:
         t["iv_f64_Gopts_per_s>=2"] = iv["options_per_s"] / 1e9

@@ -324,11 +324,16 @@ def _is_device_array(x) -> bool:
     if not (hasattr(tx, "__cuda_array_interface__") or hasattr(tx, "__dlpack_device__")
             or hasattr(x, "__cuda_array_interface__") or hasattr(x, "__dlpack_device__")):
         return False
-    try:
-        from tickgpu.runtime import is_device_array
-    except ImportError:
-        return hasattr(x, "__cuda_array_interface__")
-    return bool(is_device_array(x))
+    global _probe
+    if _probe is None:
+        try:
+            from tickgpu.runtime import is_device_array as _probe
+        except ImportError:
+            return hasattr(x, "__cuda_array_interface__")
+    return bool(_probe(x))
+
+
+_probe = None   # tickgpu.runtime.is_device_array, imported on the first call that needs it
 
 
 def shape_and_place(names, values) -> tuple[tuple[int, ...], bool]:

@@ -20,12 +20,13 @@ from tickgpu.runtime.arrays import is_device_array
 
 __all__ = ["available", "unavailable_reason", "warmup", "is_device_array", "context", "init", "reset",
            "kernel_runtime", "Pipeline", "PipelineStats", "resident", "ResidentGreeks", "bind_greeks",
-           "BoundGreeks", "bind_implied_vol", "BoundImpliedVol"]
+           "BoundGreeks", "bind_implied_vol", "BoundImpliedVol", "DeviceBoundGreeks", "DeviceBoundImpliedVol"]
 
 # Imported on first use: `import tickgpu` stays free of the runtime's heavier modules.
 _LAZY = {"resident": "tickgpu.runtime.mailbox", "ResidentGreeks": "tickgpu.runtime.mailbox",
          "bind_greeks": "tickgpu.runtime.bound", "BoundGreeks": "tickgpu.runtime.bound",
          "bind_implied_vol": "tickgpu.runtime.bound", "BoundImpliedVol": "tickgpu.runtime.bound",
+         "DeviceBoundGreeks": "tickgpu.runtime.bound_device", "DeviceBoundImpliedVol": "tickgpu.runtime.bound_device",
          "Pipeline": "tickgpu.runtime.streams", "PipelineStats": "tickgpu.runtime.streams"}
 
 

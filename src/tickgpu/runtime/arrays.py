@@ -136,14 +136,21 @@ def device_view(x, name: str, dlpack_stream: int | None = None) -> DeviceView:
         raise TypeError(f"{name}: {e}") from None
 
 
-def view_or_none(x, name: str, dlpack_stream: int | None = None) -> DeviceView | None:
+def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = True) -> DeviceView | None:
     """`device_view(x)` where `x` is a GPU array, else None: one probe of its interface, not two.
 
     Same answer as `is_device_array(x)` followed by `device_view`, for callers that look at every
-    argument (a CuPy array builds its interface dict afresh on each access).
+    argument (a CuPy array builds its interface dict afresh on each access). ``stream=False``: the
+    caller already knows the stream to order on, and a CuPy array is read through its own
+    attributes, its view naming no stream (CuPy's interface names its current stream, the same
+    for every array, so one array's interface tells it).
     """
-    if type(x) in _PLAIN:
+    tx = type(x)
+    if tx in _PLAIN:
         return None
+    if not stream and tx is _cupy_ndarray():
+        data = x.data
+        return DeviceView(data.ptr, x.shape, x.dtype, x.flags.c_contiguous, None, data.device_id, x)
     try:
         cai = getattr(x, "__cuda_array_interface__", None)
     except Exception:    # torch raises for a CPU tensor's CAI: not a GPU array through CAI
@@ -156,6 +163,12 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None) -> DeviceView |
         return _from_dlpack(x, dlpack_stream)
     except TypeError as e:
         raise TypeError(f"{name}: {e}") from None
+
+
+def _cupy_ndarray():
+    """CuPy's array type where CuPy is imported (by the caller: this module never imports it)."""
+    cupy = sys.modules.get("cupy")
+    return getattr(cupy, "ndarray", None) if cupy is not None else None
 
 
 _PLAIN = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.uint8, np.int64, type(None)})
@@ -177,6 +190,10 @@ def producer_stream(v: DeviceView) -> int | None:
     return None
 
 
+#: Up to this many elements, same-dtype CuPy results are rows of one allocation (`empty_outputs`).
+ROWS_OF_ONE_BLOCK = 1 << 16
+
+
 def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int) -> list[tuple[object, int]] | None:
     """New, uninitialised GPU arrays of `shape`, one per dtype, from `x`'s library, each with its
     device address; None where that library makes none (the caller makes `DeviceArray`s).
@@ -187,8 +204,13 @@ def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int) -> list[tup
     lib = _library(x)
     if lib == "cupy":
         cupy = sys.modules.get("cupy") or __import__("cupy")
+        k, n = len(dtypes), math.prod(shape)
         with cupy.cuda.Device(device_id):
-            outs = [cupy.empty(shape, dtype=dt) for dt in dtypes]
+            if k > 1 and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK and len(set(dtypes)) == 1:
+                # Rows of one block, as the host path's small results: one allocation, not k.
+                outs = cupy.split(cupy.empty(k * n, dtype=dtypes[0]), k)
+            else:
+                outs = [cupy.empty(shape, dtype=dt) for dt in dtypes]
         return [(o, o.data.ptr) for o in outs]
     if lib == "torch":
         outs = [empty_like_kind(x, shape, dt, device_id) for dt in dtypes]

@@ -1,5 +1,5 @@
 """Greeks and implied vols bound to fixed NumPy arrays: checked once, then recomputed from their
-contents per call.
+contents per call. (Bindings of GPU arrays: `tickgpu.runtime.bound_device`.)
 
 A tick loop usually owns its inputs: the same arrays, updated in place as quotes arrive. For that
 loop, `tickgpu.greeks` and `tickgpu.implied_vol` repeat work on every call that the loop does not
@@ -32,6 +32,7 @@ from tickgpu._native import ffi as _ffi
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
+from tickgpu.runtime.bound_device import DeviceBoundGreeks, DeviceBoundImpliedVol, has_device_array
 from tickgpu.runtime.staged import _output_blocks, bucket, plan_for
 
 __all__ = ["BoundGreeks", "BoundImpliedVol", "bind_greeks", "bind_implied_vol"]
@@ -225,11 +226,24 @@ class BoundImpliedVol(_BoundTick):
         return (vol, status) if n == m else (vol[:n], status[:n])
 
 
-def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64) -> BoundGreeks:
-    """`tickgpu.greeks` on the GPU for fixed NumPy arrays, checked once (see `BoundGreeks`)."""
-    return BoundGreeks(spot, strike, t, rate, vol, div, call, dtype=dtype)
+def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64) -> BoundGreeks | DeviceBoundGreeks:
+    """`tickgpu.greeks` on the GPU for fixed arrays, checked once.
+
+    NumPy arrays give a `BoundGreeks` (a round trip through staging per call, new results each
+    time); GPU arrays (CuPy, PyTorch, ...) give a `DeviceBoundGreeks` (one launch per call on the
+    arrays' stream, into result arrays made once). Single numbers may be mixed into either.
+    """
+    values = (spot, strike, t, rate, vol, div, call)
+    if has_device_array(values):
+        return DeviceBoundGreeks(*values, dtype=dtype)
+    return BoundGreeks(*values, dtype=dtype)
 
 
-def bind_implied_vol(price, spot, strike, t, rate, div, call, *, dtype=np.float64) -> BoundImpliedVol:
-    """`tickgpu.implied_vol` on the GPU for fixed NumPy arrays, checked once (see `BoundImpliedVol`)."""
-    return BoundImpliedVol(price, spot, strike, t, rate, div, call, dtype=dtype)
+def bind_implied_vol(price, spot, strike, t, rate, div, call, *,
+                     dtype=np.float64) -> BoundImpliedVol | DeviceBoundImpliedVol:
+    """`tickgpu.implied_vol` on the GPU for fixed arrays, checked once: a `BoundImpliedVol` for
+    NumPy arrays, a `DeviceBoundImpliedVol` for GPU arrays (see `bind_greeks`)."""
+    values = (price, spot, strike, t, rate, div, call)
+    if has_device_array(values):
+        return DeviceBoundImpliedVol(*values, dtype=dtype)
+    return BoundImpliedVol(*values, dtype=dtype)

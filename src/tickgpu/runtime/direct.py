@@ -30,10 +30,12 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
     with ctx.lock:
         ctx.enter()
         views = {}
+        named = False   # a view has named the stream (CuPy's: then the others need not)
         for name, x in zip(fam.inputs, inputs):
-            v = view_or_none(x, name, dlpack_stream=CU_STREAM_LEGACY)
+            v = view_or_none(x, name, CU_STREAM_LEGACY, not named)
             if v is not None:
                 views[name] = _check_view(v, name, x, fam, dtype, shape, n, ctx.ordinal)
+                named = named or v.stream is not None
         first = next(iter(views.values()))
         out_dtypes = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
         made = empty_outputs(first.source, shape, out_dtypes, ctx.ordinal)
@@ -75,18 +77,43 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         dts = DTYPE_CODE[dtype]
         out_size = [odt.itemsize for odt in out_dtypes]
         in_size = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
-        for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
-            m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)
-            lau = ctx.launcher(fam.name, dts, m, aligned and m % 16 == 0)
-            ctx.bundle.ensure_scratch(lau.kernel, lau.grid(m)[0])
-            p_in = [p + start * sz * s for p, s, sz in zip(ptrs, strides, in_size)]
-            p_out = [p + start * sz for p, sz in zip(out_ptrs, out_size)]
-            lau.args.pack(*fam.contract(grid_ptrs, p_in, strides, p_out, m, extra))
-            lau.launch(m, launch_stream)
+        if n <= MAX_ELEMENTS_PER_LAUNCH:   # one launch, of a (kernel, grid) looked up once per size
+            lau, grid_dims = _launch_of(ctx, fam.name, dts, n, aligned and n % 16 == 0)
+            lau.args.pack(*fam.contract(grid_ptrs, ptrs, strides, out_ptrs, n, extra))
+            lau.launch_grid(grid_dims, launch_stream)
+        else:
+            for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
+                m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)
+                lau, grid_dims = _launch_of(ctx, fam.name, dts, m, aligned and m % 16 == 0)
+                p_in = [p + start * sz * s for p, s, sz in zip(ptrs, strides, in_size)]
+                p_out = [p + start * sz for p, sz in zip(out_ptrs, out_size)]
+                lau.args.pack(*fam.contract(grid_ptrs, p_in, strides, p_out, m, extra))
+                lau.launch_grid(grid_dims, launch_stream)
         if owned or uploaded:
             # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
         return out_arrays
+
+
+def _launch_of(ctx, family: str, dts: str, m: int, aligned16: bool):
+    """(launcher, grid) for `m` elements, its kernel's scratch sized for that grid: remembered per
+    (op, dtype, size, alignment) in the context, up to `_LAUNCHES` of them, so a repeated size
+    skips the choice."""
+    key = (family, dts, m, aligned16)
+    cache = ctx.device_launches
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    lau = ctx.launcher(family, dts, m, aligned16)
+    hit = (lau, lau.grid(m))
+    ctx.bundle.ensure_scratch(lau.kernel, hit[1][0])
+    if len(cache) >= _LAUNCHES:
+        cache.clear()
+    cache[key] = hit
+    return hit
+
+
+_LAUNCHES = 256
 
 
 def _check_view(v, name, x, fam, dtype, shape, n, ordinal):

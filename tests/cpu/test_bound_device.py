@@ -1,0 +1,151 @@
+"""tickgpu.runtime.bind_greeks / bind_implied_vol on GPU arrays, on the mock driver: checked once,
+then one launch a call from the binding's own packed arguments, into result arrays made once."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import tickgpu.runtime as rt
+from tickgpu.finance.greeks import GREEK_NAMES
+from tickgpu.runtime import ops
+from tickgpu.runtime.arrays import DeviceArray
+from cuda_mock import FakeGpuArray, expected_greeks, expected_iv   # tests/cpu is on sys.path (conftest.py)
+
+NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
+
+
+def _chain(rng, n, dtype):
+    return [rng.uniform(80, 120, n).astype(dtype), rng.uniform(80, 120, n).astype(dtype),
+            rng.uniform(0.1, 2, n).astype(dtype), rng.uniform(0, 0.05, n).astype(dtype),
+            rng.uniform(0.1, 0.5, n).astype(dtype), rng.uniform(0, 0.03, n).astype(dtype), rng.random(n) < 0.5]
+
+
+def _on_gpu(mock, host, stream=None):
+    return [FakeGpuArray(mock, np.ascontiguousarray(x), stream=stream) for x in host]
+
+
+def _write(dev: FakeGpuArray, host: np.ndarray) -> None:
+    """An in-place update of a GPU array's contents (what the loop does between calls)."""
+    ctypes.memmove(dev.ptr, np.ascontiguousarray(host, dev.dtype).ctypes.data, dev.nbytes)
+
+
+def _tol(dtype):
+    return 1e-12 if dtype == np.float64 else 2e-6
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 17, 48, 1000])   # 48: the aligned variant; 17, 1000: unaligned sizes
+def test_device_binding_computes_and_follows_in_place_updates(gpu_ctx, rng, dtype, n):
+    mock = gpu_ctx.driver
+    host = _chain(rng, n, dtype)
+    dev = _on_gpu(mock, host)
+    tick = rt.bind_greeks(*dev, dtype=dtype)
+    assert isinstance(tick, rt.DeviceBoundGreeks) and tick.n == n and tick.stream == 1
+    for _ in range(3):
+        mock.launches.clear()
+        got = tick()
+        assert got is tick.outputs and len(mock.launches) == 1
+        assert mock.launches[-1]["variant"].endswith("_a16") == (n % 16 == 0)
+        want = expected_greeks(*(np.asarray(v, np.float64) for v in host[:6]), call=host[6])
+        fresh = ops.greeks(*dev, dtype=dtype, shape=(n,))   # the unbound device path, same kernel
+        for name in GREEK_NAMES:
+            out = getattr(got, name)
+            assert isinstance(out, DeviceArray) and out.shape == (n,) and out.dtype == dtype
+            np.testing.assert_allclose(out.get(), want[name].astype(dtype), rtol=_tol(dtype), atol=_tol(dtype),
+                                       err_msg=name)
+            np.testing.assert_array_equal(out.get(), fresh[name].get(), err_msg=name)
+        host = _chain(rng, n, dtype)
+        for d, h in zip(dev, host):
+            _write(d, h)
+
+
+def test_device_binding_of_single_values_reads_them_with_stride_zero(gpu_ctx, rng):
+    mock = gpu_ctx.driver
+    n = 32
+    host = _chain(rng, n, np.float64)
+    dev = _on_gpu(mock, host)
+    tick = rt.bind_greeks(dev[0], dev[1], dev[2], 0.02, dev[4], 0.0, False)
+    g = tick()
+    want = expected_greeks(host[0], host[1], host[2], np.full(n, 0.02), host[4], np.zeros(n), call=np.zeros(n, bool))
+    for name in GREEK_NAMES:
+        np.testing.assert_allclose(getattr(g, name).get(), want[name], rtol=1e-12, atol=1e-12, err_msg=name)
+    args = mock.launches[-1]["args"]
+    strides = [args[2 * i + 1] for i in range(7)]
+    assert strides == [1, 1, 1, 0, 1, 0, 0]
+
+
+def test_device_binding_launches_on_the_producer_stream_without_waiting(gpu_ctx, rng, monkeypatch):
+    from tickgpu.runtime import bound_device
+
+    mock = gpu_ctx.driver
+    n = 64
+    dev = _on_gpu(mock, _chain(rng, n, np.float32), stream=0x5151)
+    made = []
+
+    def library_empty(x, shape, dtypes, device_id):   # results from "the producer's library"
+        made.extend(FakeGpuArray(mock, np.zeros(shape, dt), stream=0x5151) for dt in dtypes)
+        return [(o, o.ptr) for o in made]
+
+    monkeypatch.setattr(bound_device, "empty_outputs", library_empty)
+    tick = rt.bind_greeks(*dev, dtype=np.float32)
+    seen = []
+    real = mock.launch
+    mock.launch = lambda *a, **kw: (seen.append((a[4], kw.get("sync", False))), real(*a, **kw))
+    mock.calls.clear()
+    g = tick()
+    tick()
+    assert seen == [(0x5151, False)] * 2 and "cuStreamSynchronize" not in mock.calls
+    assert g.price is made[0] and tick.stream == 0x5151
+    got = np.frombuffer(ctypes.string_at(made[3].ptr, 4 * n), dtype=np.float32)   # vega
+    np.testing.assert_array_equal(got, ops.greeks(*dev, dtype=np.float32, shape=(n,))["vega"].get())
+
+
+def test_device_binding_repacks_after_scratch_moved(gpu_ctx, rng):
+    mock = gpu_ctx.driver
+    dev = _on_gpu(mock, _chain(rng, 16, np.float64))
+    tick = rt.bind_greeks(*dev)
+    before = tick._epoch
+    gpu_ctx.bundle.scratch_epoch += 1          # as ensure_scratch does when a block moves
+    tick()
+    assert tick._epoch == gpu_ctx.bundle.scratch_epoch != before
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_device_bound_implied_vol(gpu_ctx, rng, dtype):
+    mock = gpu_ctx.driver
+    n = 40
+    host = _chain(rng, n, dtype)
+    price = rng.uniform(1, 20, n).astype(dtype)
+    dev = _on_gpu(mock, [price, *host[:4], host[5], host[6]])
+    ivs = rt.bind_implied_vol(*dev, dtype=dtype)
+    assert isinstance(ivs, rt.DeviceBoundImpliedVol)
+    vol, status = ivs()
+    assert (vol, status) == ivs.outputs
+    want_v, want_s = expected_iv(*(np.asarray(v, np.float64) for v in (price, *host[:4], host[5])), call=host[6])
+    np.testing.assert_allclose(vol.get(), want_v.astype(dtype), rtol=_tol(dtype), atol=_tol(dtype))
+    assert status.dtype == np.int8
+    np.testing.assert_array_equal(status.get(), want_s)
+
+
+def test_device_binding_refuses_bad_arrays_naming_them(gpu_ctx, rng):
+    mock = gpu_ctx.driver
+    host = _chain(rng, 8, np.float64)
+    dev = _on_gpu(mock, host)
+    with pytest.raises(TypeError, match="bind_greeks: strike is a ndarray, not a GPU array"):
+        rt.bind_greeks(dev[0], host[1], *dev[2:])
+    with pytest.raises(TypeError, match="bind_greeks: vol must be of dtype float64, got float32"):
+        rt.bind_greeks(*dev[:4], FakeGpuArray(mock, host[4].astype(np.float32)), *dev[5:])
+    with pytest.raises(TypeError, match="bind_greeks: call must be of dtype uint8 or bool or int8, got float64"):
+        rt.bind_greeks(*dev[:6], FakeGpuArray(mock, host[6].astype(np.float64)))
+    with pytest.raises(ValueError, match="bind_greeks: t has 7 elements, spot has 8"):
+        rt.bind_greeks(*dev[:2], FakeGpuArray(mock, host[2][:7]), *dev[3:])
+    with pytest.raises(ValueError, match="bind_greeks: rate must be one-dimensional and C-contiguous, got shape"):
+        rt.bind_greeks(*dev[:3], FakeGpuArray(mock, np.zeros((2, 4))), *dev[4:])
+    strided = FakeGpuArray(mock, np.zeros(16), strides=(16,))
+    strided.shape = (8,)
+    with pytest.raises(ValueError, match="bind_greeks: div must be one-dimensional and C-contiguous.*not contiguous"):
+        rt.bind_greeks(*dev[:5], strided, dev[6])
+    with pytest.raises(ValueError, match="bind_greeks: spot has no elements"):
+        rt.bind_greeks(*(FakeGpuArray(mock, np.zeros(0, h.dtype)) for h in host))
+    with pytest.raises(TypeError, match="bind_implied_vol: price must be of dtype float32"):
+        rt.bind_implied_vol(*dev[:6], dev[6], dtype=np.float32)
