@@ -178,6 +178,15 @@ def warmup() -> dict:
                 c[1] = chain.astype(dtype)
                 g = tickgpu.greeks(*c, dtype=dtype, backend="gpu")
                 tickgpu.implied_vol(g.price, *c[:4], dtype=dtype, backend="gpu")
+        # Then the commonest tick, a chain of strikes with one spot, expiry, rate and vol, several
+        # times in each dtype, the default last: a first call of that kind finds its code and data
+        # in the caches. (On an H200 host: its first call after warm-up 1.9x steady state without
+        # this, 1.57x with it; a full garbage collection here instead made it 4.6x.)
+        chain = np.linspace(80.0, 120.0, 1024)
+        for _ in range(10):
+            for dtype in (np.float32, np.float64):
+                tickgpu.greeks(np.full(1024, 100.0, dtype), chain.astype(dtype), 0.5, 0.01, 0.2, dtype=dtype,
+                               backend="gpu")
     return info
 
 
