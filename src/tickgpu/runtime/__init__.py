@@ -180,8 +180,9 @@ def warmup() -> dict:
                 tickgpu.implied_vol(g.price, *c[:4], dtype=dtype, backend="gpu")
         # Then the commonest tick, a chain of strikes with one spot, expiry, rate and vol, several
         # times in each dtype, the default last: a first call of that kind finds its code and data
-        # in the caches. (On an H200 host: its first call after warm-up 1.9x steady state without
-        # this, 1.57x with it; a full garbage collection here instead made it 4.6x.)
+        # in the caches. (On an H200 host its first call after warm-up took 1.9x steady state
+        # without this and 1.38x with it; a first call of another kind still takes 2.9x; a full
+        # garbage collection here instead made it 4.6x. benchmarks/results/h200-2026-11-30-n/)
         chain = np.linspace(80.0, 120.0, 1024)
         for _ in range(10):
             for dtype in (np.float32, np.float64):
