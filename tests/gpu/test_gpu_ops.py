@@ -360,11 +360,16 @@ def _device_libs():
     return libs
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
+def _device_libs_or_skip():
     libs = _device_libs()
     if not libs:
         pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    return libs
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
+    libs = _device_libs_or_skip()
     for name, to_dev in libs:
         for n in (1, 17, 100_003):
             a = _bsm(rng, n, dtype)
@@ -385,9 +390,7 @@ def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
 
 
 def test_gpu_arrays_misaligned_and_non_contiguous(ctx, rng):
-    libs = _device_libs()
-    if not libs:
-        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    libs = _device_libs_or_skip()
     for name, to_dev in libs:
         n = 5001
         a = _bsm(rng, n + 1, np.float64)
@@ -408,9 +411,7 @@ def test_device_bindings_follow_their_gpu_arrays(ctx, rng, dtype):
     """rt.bind_greeks / bind_implied_vol on CuPy and PyTorch arrays: one launch a call into the
     binding's own result arrays, the bits of tickgpu.greeks / implied_vol on the same arrays, and
     the CPU backend's values of the arrays' contents at each call (updated in place between)."""
-    libs = _device_libs()
-    if not libs:
-        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    libs = _device_libs_or_skip()
     names = ("spot", "strike", "t", "rate", "vol", "div", "call")
     iv_names = ("price", "spot", "strike", "t", "rate", "div", "call")
     for lib, to_dev in libs:
@@ -445,9 +446,7 @@ def test_device_bindings_follow_their_gpu_arrays(ctx, rng, dtype):
 
 
 def test_device_binding_single_values_and_refusals(ctx, rng):
-    libs = _device_libs()
-    if not libs:
-        pytest.skip("neither CuPy nor a CUDA PyTorch is installed")
+    libs = _device_libs_or_skip()
     for lib, to_dev in libs:
         n = 300
         a = _bsm(rng, n, np.float32)

@@ -47,6 +47,39 @@ def has_device_array(values) -> bool:
     return any(view_or_none(x, "") is not None for x in values if type(x) not in _checks.SCALAR_TYPES)
 
 
+def _gpu_inputs(fam, api: str, values, dt: np.dtype, ordinal: int) -> tuple[dict, int]:
+    """({input name: DeviceView} of the GPU arrays among `values`, their common length), every
+    array checked: a GPU array on `ordinal`, of `dt` (the flag: bool, uint8 or int8), 1-D,
+    contiguous, of one nonzero length; numbers are left to the caller."""
+    views, n, first = {}, None, None
+    for name, x in zip(fam.inputs, values):
+        if type(x) in _checks.SCALAR_TYPES:
+            continue
+        v = view_or_none(x, name, dlpack_stream=CU_STREAM_LEGACY)
+        if v is None:
+            raise TypeError(f"{api}: {name} is a {type(x).__name__}, not a GPU array; a binding's arrays "
+                            f"are all GPU arrays or all NumPy arrays (single numbers may be mixed in)")
+        if v.device_id is not None and v.device_id != ordinal:
+            raise ValueError(f"{api}: {name} is on device {v.device_id}, tickgpu runs on device {ordinal}")
+        want = _FLAG_DTYPES if name == fam.flag else (dt,)
+        if v.dtype not in want:
+            raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {v.dtype}")
+        if len(v.shape) != 1 or not v.contiguous:
+            raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, got shape {v.shape}"
+                             f"{'' if v.contiguous else ', not contiguous'}")
+        if v.ptr == 0:
+            raise ValueError(f"{api}: {name} has a null data pointer")
+        if n is None:
+            n, first = v.shape[0], name
+        elif v.shape[0] != n:
+            raise ValueError(f"{api}: {name} has {v.shape[0]} elements, {first} has {n}")
+        views[name] = v
+    if not n:
+        raise ValueError(f"{api}: {first} has no elements" if first else
+                         f"{api}: at least one input must be an array")
+    return views, n
+
+
 class _DeviceBoundTick:
     """What a device binding of one element-wise op does: check once, then one launch a call."""
 
@@ -56,35 +89,9 @@ class _DeviceBoundTick:
     def __init__(self, values, dtype):
         from tickgpu.runtime import context
 
-        fam, api = self._fam, self._api
-        dt = _checks.check_dtype(dtype)
         ctx = context()
-        views, n, first = {}, None, None
-        for name, x in zip(fam.inputs, values):
-            if type(x) in _checks.SCALAR_TYPES:
-                continue
-            v = view_or_none(x, name, dlpack_stream=CU_STREAM_LEGACY)
-            if v is None:
-                raise TypeError(f"{api}: {name} is a {type(x).__name__}, not a GPU array; a binding's arrays "
-                                f"are all GPU arrays or all NumPy arrays (single numbers may be mixed in)")
-            if v.device_id is not None and v.device_id != ctx.ordinal:
-                raise ValueError(f"{api}: {name} is on device {v.device_id}, tickgpu runs on device {ctx.ordinal}")
-            want = _FLAG_DTYPES if name == fam.flag else (dt,)
-            if v.dtype not in want:
-                raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {v.dtype}")
-            if len(v.shape) != 1 or not v.contiguous:
-                raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, got shape {v.shape}"
-                                 f"{'' if v.contiguous else ', not contiguous'}")
-            if v.ptr == 0:
-                raise ValueError(f"{api}: {name} has a null data pointer")
-            if n is None:
-                n, first = v.shape[0], name
-            elif v.shape[0] != n:
-                raise ValueError(f"{api}: {name} has {v.shape[0]} elements, {first} has {n}")
-            views[name] = v
-        if not n:
-            raise ValueError(f"{api}: {first} has no elements" if first else
-                             f"{api}: at least one input must be an array")
+        fam, dt = self._fam, _checks.check_dtype(dtype)
+        views, n = _gpu_inputs(fam, self._api, values, dt, ctx.ordinal)
         self.n, self.dtype, self._ctx = n, dt, ctx
         src = next(iter(views.values())).source
         out_dtypes = [fam.out_dtype(role, dt) for _, role in fam.outputs]
