@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -41,7 +41,7 @@ def is_device_array(x) -> bool:
     return int(kind) in (_DL_CUDA, _DL_CUDA_MANAGED)
 
 
-@dataclass
+@dataclass(slots=True)
 class DeviceView:
     """What the runtime needs of a GPU array: address, shape, dtype, contiguity, stream, owner."""
 
@@ -53,10 +53,10 @@ class DeviceView:
     device_id: int | None
     source: object          # the caller's array (keeps its memory alive)
     capsule: object = None  # the DLPack capsule read, kept alive while its pointer is in use
+    size: int = field(init=False)   # elements (Python ints: np.prod costs microseconds per call)
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)   # Python ints: np.prod costs microseconds per call
+    def __post_init__(self):
+        self.size = math.prod(self.shape)
 
 
 def _c_contiguous(shape, strides, itemsize) -> bool:
@@ -148,7 +148,7 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = 
     tx = type(x)
     if tx in _PLAIN:
         return None
-    if not stream and tx is _cupy_ndarray():
+    if not stream and tx is (_CUPY[0] or _cupy_ndarray()):
         data = x.data
         return DeviceView(data.ptr, x.shape, x.dtype, x.flags.c_contiguous, None, data.device_id, x)
     try:
@@ -166,9 +166,14 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = 
 
 
 def _cupy_ndarray():
-    """CuPy's array type where CuPy is imported (by the caller: this module never imports it)."""
+    """CuPy's array type where CuPy is imported (by the caller: this module never imports it);
+    remembered in `_CUPY` once found."""
     cupy = sys.modules.get("cupy")
-    return getattr(cupy, "ndarray", None) if cupy is not None else None
+    nd = _CUPY[0] = getattr(cupy, "ndarray", None) if cupy is not None else None
+    return nd
+
+
+_CUPY = [None]
 
 
 _PLAIN = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.uint8, np.int64, type(None)})

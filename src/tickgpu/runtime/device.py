@@ -212,7 +212,7 @@ class Context:
         # and a tick is microseconds, so finer locks would cost more than they save.
         self.lock = threading.RLock()
         self.launchers: dict[str, Launcher] = {}
-        self.device_launches: dict = {}   # (op, dtype, n, aligned) -> (launcher, grid): direct.device_call's
+        self.device_launches: dict = {}   # (op, dtype, n, aligned, stream) -> BoundLaunch: direct.device_call's
         self.runners: dict[tuple[str, str, int], GraphRunner] = {}
         self.memory = BufferSource(self)
         self.constants = ConstantRing(d, memory=self.memory, synchronize=self.synchronize)

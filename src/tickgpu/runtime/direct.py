@@ -77,40 +77,41 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         dts = DTYPE_CODE[dtype]
         out_size = [odt.itemsize for odt in out_dtypes]
         in_size = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
-        if n <= MAX_ELEMENTS_PER_LAUNCH:   # one launch, of a (kernel, grid) looked up once per size
-            lau, grid_dims = _launch_of(ctx, fam.name, dts, n, aligned and n % 16 == 0)
-            lau.args.pack(*fam.contract(grid_ptrs, ptrs, strides, out_ptrs, n, extra))
-            lau.launch_grid(grid_dims, launch_stream)
+        if n <= MAX_ELEMENTS_PER_LAUNCH:   # one launch, bound once per size and stream
+            bound = _launch_of(ctx, fam.name, dts, n, aligned and n % 16 == 0, launch_stream)
+            bound.launcher.args.pack(*fam.contract(grid_ptrs, ptrs, strides, out_ptrs, n, extra))
+            bound()
         else:
             for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
                 m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)
-                lau, grid_dims = _launch_of(ctx, fam.name, dts, m, aligned and m % 16 == 0)
+                bound = _launch_of(ctx, fam.name, dts, m, aligned and m % 16 == 0, launch_stream)
                 p_in = [p + start * sz * s for p, s, sz in zip(ptrs, strides, in_size)]
                 p_out = [p + start * sz for p, sz in zip(out_ptrs, out_size)]
-                lau.args.pack(*fam.contract(grid_ptrs, p_in, strides, p_out, m, extra))
-                lau.launch_grid(grid_dims, launch_stream)
+                bound.launcher.args.pack(*fam.contract(grid_ptrs, p_in, strides, p_out, m, extra))
+                bound()
         if owned or uploaded:
             # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
         return out_arrays
 
 
-def _launch_of(ctx, family: str, dts: str, m: int, aligned16: bool):
-    """(launcher, grid) for `m` elements, its kernel's scratch sized for that grid: remembered per
-    (op, dtype, size, alignment) in the context, up to `_LAUNCHES` of them, so a repeated size
-    skips the choice."""
-    key = (family, dts, m, aligned16)
+def _launch_of(ctx, family: str, dts: str, m: int, aligned16: bool, stream: int):
+    """The `BoundLaunch` of `m` elements on `stream` (the context's launcher for that size, its
+    kernel's scratch sized for the grid): remembered per (op, dtype, size, alignment, stream) in
+    the context, up to `_LAUNCHES` of them, so a repeated call skips the choice and launches in one
+    native call. Its arguments are the launcher's buffer, packed by the caller under the lock."""
+    key = (family, dts, m, aligned16, stream)
     cache = ctx.device_launches
-    hit = cache.get(key)
-    if hit is not None:
-        return hit
+    bound = cache.get(key)
+    if bound is not None:
+        return bound
     lau = ctx.launcher(family, dts, m, aligned16)
-    hit = (lau, lau.grid(m))
-    ctx.bundle.ensure_scratch(lau.kernel, hit[1][0])
+    bound = lau.bind(m, stream)
+    ctx.bundle.ensure_scratch(lau.kernel, bound.grid[0])
     if len(cache) >= _LAUNCHES:
         cache.clear()
-    cache[key] = hit
-    return hit
+    cache[key] = bound
+    return bound
 
 
 _LAUNCHES = 256
