@@ -1,4 +1,6 @@
 """The floor programs' output as the benchmarks read it: one run, or several with the best kept."""
+import pytest
+
 from tickgpu.bench.gpu import parse_floor
 
 RUN_A = """\
@@ -62,7 +64,11 @@ def test_targets_set_the_tick_beside_the_floor_and_the_same_work_in_c():
                      "greeks tick f32 1024 in+graph+out": {"p50_us": 15.0, "p99_us": 25.0}},
            "latency": {"tickgpu_greeks_f32_numpy_1024": {"p50_us": 30.0}, "torch_eager_greeks_f32_numpy_1024":
                        {"p50_us": 900.0}, "tickgpu_bound_greeks_f32_numpy_1024": {"p50_us": 21.0}}}
+    res["latency"]["tickgpu_bound_mapped_greeks_f32_numpy_1024"] = {"p50_us": 13.2}
+    res["floor"]["greeks tick f32 1024 graph only"] = {"p50_us": 11.0, "p99_us": 14.0}
     t = evaluate_targets(res)
+    assert t["latency_1024_bound_mapped_over_floor_graph<=1.3"] == pytest.approx(1.1)
+    assert t["latency_1024_bound_mapped_over_C_graph_only"] == pytest.approx(1.2)
     assert t["latency_1024_over_floor_graph<=1.3"] == 2.5
     assert t["latency_1024_bound_over_floor_graph<=1.3"] == 1.75
     assert t["same_work_C_over_floor_graph"] == 1.25

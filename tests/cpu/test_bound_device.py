@@ -149,3 +149,116 @@ def test_device_binding_refuses_bad_arrays_naming_them(gpu_ctx, rng):
         rt.bind_greeks(*(FakeGpuArray(mock, np.zeros(0, h.dtype)) for h in host))
     with pytest.raises(TypeError, match="bind_implied_vol: price must be of dtype float32"):
         rt.bind_implied_vol(*dev[:6], dev[6], dtype=np.float32)
+
+
+# ---- zero-copy bindings: NumPy arrays in mapped pinned memory, with out= ---------------------------
+def _mapped_chain(rng, n, dtype):
+    from tickgpu.memory import mapped_array
+
+    arrays = []
+    for h in _chain(rng, n, dtype):
+        a = mapped_array(n, h.dtype)
+        a[:] = h
+        arrays.append(a)
+    return arrays
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 17, 48])
+def test_mapped_binding_writes_out_in_place_and_follows_updates(gpu_ctx, rng, dtype, n):
+    from tickgpu.memory import mapped_array
+
+    mock = gpu_ctx.driver
+    x = _mapped_chain(rng, n, dtype)
+    out = mapped_array((10, n), dtype)
+    tick = rt.bind_greeks(*x, dtype=dtype, out=out)
+    assert isinstance(tick, rt.DeviceBoundGreeks) and tick.stream == gpu_ctx.stream
+    waits = []
+    real = mock.launch
+    mock.launch = lambda *a, **kw: (waits.append(kw.get("sync", False)), real(*a, **kw))
+    for _ in range(3):
+        waits.clear()
+        g = tick()
+        assert waits == [True]                    # one launch, and its wait: the host reads the results
+        assert g is tick.outputs
+        want = expected_greeks(*(np.asarray(v, np.float64) for v in x[:6]), call=x[6])
+        unbound = rt_greeks(x, dtype)
+        for i, name in enumerate(GREEK_NAMES):
+            row = getattr(g, name)
+            assert np.shares_memory(row, out[i]) and row.shape == (n,)
+            np.testing.assert_allclose(row, want[name].astype(dtype), rtol=_tol(dtype), atol=_tol(dtype), err_msg=name)
+            np.testing.assert_array_equal(row, getattr(unbound, name), err_msg=name)
+        for a, b in zip(x, _chain(rng, n, dtype)):
+            a[:] = b                                  # in place, on the host
+
+
+def rt_greeks(x, dtype):
+    import tickgpu
+
+    return tickgpu.greeks(*(np.array(v) for v in x), dtype=dtype, backend="gpu")
+
+
+def test_mapped_binding_of_implied_vols_and_single_values(gpu_ctx, rng):
+    from tickgpu.memory import mapped_array
+
+    n = 40
+    x = _mapped_chain(rng, n, np.float64)
+    price = mapped_array(n, np.float64)
+    price[:] = rng.uniform(1, 20, n)
+    vol, status = mapped_array(n, np.float64), mapped_array(n, np.int8)
+    ivs = rt.bind_implied_vol(price, x[0], x[1], x[2], 0.02, 0.0, True, out=(vol, status))
+    v, s = ivs()
+    assert v is vol and s is status
+    want_v, want_s = expected_iv(np.asarray(price), x[0], x[1], x[2], np.full(n, 0.02), np.zeros(n), call=np.ones(n, bool))
+    np.testing.assert_allclose(vol, want_v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(status, want_s)
+
+
+def test_mapped_binding_refuses_what_the_gpu_cannot_reach(gpu_ctx, rng):
+    from tickgpu.memory import mapped_array
+
+    n = 16
+    x = _mapped_chain(rng, n, np.float64)
+    out = mapped_array((10, n), np.float64)
+    with pytest.raises(ValueError, match="bind_greeks: strike is not in mapped pinned memory"):
+        rt.bind_greeks(x[0], np.array(x[1]), *x[2:], out=out)
+    with pytest.raises(ValueError, match=r"bind_greeks: out\[0\] is not in mapped pinned memory"):
+        rt.bind_greeks(*x, out=np.empty((10, n)))
+    with pytest.raises(ValueError, match=r"bind_greeks: out must be a NumPy array of shape \(10, 16\)"):
+        rt.bind_greeks(*x, out=mapped_array((9, n), np.float64))
+    with pytest.raises(ValueError, match=r"bind_greeks: out\[0\] must be a C-contiguous NumPy array of 16 float64"):
+        rt.bind_greeks(*x, out=mapped_array((10, n), np.float32))
+    with pytest.raises(TypeError, match="bind_greeks: vol must be of dtype float64, got float32"):
+        rt.bind_greeks(*x[:4], mapped_array(n, np.float32), *x[5:], out=out)
+    with pytest.raises(ValueError, match="bind_greeks: t has 8 elements, spot has 16"):
+        rt.bind_greeks(*x[:2], mapped_array(8, np.float64), *x[3:], out=out)
+    with pytest.raises(ValueError, match=r"bind_implied_vol: out must be a tuple \(vol, status\)"):
+        rt.bind_implied_vol(*x[:6], True, out=out)
+
+
+def test_mapped_array_lives_as_long_as_its_views(gpu_ctx):
+    import gc
+
+    from tickgpu.memory import mapped_array
+    from tickgpu.memory.host import default_pinned_pool, mapped_address
+
+    pool = default_pinned_pool(gpu_ctx)
+    before = pool.stats()["in_use"]
+    a = mapped_array((4, 8), np.float32)
+    assert a.shape == (4, 8) and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+    ptr = a.ctypes.data
+    assert mapped_address(ptr, a.nbytes) is not None
+    assert mapped_address(ptr, 1 << 40) is None                        # past the end of every arena
+    assert mapped_address(np.empty(8).ctypes.data, 64) is None        # pageable memory: no device address
+    row = a[2]
+    held = pool.stats()["in_use"]
+    assert held > before
+    del a
+    gc.collect()
+    assert pool.stats()["in_use"] == held                              # a view still holds the buffer
+    row[:] = 1.0
+    del row
+    gc.collect()
+    assert pool.stats()["in_use"] == before
+    with pytest.raises(ValueError, match="mapped_array: shape must not be negative"):
+        mapped_array((-1, 2))

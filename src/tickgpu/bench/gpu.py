@@ -319,6 +319,20 @@ def bench_latency(torch, repeats: int) -> dict:
     want = tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
     res["bound_same_bits"] = bool(all(np.array_equal(getattr(same, k), getattr(want, k), equal_nan=True)
                                       for k in GREEK_KEYS))
+    # The same values in NumPy arrays of mapped pinned memory, bound with out= (zero copy): each
+    # call is one launch of the kernel reading and writing them in place, and its wait.
+    from tickgpu.memory import mapped_array
+
+    mx = {}
+    for k in names:
+        mx[k] = mapped_array(n, x[k].dtype)
+        mx[k][:] = x[k]
+    out = mapped_array((10, n), np.float32)
+    zero_copy = bind_greeks(*(mx[k] for k in names), dtype=np.float32, out=out)
+    res["tickgpu_bound_mapped_greeks_f32_numpy_1024"] = time_calls(zero_copy, repeats)
+    got = zero_copy()
+    res["bound_mapped_same_bits"] = bool(all(np.array_equal(getattr(got, k), getattr(want, k), equal_nan=True)
+                                             for k in GREEK_KEYS))
 
     def torch_call():
         tx = {k: torch.from_numpy(v).to("cuda") for k, v in x.items()}
@@ -706,6 +720,10 @@ def evaluate_targets(res: dict) -> dict:
     if floor and "tickgpu_bound_greeks_f32_numpy_1024" in lat:
         t["latency_1024_bound_over_floor_graph<=1.3"] = (lat["tickgpu_bound_greeks_f32_numpy_1024"]["p50_us"]
                                                          / floor["p50_us"])
+    if floor and "tickgpu_bound_mapped_greeks_f32_numpy_1024" in lat:
+        # NumPy arrays in mapped pinned memory, bound with out=: the kernel works on them in place.
+        t["latency_1024_bound_mapped_over_floor_graph<=1.3"] = (
+            lat["tickgpu_bound_mapped_greeks_f32_numpy_1024"]["p50_us"] / floor["p50_us"])
     # The same tick's own work done in C (benchmarks/floor/greeks_tick.cu: copies in, the graph on
     # mapped staging, copies out, no Python): what the tick costs beyond the bytes it moves, which
     # are 17 arrays of 1,024 against the floor graph's two.
@@ -717,6 +735,11 @@ def evaluate_targets(res: dict) -> dict:
                           ("tickgpu_bound_greeks_f32_numpy_1024", "latency_1024_bound_over_same_work_C")):
             if key in lat:
                 t[name] = lat[key]["p50_us"] / same["p50_us"]
+    # The zero-copy binding against the C program's kernel on mapped memory with no copies.
+    graph_only = res.get("floor", {}).get("greeks tick f32 1024 graph only")
+    if graph_only and "tickgpu_bound_mapped_greeks_f32_numpy_1024" in lat:
+        t["latency_1024_bound_mapped_over_C_graph_only"] = (
+            lat["tickgpu_bound_mapped_greeks_f32_numpy_1024"]["p50_us"] / graph_only["p50_us"])
     # A tick on CuPy arrays: tickgpu's call and binding against CuPy's own kernel and the C launch.
     dt = res.get("device_tick", {}).get("f32", {})
     fl_launch = res.get("floor", {}).get("empty kernel launch+sync round trip")

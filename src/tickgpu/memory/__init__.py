@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["PinnedPool", "PinnedBuffer", "MappedBuffer", "mapped", "ManagedArray", "DevicePool",
+__all__ = ["PinnedPool", "PinnedBuffer", "MappedBuffer", "mapped", "mapped_array", "ManagedArray", "DevicePool",
            "DeviceBuffer", "PoolStats", "PoolError"]
 
-_HOME = {"PinnedPool": "host", "PinnedBuffer": "host", "MappedBuffer": "host", "mapped": "host",
+_HOME = {"PinnedPool": "host", "PinnedBuffer": "host", "MappedBuffer": "host", "mapped": "host", "mapped_array": "host",
          "ManagedArray": "managed", "DevicePool": "device", "DeviceBuffer": "device", "PoolStats": "device",
          "PoolError": "errors"}
 

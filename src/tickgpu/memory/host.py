@@ -17,6 +17,7 @@ the GPU come from here:
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import warnings
 import weakref
@@ -26,8 +27,8 @@ import numpy as np
 
 from tickgpu.memory.errors import PoolError
 
-__all__ = ["PinnedPool", "PinnedBuffer", "MappedBuffer", "mapped", "default_pinned_pool", "size_class",
-           "huge_pages_offered"]
+__all__ = ["PinnedPool", "PinnedBuffer", "MappedBuffer", "mapped", "mapped_array", "mapped_address",
+           "default_pinned_pool", "size_class", "huge_pages_offered"]
 
 _PAGE = 4096
 _QUARTER_STEPS_FROM = 1 << 20
@@ -218,6 +219,7 @@ class PinnedPool:
         self._backing: str | None = None
         self._fallback_reason: str | None = None
         self._closed = False
+        _every_pool.add(self)
 
     # ---- arenas -------------------------------------------------------------------------------
     def _map_arena(self, size: int) -> _Arena | None:
@@ -431,6 +433,7 @@ class PinnedPool:
 
 
 _pools: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_every_pool: "weakref.WeakSet" = weakref.WeakSet()   # every PinnedPool made, for mapped_address
 _pools_lock = threading.Lock()
 
 
@@ -448,6 +451,50 @@ def default_pinned_pool(context=None, *, arena_bytes: int | None = None) -> Pinn
             pool = _pools[context] = (PinnedPool(context) if arena_bytes is None
                                       else PinnedPool(context, arena_bytes=arena_bytes))
         return pool
+
+
+def mapped_address(ptr: int, nbytes: int) -> int | None:
+    """The device's address of host bytes [ptr, ptr + nbytes) where they lie in one mapped arena of
+    an open pinned pool (the memory of `mapped`, `mapped_array` and mapped `PinnedPool` buffers),
+    else None."""
+    with _pools_lock:
+        pools = [p for p in _every_pool if not p._closed and p.mapped]
+    for pool in pools:
+        for a in pool._arenas:
+            if a.dev_base is not None and a.base <= ptr and ptr + nbytes <= a.base + a.size:
+                return a.dev_base + (ptr - a.base)
+    return None
+
+
+class _MappedOwner:
+    """The owner of a `mapped_array`: NumPy's base for it, returning its buffer to the pool when
+    the array and every view of it are gone."""
+
+    def __init__(self, buf: MappedBuffer, shape: tuple, dtype: np.dtype):
+        self.buf = buf
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (buf.ptr, False), "version": 3}
+
+    def __del__(self):
+        try:
+            if not self.buf.released:
+                self.buf.release()
+        except Exception:   # the pool (or the interpreter) is gone first
+            pass
+
+
+def mapped_array(shape, dtype=np.float64, context=None) -> np.ndarray:
+    """A NumPy array in pinned host memory that the GPU reads and writes in place (zero copy).
+
+    From the default pinned pool (`mapped`); its buffer goes back to the pool when the array and
+    every view of it are gone. Uninitialised, like `numpy.empty`. For the arrays of a zero-copy
+    binding (`tickgpu.runtime.bind_greeks(..., out=...)`).
+    """
+    dtype = np.dtype(dtype)
+    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ValueError(f"mapped_array: shape must not be negative, got {shape}")
+    buf = mapped(max(1, math.prod(shape) * dtype.itemsize), context)
+    return np.asarray(_MappedOwner(buf, shape, dtype))
 
 
 def mapped(nbytes: int, context=None) -> MappedBuffer:

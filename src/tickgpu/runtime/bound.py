@@ -226,24 +226,32 @@ class BoundImpliedVol(_BoundTick):
         return (vol, status) if n == m else (vol[:n], status[:n])
 
 
-def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64) -> BoundGreeks | DeviceBoundGreeks:
+def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64,
+                out=None) -> BoundGreeks | DeviceBoundGreeks:
     """`tickgpu.greeks` on the GPU for fixed arrays, checked once.
 
-    NumPy arrays give a `BoundGreeks` (a round trip through staging per call, new results each
-    time); GPU arrays (CuPy, PyTorch, ...) give a `DeviceBoundGreeks` (one launch per call on the
-    arrays' stream, into result arrays made once). Single numbers may be mixed into either.
+    - NumPy arrays give a `BoundGreeks`: a round trip through staging per call, new results each
+      time.
+    - NumPy arrays in mapped pinned memory (`tickgpu.memory.mapped_array`) with ``out``, a (10, n)
+      array there too, give a `DeviceBoundGreeks` that launches the kernel on them in place (zero
+      copy) and waits: each call rewrites the rows of ``out`` (`Greeks` order).
+    - GPU arrays (CuPy, PyTorch, ...) give a `DeviceBoundGreeks`: one launch per call on the
+      arrays' stream, no wait, into result arrays made once.
+
+    Single numbers may be mixed into any of them.
     """
     values = (spot, strike, t, rate, vol, div, call)
-    if has_device_array(values):
-        return DeviceBoundGreeks(*values, dtype=dtype)
+    if out is not None or has_device_array(values):
+        return DeviceBoundGreeks(*values, dtype=dtype, out=out)
     return BoundGreeks(*values, dtype=dtype)
 
 
-def bind_implied_vol(price, spot, strike, t, rate, div, call, *,
-                     dtype=np.float64) -> BoundImpliedVol | DeviceBoundImpliedVol:
+def bind_implied_vol(price, spot, strike, t, rate, div, call, *, dtype=np.float64,
+                     out=None) -> BoundImpliedVol | DeviceBoundImpliedVol:
     """`tickgpu.implied_vol` on the GPU for fixed arrays, checked once: a `BoundImpliedVol` for
-    NumPy arrays, a `DeviceBoundImpliedVol` for GPU arrays (see `bind_greeks`)."""
+    NumPy arrays, a `DeviceBoundImpliedVol` for GPU arrays or, with ``out=(vol, status)``, for
+    mapped NumPy arrays (see `bind_greeks`)."""
     values = (price, spot, strike, t, rate, div, call)
-    if has_device_array(values):
-        return DeviceBoundImpliedVol(*values, dtype=dtype)
+    if out is not None or has_device_array(values):
+        return DeviceBoundImpliedVol(*values, dtype=dtype, out=out)
     return BoundImpliedVol(*values, dtype=dtype)

@@ -24,6 +24,19 @@ arrays, so the results equal its own on them, bit for bit.
 
 Single numbers (a chain's rate, a call flag) are fixed at binding: each is copied once into a
 one-element device array of the binding's and read with stride 0.
+
+**Zero copy from the host.** NumPy arrays in mapped pinned memory (`tickgpu.memory.mapped_array`)
+bound with ``out=`` (a (10, n) array there too) take the same path: the kernel reads the inputs and
+writes the results across PCIe in place, on the runtime's stream, and each call waits for it, so no
+staging copy and no allocation is left in a tick::
+
+    spot = tickgpu.memory.mapped_array(1024, np.float32); ...      # the loop's arrays, pinned
+    out = tickgpu.memory.mapped_array((10, 1024), np.float32)
+    tick = tickgpu.runtime.bind_greeks(spot, strike, t, rate, vol, div, call, dtype=np.float32, out=out)
+    spot[:] = latest_spots(); g = tick()                           # g.delta is out[1], just written
+
+For a few thousand options this beats staging (the copies cost more than the kernel's reads over
+the link); for large arrays the staged and pipelined paths are faster.
 """
 from __future__ import annotations
 
@@ -80,41 +93,108 @@ def _gpu_inputs(fam, api: str, values, dt: np.dtype, ordinal: int) -> tuple[dict
     return views, n
 
 
+def _mapped_inputs(fam, api: str, values, dt: np.dtype) -> tuple[dict, int]:
+    """({input name: device address} of the NumPy arrays among `values`, their common length),
+    every array checked: in mapped pinned memory (`tickgpu.memory.mapped_array`), of `dt` (the
+    flag: bool or uint8), 1-D, contiguous, of one nonzero length; numbers are left to the caller."""
+    from tickgpu.memory.host import mapped_address
+
+    ptrs, n, first = {}, None, None
+    for name, x in zip(fam.inputs, values):
+        if type(x) in _checks.SCALAR_TYPES:
+            continue
+        if type(x) is not np.ndarray:
+            raise TypeError(f"{api}: {name} must be a NumPy array in mapped pinned memory or a single number "
+                            f"(with out=), got {type(x).__name__}")
+        want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == fam.flag else (dt,)
+        if x.dtype not in want:
+            raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
+        if x.ndim != 1 or not x.flags.c_contiguous:
+            raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, got shape {x.shape}"
+                             f"{'' if x.flags.c_contiguous else ', not contiguous'}")
+        if n is None:
+            n, first = x.shape[0], name
+        elif x.shape[0] != n:
+            raise ValueError(f"{api}: {name} has {x.shape[0]} elements, {first} has {n}")
+        addr = mapped_address(x.ctypes.data, x.nbytes)
+        if addr is None:
+            raise ValueError(f"{api}: {name} is not in mapped pinned memory; with out= the GPU reads the arrays "
+                             f"in place: make them with tickgpu.memory.mapped_array")
+        ptrs[name] = addr
+    if not n:
+        raise ValueError(f"{api}: {first} has no elements" if first else f"{api}: at least one input must be an array")
+    return ptrs, n
+
+
+def _mapped_outputs(api: str, rows: list, n: int, out_dtypes) -> list[tuple[np.ndarray, int]]:
+    """(array, device address) of each result array the caller gave, checked like the inputs."""
+    from tickgpu.memory.host import mapped_address
+
+    made = []
+    for i, (r, want) in enumerate(zip(rows, out_dtypes)):
+        what = f"{api}: out[{i}]"
+        if type(r) is not np.ndarray or r.dtype != want or r.shape != (n,) or not r.flags.c_contiguous:
+            got = f"{r.dtype} {r.shape}" if isinstance(r, np.ndarray) else type(r).__name__
+            raise ValueError(f"{what} must be a C-contiguous NumPy array of {n} {want}, got {got}")
+        if not r.flags.writeable:
+            raise ValueError(f"{what} is read-only")
+        addr = mapped_address(r.ctypes.data, r.nbytes)
+        if addr is None:
+            raise ValueError(f"{what} is not in mapped pinned memory: make it with tickgpu.memory.mapped_array")
+        made.append((r, addr))
+    return made
+
+
 class _DeviceBoundTick:
     """What a device binding of one element-wise op does: check once, then one launch a call."""
 
     _fam = None          # the op's family (tickgpu.runtime.ops)
     _api = ""            # the public name, for messages
 
-    def __init__(self, values, dtype):
+    def __init__(self, values, dtype, out=None):
         from tickgpu.runtime import context
 
         ctx = context()
         fam, dt = self._fam, _checks.check_dtype(dtype)
-        views, n = _gpu_inputs(fam, self._api, values, dt, ctx.ordinal)
-        self.n, self.dtype, self._ctx = n, dt, ctx
-        src = next(iter(views.values())).source
         out_dtypes = [fam.out_dtype(role, dt) for _, role in fam.outputs]
+        if out is not None:   # NumPy arrays in mapped pinned memory: the kernel reads and writes them in place
+            ptrs, n = _mapped_inputs(fam, self._api, values, dt)
+            made = _mapped_outputs(self._api, self._out_rows(out, n, dt), n, out_dtypes)
+            self._bind(ctx, values, dt, n, ptrs, made, out_dtypes, ctx.stream, wait=True, movable=[])
+            return
+        views, n = _gpu_inputs(fam, self._api, values, dt, ctx.ordinal)
+        src = next(iter(views.values())).source
         made = empty_outputs(src, (n,), out_dtypes, ctx.ordinal)
         # Arrays of our own have no library to order them: a call waits for its launch, as
         # tickgpu.greeks does for them.
-        self._owned = made is None
-        if self._owned:
+        owned = made is None
+        if owned:
             made = [(o, o.ptr) for o in (DeviceArray(ctx, (n,), odt) for odt in out_dtypes)]
-        self._outs = [o for o, _ in made]
         stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
-        if stream is None and not self._owned:
+        if stream is None and not owned:
             stream = next((s for s in (producer_stream(device_view(o, nm))
-                                       for o, (nm, _) in zip(self._outs, fam.outputs)) if s is not None), None)
-        self.stream = CU_STREAM_LEGACY if stream is None else int(stream)
+                                       for (o, _), (nm, _) in zip(made, fam.outputs)) if s is not None), None)
+        # Torch tensors can be reallocated in place (resize_): their addresses are checked per call.
+        movable = [(o, p) for o, p in [*((v.source, v.ptr) for v in views.values()), *made] if hasattr(o, "data_ptr")]
+        self._bind(ctx, values, dt, n, {name: v.ptr for name, v in views.items()}, made, out_dtypes,
+                   CU_STREAM_LEGACY if stream is None else int(stream), wait=owned, movable=movable)
+
+    def _bind(self, ctx, values, dt, n, in_ptrs: dict, made: list, out_dtypes, stream: int, wait: bool,
+              movable: list) -> None:
+        """The launches over inputs at `in_ptrs` (by name; the others single values) into `made`
+        ((array, address) per output) on `stream`, packed once; `wait`: each call waits for them."""
+        fam = self._fam
+        self.n, self.dtype, self._ctx, self.stream, self._wait = n, dt, ctx, stream, wait
+        self._outs = [o for o, _ in made]
+        self._movable = movable
         # Single values: one element each in device memory of the binding's, read with stride 0.
         ptrs, strides, keep = [], [], []
         with ctx.lock:
             ctx.enter()
             for name, x in zip(fam.inputs, values):
-                v = views.get(name)
-                if v is not None:
-                    ptrs.append(v.ptr)
+                p = in_ptrs.get(name)
+                if p is not None:
+                    ptrs.append(p)
                     strides.append(1)
                     continue
                 one = np.array([x], dtype=np.uint8 if name == fam.flag else dt)
@@ -124,11 +204,8 @@ class _DeviceBoundTick:
                 ptrs.append(cell.ptr)
                 strides.append(0)
             # The arrays and cells stay referenced: their addresses are in the packed arguments.
-            self.arrays = tuple(v.source if v is not None else None for v in map(views.get, fam.inputs))
+            self.arrays = tuple(x if name in in_ptrs else None for name, x in zip(fam.inputs, values))
             self._cells = keep
-            # Torch tensors can be reallocated in place (resize_): their addresses are checked per call.
-            self._movable = [(o, p) for o, p in [*((v.source, v.ptr) for v in views.values()), *made]
-                             if hasattr(o, "data_ptr")]
             out_ptrs = [p for _, p in made]
             aligned = n % 16 == 0 and all(p % 16 == 0 for p in (*ptrs, *out_ptrs))
             dts = DTYPE_CODE[dt]
@@ -163,7 +240,7 @@ class _DeviceBoundTick:
             if self._epoch != ctx.bundle.scratch_epoch:
                 self._pack()
             for *_, bound in self._launches:
-                bound(self._owned)
+                bound(self._wait)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.dtype.name} n={self.n} stream={self.stream:#x}>"
@@ -183,6 +260,10 @@ class DeviceBoundGreeks(_DeviceBoundTick):
     call : GPU array or bool
         Of the same length, bool, uint8 or int8 (nonzero: a call); or one bool.
     dtype : numpy.float64 or numpy.float32
+    out : numpy.ndarray, optional
+        A (10, n) array of `dtype` in mapped pinned memory: then the inputs are NumPy arrays there
+        too (bool or uint8 for `call`), and every call launches on the runtime's stream, waits,
+        and leaves the results in the rows of `out` (the module's "Zero copy from the host").
 
     Attributes
     ----------
@@ -194,17 +275,26 @@ class DeviceBoundGreeks(_DeviceBoundTick):
     Raises
     ------
     TypeError
-        A host array among GPU arrays, or a GPU array of the wrong dtype, naming the input.
+        A host array among GPU arrays, or an array of the wrong dtype, naming the input.
     ValueError
         An array that is not one-dimensional and C-contiguous, lengths that differ, no elements,
-        or an array on another device, naming the input.
+        an array on another device, or (with `out`) an array or result row outside mapped pinned
+        memory or an `out` of the wrong shape, naming it.
     """
 
     _fam, _api = ops.GREEKS, "bind_greeks"
 
-    def __init__(self, spot, strike, t, rate, vol, div, call, *, dtype=np.float64):
-        super().__init__((spot, strike, t, rate, vol, div, call), dtype)
+    def __init__(self, spot, strike, t, rate, vol, div, call, *, dtype=np.float64, out=None):
+        super().__init__((spot, strike, t, rate, vol, div, call), dtype, out)
         self.outputs: Greeks = _greeks_of(self._outs)
+
+    @staticmethod
+    def _out_rows(out, n: int, dt: np.dtype) -> list:
+        if type(out) is not np.ndarray or out.shape != (10, n):
+            got = out.shape if isinstance(out, np.ndarray) else type(out).__name__
+            raise ValueError(f"bind_greeks: out must be a NumPy array of shape (10, {n}) (one row a result, "
+                             f"in the order of Greeks), got {got}")
+        return list(out)
 
     def __call__(self) -> Greeks:
         """Queue the greeks of the bound arrays' contents on `stream`; returns `outputs`.
@@ -218,16 +308,24 @@ class DeviceBoundGreeks(_DeviceBoundTick):
 class DeviceBoundImpliedVol(_DeviceBoundTick):
     """Implied vols of fixed GPU arrays into fixed GPU arrays: one kernel launch a call.
 
-    Made by `tickgpu.runtime.bind_implied_vol` when its inputs are GPU arrays; inputs as
+    Made by `tickgpu.runtime.bind_implied_vol` when its inputs are GPU arrays, or NumPy arrays in
+    mapped pinned memory with ``out=(vol, status)`` (n `dtype` and n int8 there); inputs as
     `DeviceBoundGreeks`'s, with `price` first. ``outputs`` is ``(vol, status)``: n vols of `dtype`
     and n `IVStatus` codes (int8), rewritten by every call.
     """
 
     _fam, _api = ops.IMPLIED_VOL, "bind_implied_vol"
 
-    def __init__(self, price, spot, strike, t, rate, div, call, *, dtype=np.float64):
-        super().__init__((price, spot, strike, t, rate, div, call), dtype)
+    def __init__(self, price, spot, strike, t, rate, div, call, *, dtype=np.float64, out=None):
+        super().__init__((price, spot, strike, t, rate, div, call), dtype, out)
         self.outputs: tuple = (self._outs[0], self._outs[1])
+
+    @staticmethod
+    def _out_rows(out, n: int, dt: np.dtype) -> list:
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise ValueError(f"bind_implied_vol: out must be a tuple (vol, status) of NumPy arrays of {n} {dt} "
+                             f"and {n} int8, got {type(out).__name__}")
+        return list(out)
 
     def __call__(self) -> tuple:
         """Queue the implied vols of the bound arrays' contents on `stream`; returns `outputs`."""
