@@ -219,7 +219,8 @@ class PinnedPool:
         self._backing: str | None = None
         self._fallback_reason: str | None = None
         self._closed = False
-        _every_pool.add(self)
+        with _every_lock:
+            _every_pool.add(self)
 
     # ---- arenas -------------------------------------------------------------------------------
     def _map_arena(self, size: int) -> _Arena | None:
@@ -434,6 +435,7 @@ class PinnedPool:
 
 _pools: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _every_pool: "weakref.WeakSet" = weakref.WeakSet()   # every PinnedPool made, for mapped_address
+_every_lock = threading.Lock()
 _pools_lock = threading.Lock()
 
 
@@ -457,7 +459,7 @@ def mapped_address(ptr: int, nbytes: int) -> int | None:
     """The device's address of host bytes [ptr, ptr + nbytes) where they lie in one mapped arena of
     an open pinned pool (the memory of `mapped`, `mapped_array` and mapped `PinnedPool` buffers),
     else None."""
-    with _pools_lock:
+    with _every_lock:
         pools = [p for p in _every_pool if not p._closed and p.mapped]
     for pool in pools:
         for a in pool._arenas:
