@@ -32,7 +32,8 @@ from tickgpu._native import ffi as _ffi
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
-from tickgpu.runtime.bound_device import DeviceBoundGreeks, DeviceBoundImpliedVol, has_device_array
+from tickgpu.runtime.bound_device import (DeviceBoundGreeks, DeviceBoundImpliedVol, has_device_array,
+                                          host_array_length)
 from tickgpu.runtime.staged import _output_blocks, bucket, plan_for
 
 __all__ = ["BoundGreeks", "BoundImpliedVol", "bind_greeks", "bind_implied_vol"]
@@ -59,18 +60,11 @@ class _BoundTick:
         for name, x in zip(fam.inputs, values):
             if type(x) in _checks.SCALAR_TYPES:
                 continue            # a single value: made an array below, once n is known
-            if type(x) is not np.ndarray:
-                raise TypeError(f"{api}: {name} must be a NumPy array or a single number, got {type(x).__name__}")
-            want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == fam.flag else (dt,)
-            if x.dtype not in want:
-                raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
-            if x.ndim != 1 or not x.flags.c_contiguous:
-                raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, "
-                                 f"got shape {x.shape}{'' if x.flags.c_contiguous else ', not contiguous'}")
+            m = host_array_length(api, name, x, name == fam.flag, dt)
             if n is None:
-                n, first = x.shape[0], name
-            elif x.shape[0] != n:
-                raise ValueError(f"{api}: {name} has {x.shape[0]} elements, {first} has {n}")
+                n, first = m, name
+            elif m != n:
+                raise ValueError(f"{api}: {name} has {m} elements, {first} has {n}")
         if n is None:
             raise TypeError(f"{api}: at least one input must be a NumPy array (single values alone: "
                             f"call tickgpu.{api.removeprefix('bind_')})")

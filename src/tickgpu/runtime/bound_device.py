@@ -49,7 +49,7 @@ from tickgpu.runtime.arrays import DeviceArray, device_view, empty_outputs, prod
 from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH, Launcher
 from tickgpu.runtime.staged import DTYPE_CODE
 
-__all__ = ["DeviceBoundGreeks", "DeviceBoundImpliedVol", "has_device_array"]
+__all__ = ["DeviceBoundGreeks", "DeviceBoundImpliedVol", "has_device_array", "host_array_length"]
 
 CU_STREAM_LEGACY = 1
 _FLAG_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_), np.dtype(np.int8))
@@ -93,6 +93,21 @@ def _gpu_inputs(fam, api: str, values, dt: np.dtype, ordinal: int) -> tuple[dict
     return views, n
 
 
+def host_array_length(api: str, name: str, x, flag: bool, dt: np.dtype, kind: str = "a NumPy array") -> int:
+    """The length of NumPy array `x`, bound as input `name`, after checking what a binding needs of
+    it: a NumPy array (else TypeError naming `kind`), of `dt` (a flag: bool or uint8), 1-D and
+    C-contiguous (else ValueError)."""
+    if type(x) is not np.ndarray:
+        raise TypeError(f"{api}: {name} must be {kind} or a single number, got {type(x).__name__}")
+    want = (np.dtype(np.bool_), np.dtype(np.uint8)) if flag else (dt,)
+    if x.dtype not in want:
+        raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
+    if x.ndim != 1 or not x.flags.c_contiguous:
+        raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, got shape {x.shape}"
+                         f"{'' if x.flags.c_contiguous else ', not contiguous'}")
+    return x.shape[0]
+
+
 def _mapped_inputs(fam, api: str, values, dt: np.dtype) -> tuple[dict, int]:
     """({input name: device address} of the NumPy arrays among `values`, their common length),
     every array checked: in mapped pinned memory (`tickgpu.memory.mapped_array`), of `dt` (the
@@ -103,19 +118,11 @@ def _mapped_inputs(fam, api: str, values, dt: np.dtype) -> tuple[dict, int]:
     for name, x in zip(fam.inputs, values):
         if type(x) in _checks.SCALAR_TYPES:
             continue
-        if type(x) is not np.ndarray:
-            raise TypeError(f"{api}: {name} must be a NumPy array in mapped pinned memory or a single number "
-                            f"(with out=), got {type(x).__name__}")
-        want = (np.dtype(np.bool_), np.dtype(np.uint8)) if name == fam.flag else (dt,)
-        if x.dtype not in want:
-            raise TypeError(f"{api}: {name} must be of dtype {' or '.join(map(str, want))}, got {x.dtype}")
-        if x.ndim != 1 or not x.flags.c_contiguous:
-            raise ValueError(f"{api}: {name} must be one-dimensional and C-contiguous, got shape {x.shape}"
-                             f"{'' if x.flags.c_contiguous else ', not contiguous'}")
+        m = host_array_length(api, name, x, name == fam.flag, dt, "a NumPy array in mapped pinned memory")
         if n is None:
-            n, first = x.shape[0], name
-        elif x.shape[0] != n:
-            raise ValueError(f"{api}: {name} has {x.shape[0]} elements, {first} has {n}")
+            n, first = m, name
+        elif m != n:
+            raise ValueError(f"{api}: {name} has {m} elements, {first} has {n}")
         addr = mapped_address(x.ctypes.data, x.nbytes)
         if addr is None:
             raise ValueError(f"{api}: {name} is not in mapped pinned memory; with out= the GPU reads the arrays "
