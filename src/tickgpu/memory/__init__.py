@@ -6,7 +6,9 @@ pool, mapped VMM ranges) with lazy reclamation.
   memory from huge pages where the OS allows, registered with the driver, reused by size class,
   never handed out again while an asynchronous copy may still read or write it.
 - `mapped` / `MappedBuffer` (`tickgpu.memory.host`): pinned host memory with a device address,
-  for ticks small enough that a kernel reading across PCIe beats a copy.
+  for ticks small enough that a kernel reading across PCIe beats a copy; `mapped_array`: a NumPy
+  array there, its buffer returned with the last view (what a zero-copy `bind_greeks(..., out=)`
+  binds).
 - `ManagedArray` (`tickgpu.memory.managed`): managed memory with read-mostly advice and block
   prefetch, or explicit copies where managed memory is unavailable or degraded.
 - `DevicePool` (`tickgpu.memory.device`): size-class slabs in a few preallocated blocks for small
