@@ -192,6 +192,15 @@ def device_copy_bandwidth(cp, nbytes: int) -> float:
 STREAM_CALLS = 5
 
 
+def cupy_greeks_kernel(cp):
+    """The same greeks as one CuPy ElementwiseKernel (`CUPY_GREEKS_SRC`, generic over the dtype T):
+    what a CuPy user would write, for the suite's comparisons."""
+    return cp.ElementwiseKernel(
+        "T spot, T strike, T t, T rate, T vol, T div, bool call",
+        "T price, T delta, T gamma, T vega, T theta, T rho, T phi, T vanna, T volga, T charm",
+        CUPY_GREEKS_SRC, "cupy_bsm_greeks")
+
+
 def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
     """Greeks over `n` options on the GPU (CuPy arrays in and out), against the device copy bandwidth.
 
@@ -234,10 +243,7 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
             for k in GREEK_KEYS
         )
         del g
-        ek = cp.ElementwiseKernel(
-            "T spot, T strike, T t, T rate, T vol, T div, bool call",
-            "T price, T delta, T gamma, T vega, T theta, T rho, T phi, T vanna, T volga, T charm",
-            CUPY_GREEKS_SRC, f"cupy_bsm_greeks_{name}")
+        ek = cupy_greeks_kernel(cp)
         t_cupy = time_device(lambda: ek(x["spot"], x["strike"], x["t"], x["rate"], x["vol"], x["div"], x["call"]), sync)
         tx = {k: torch.as_tensor(v, device="cuda") for k, v in x.items()}
         t_torch = time_device(lambda: torch_greeks(torch, **tx), torch.cuda.synchronize, repeats=5)
@@ -378,10 +384,7 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
         r["tickgpu_bound"] = time_calls(lambda: (tick(), wait()), repeats)
         r["tickgpu_bound_launch_only"] = time_calls(tick, repeats)
         wait()
-        ek = cp.ElementwiseKernel(
-            "T spot, T strike, T t, T rate, T vol, T div, bool call",
-            "T price, T delta, T gamma, T vega, T theta, T rho, T phi, T vanna, T volga, T charm",
-            CUPY_GREEKS_SRC, f"cupy_bsm_greeks_tick_{tag}")
+        ek = cupy_greeks_kernel(cp)
         r["cupy_elementwise"] = time_calls(lambda: (ek(*(x[k] for k in names)), wait()), repeats)
         tx = {k: torch.as_tensor(v, device="cuda") for k, v in x.items()}
         r["torch_eager"] = time_calls(lambda: (torch_greeks(torch, **tx), torch.cuda.synchronize()),
