@@ -625,6 +625,44 @@ def test_device_path_takes_the_outputs_stream_where_the_inputs_name_none(ctx, mo
     assert "cuStreamSynchronize" not in mock.calls
 
 
+def test_jax_inputs_give_jax_outputs_through_dlpack(ctx, mock, rng, monkeypatch):
+    """JAX cannot make an uninitialised array for the kernel to write: the outputs are the
+    runtime's own, finished, then handed to ``jax.dlpack.from_dlpack`` (zero-copy)."""
+    import types
+
+    from tickgpu.runtime.arrays import DeviceArray, _from_dlpack
+
+    adopted = []
+
+    class FakeJaxArray:   # what from_dlpack gives back: it holds the capsule as XLA holds the tensor
+        def __init__(self, src):
+            self.view = _from_dlpack(src, None)
+            adopted.append((src, self))
+
+    jax = types.ModuleType("jax")
+    jax.dlpack = types.SimpleNamespace(from_dlpack=FakeJaxArray)
+    monkeypatch.setitem(sys.modules, "jax", jax)
+    JaxLike = type("ArrayImpl", (FakeGpuArray,), {"__module__": "jaxlib._jax"})
+    n = 37
+    d = _bsm_inputs(rng, n, np.float32)
+    dev = {k: JaxLike(mock, np.ascontiguousarray(v)) for k, v in d.items()}
+    out = ops.greeks(**dev, dtype=np.float32, shape=(n,))
+    want = expected_greeks(**_ref(d))
+    assert len(adopted) == len(want)
+    for k in want:
+        j = out[k]
+        assert isinstance(j, FakeJaxArray)
+        src = next(s for s, a in adopted if a is j)
+        assert isinstance(src, DeviceArray) and j.view.ptr == src.ptr and j.view.shape == (n,)
+        _close(np.frombuffer(ctypes.string_at(src.ptr, 4 * n), dtype=np.float32), want[k], np.float32)
+    assert "cuStreamSynchronize" in mock.calls            # handed over finished
+    # Without JAX imported (so no JAX array could have been passed), nothing is adopted.
+    monkeypatch.delitem(sys.modules, "jax")
+    adopted.clear()
+    assert isinstance(ops.greeks(**dev, dtype=np.float32, shape=(n,))["price"], DeviceArray)
+    assert not adopted
+
+
 def test_view_or_none_probes_once_and_agrees_with_device_view(mock):
     from tickgpu.runtime.arrays import device_view, is_device_array, view_or_none
 

@@ -548,6 +548,85 @@ def _allocations(c) -> dict:
     return out
 
 
+def _pool_inputs(c, pool, rng, n, dtype):
+    """Options in pool buffers exposed through __cuda_array_interface__ only: a producer without
+    a library of its own, so the runtime makes the outputs (DeviceArray)."""
+    out, keep = {}, []
+    for name, v in _bsm(rng, n, dtype).items():
+        v = np.ascontiguousarray(v if name != "call" else np.asarray(v, np.uint8))
+        buf = pool.alloc(max(v.nbytes, 1))
+        c.driver.memcpy_htod(buf.ptr, v.ctypes.data, v.nbytes)
+        out[name] = buf.as_array(v.dtype, v.shape)
+        keep.append(buf)
+    return out, keep
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_runtime_made_results_go_to_torch_and_cupy_by_dlpack_in_place(ctx, rng, dtype):
+    """`DeviceArray` results through DLPack: the consumer's array is the same memory, equal to
+    `.get()` and to the CPU backend, and it keeps that memory alive after the DeviceArray is gone
+    while later calls allocate and free around it."""
+    import gc
+
+    from tickgpu.memory.device import default_pool
+    from tickgpu.runtime.arrays import DeviceArray
+
+    libs = dict(_device_libs_or_skip())
+    c = rt.context()
+    pool = default_pool(c)
+    dev, keep = _pool_inputs(c, pool, rng, 1000, dtype)
+    g = tickgpu.greeks(**dev, dtype=dtype, backend="gpu")
+    host_in = {k: v.get() for k, v in dev.items()}
+    cpu = tickgpu.greeks(**host_in, dtype=dtype, backend="cpu")
+    theirs = {}
+    for gname in GREEKS:
+        a = getattr(g, gname)
+        assert isinstance(a, DeviceArray)
+        want = a.get()
+        _agree(want, getattr(cpu, gname), dtype, gname, cancelling_scale(host_in).get(gname))
+        if "torch" in libs:
+            import torch
+
+            t = torch.from_dlpack(a)
+            assert t.data_ptr() == a.ptr and t.dtype == getattr(torch, np.dtype(dtype).name)
+            theirs[("torch", gname)] = (t, want)
+        if "cupy" in libs:
+            import cupy
+
+            x = cupy.from_dlpack(a)
+            assert x.data.ptr == a.ptr and x.dtype == dtype
+            theirs[("cupy", gname)] = (x, want)
+    del g, a
+    gc.collect()
+    for _ in range(20):                      # churn the pool the DeviceArrays came from
+        more, more_keep = _pool_inputs(c, pool, rng, 1000, dtype)
+        tickgpu.greeks(**more, dtype=dtype, backend="gpu")
+        for b in more_keep:
+            b.free()
+    pool.flush()
+    for (lib, gname), (arr, want) in theirs.items():
+        np.testing.assert_array_equal(_to_host(arr), want, err_msg=f"{lib} {gname} after the churn")
+    for b in keep:
+        b.free()
+
+
+def test_jax_arrays_in_give_jax_arrays_out(ctx, rng):
+    jax = pytest.importorskip("jax", reason="JAX is not installed on this machine")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX has no GPU backend on this machine")
+    for dtype in (np.float32,) + ((np.float64,) if jax.config.jax_enable_x64 else ()):
+        a = _bsm(rng, 1000, dtype)
+        dev = {k: jax.device_put(v if k != "call" else v.astype(np.uint8), gpu) for k, v in a.items()}
+        g = tickgpu.greeks(**dev, dtype=dtype, backend="gpu")
+        c = tickgpu.greeks(**a, dtype=dtype, backend="cpu")
+        for gname in GREEKS:
+            out = getattr(g, gname)
+            assert isinstance(out, jax.Array) and out.dtype == dtype, (gname, type(out))
+            _agree(np.asarray(out), getattr(c, gname), dtype, f"jax {gname}", cancelling_scale(a).get(gname))
+
+
 def test_no_driver_allocations_over_10000_calls_after_warmup(ctx, rng):
     """After warm-up, 10,000 calls on the hot paths -- NumPy ticks of several sizes, both dtypes,
     greeks / implied vol / surface, a pipelined large call, and GPU arrays whose outputs the
@@ -558,19 +637,7 @@ def test_no_driver_allocations_over_10000_calls_after_warmup(ctx, rng):
     assert c.memory.device_pool is not None, c.memory.device_pool_reason
     pool = default_pool(c)
 
-    def device_inputs(n, dtype):
-        # Pool buffers exposed through __cuda_array_interface__: a producer without a library of
-        # its own, so the runtime allocates the outputs (tickgpu.runtime.arrays.DeviceArray).
-        out, keep = {}, []
-        for name, v in _bsm(rng, n, dtype).items():
-            v = np.ascontiguousarray(v if name != "call" else np.asarray(v, np.uint8))
-            buf = pool.alloc(max(v.nbytes, 1))
-            c.driver.memcpy_htod(buf.ptr, v.ctypes.data, v.nbytes)
-            out[name] = buf.as_array(v.dtype, v.shape)
-            keep.append(buf)
-        return out, keep
-
-    dev_in = {dt: device_inputs(1000, dt) for dt in (np.float64, np.float32)}
+    dev_in = {dt: _pool_inputs(c, pool, rng, 1000, dt) for dt in (np.float64, np.float32)}
     host_in = {(n, dt): _bsm(rng, n, dt) for n in (1, 17, 1000, 4096) for dt in (np.float64, np.float32)}
     iv_in = {dt: _iv_inputs(rng, 1000, dt) for dt in (np.float64, np.float32)}
     big = _bsm(rng, 2**18 + 5, np.float64)

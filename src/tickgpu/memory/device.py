@@ -110,7 +110,8 @@ class PoolStats:
 
 
 class _PoolArrayView(DeviceArray):
-    """A typed view of a pool buffer with ``__cuda_array_interface__``; it owns nothing."""
+    """A typed view of a pool buffer with ``__cuda_array_interface__`` and DLPack; it owns nothing
+    (the buffer's memory lasts until the buffer is freed, whoever still reads it)."""
 
     def __init__(self, buffer: "DeviceBuffer", shape: tuple[int, ...], dtype):
         # DeviceArray's constructor allocates; a view only borrows the buffer's memory.
@@ -121,6 +122,10 @@ class _PoolArrayView(DeviceArray):
 
     def __del__(self):
         pass
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        # On the host backend the pool's "device" memory is host memory: exported as such.
+        return super().__dlpack_device__() if self._context is not None else (1, 0)
 
     def get(self) -> np.ndarray:
         """A NumPy copy (synchronous)."""

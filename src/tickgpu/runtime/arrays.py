@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
 __all__ = ["DeviceView", "is_device_array", "device_view", "view_or_none", "producer_stream", "empty_like_kind",
-           "empty_outputs", "DeviceArray"]
+           "empty_outputs", "adopt_outputs", "DeviceArray", "dlpack_capsule"]
 
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
 _DL_DTYPES = {(2, 64): np.float64, (2, 32): np.float32, (1, 8): np.uint8, (0, 8): np.int8, (6, 8): np.bool_,
@@ -99,6 +100,11 @@ class _DLDataType(ctypes.Structure):
     _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
 
 
+# Function objects of our own (pythonapi's attributes are shared, and so are their argtypes).
+_capsule_read = ctypes.pythonapi["PyCapsule_GetPointer"]
+_capsule_read.restype, _capsule_read.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+
 class _DLTensor(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
                 ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
@@ -108,9 +114,7 @@ class _DLTensor(ctypes.Structure):
 def _from_dlpack(x, stream: int | None) -> DeviceView:
     # The producer orders its pending work before `stream` (DLPack's contract for the consumer's stream).
     capsule = x.__dlpack__(stream=stream) if stream is not None else x.__dlpack__()
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    t = _DLTensor.from_address(get(capsule, b"dltensor"))   # DLManagedTensor starts with its DLTensor
+    t = _DLTensor.from_address(_capsule_read(capsule, b"dltensor"))   # DLManagedTensor starts with its DLTensor
     code = (t.dtype.code, t.dtype.bits)
     if t.dtype.lanes != 1 or code not in _DL_DTYPES:
         raise TypeError(f"GPU array of DLPack dtype code {t.dtype.code} bits {t.dtype.bits} lanes "
@@ -223,6 +227,17 @@ def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int) -> list[tup
     return None
 
 
+def adopt_outputs(x, outs: list) -> list:
+    """Finished `DeviceArray` results as arrays of `x`'s library where that library can take them
+    over without a copy and cannot make them itself: JAX (``jax.dlpack.from_dlpack``; imported
+    already, since `x` is one of its arrays). Any other kind comes back unchanged."""
+    if _library(x) in ("jax", "jaxlib"):
+        jax = sys.modules.get("jax")
+        if jax is not None:
+            return [jax.dlpack.from_dlpack(o) for o in outs]
+    return outs
+
+
 def _library(x) -> str:
     return type(x).__module__.split(".", 1)[0]
 
@@ -247,10 +262,86 @@ def empty_like_kind(x, shape: tuple[int, ...], dtype, device_id: int):
     return None
 
 
+# ---- DLPack export -------------------------------------------------------------------------------
+# A legacy (unversioned) capsule named "dltensor" holding a DLManagedTensor in ctypes memory. The
+# consumer renames the capsule and later calls the tensor's deleter; an unconsumed capsule calls it
+# when collected. Either way the deleter drops the registry entry that kept the exporting array
+# (and so its memory) alive. Both callbacks are ctypes functions, which take the GIL themselves: a
+# consumer may free its tensor from a thread of its own (XLA's, PyTorch's).
+_DL_CPU = 1
+_DL_CODE = {np.dtype(dt): code for code, dt in _DL_DTYPES.items()}
+_DL_CODE[np.dtype(np.float16)] = (2, 16)
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_EXPORTED: dict[int, tuple] = {}   # DLManagedTensor address -> (struct, shape, strides, owner)
+_EXPORT_LOCK = threading.Lock()
+_DLTENSOR = ctypes.c_char_p(b"dltensor")   # a capsule's name must outlive it: held here for good
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _dl_deleter(managed: int) -> None:
+    with _EXPORT_LOCK:
+        entry = _EXPORTED.pop(managed, None)
+    # NOTE: dropped outside the lock: freeing the owner may collect other capsules, whose
+    # destructors take the lock again.
+    del entry
+
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _capsule_destructor(capsule: int) -> None:
+    # The capsule is being freed: read it through raw pointers only (a py_object would revive it).
+    if _capsule_is_valid(capsule, _DLTENSOR):      # never consumed: the tensor is still ours
+        _dl_deleter(_capsule_pointer(capsule, _DLTENSOR))
+
+
+_capsule_is_valid = ctypes.pythonapi["PyCapsule_IsValid"]
+_capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]
+_capsule_pointer = ctypes.pythonapi["PyCapsule_GetPointer"]
+_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+_capsule_new = ctypes.pythonapi["PyCapsule_New"]
+_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_DELETER_PTR = ctypes.cast(_dl_deleter, ctypes.c_void_p).value
+_DESTRUCTOR_PTR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+
+
+def dlpack_capsule(owner, ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: tuple[int, int]):
+    """A DLPack capsule ("dltensor") of the C-contiguous array at `ptr` on `device` (DLPack's
+    (device_type, device_id)); `owner` stays alive until the consumer releases the tensor."""
+    code = _DL_CODE.get(np.dtype(dtype))
+    if code is None:
+        raise BufferError(f"DLPack export: dtype {np.dtype(dtype)} has no DLPack code here")
+    ndim = len(shape)
+    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))()
+    step = 1
+    for i in range(ndim - 1, -1, -1):    # in elements, as DLPack counts them
+        strides[i] = step
+        step *= shape[i]
+    m = _DLManagedTensor()
+    t = m.dl_tensor
+    t.data, t.ndim, t.byte_offset = ptr, ndim, 0
+    t.device.device_type, t.device.device_id = device
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = code[0], code[1], 1
+    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    m.deleter = _DELETER_PTR
+    addr = ctypes.addressof(m)
+    with _EXPORT_LOCK:
+        _EXPORTED[addr] = (m, dims, strides, owner)
+    return _capsule_new(addr, _DLTENSOR, _DESTRUCTOR_PTR)
+
+
 class DeviceArray:
     """A minimal GPU array owned by tickgpu, for producers whose library cannot make one.
 
-    Exposes ``__cuda_array_interface__`` (version 3); freed when garbage-collected.
+    Exposes ``__cuda_array_interface__`` (version 3) and DLPack (``__dlpack__``, so
+    ``torch.from_dlpack``, ``cupy.from_dlpack`` and ``jax.dlpack.from_dlpack`` take it without a
+    copy); freed when garbage-collected and no DLPack consumer holds it. tickgpu hands these out
+    with their work finished, so a consumer's stream needs no ordering.
     """
 
     def __init__(self, context, shape: tuple[int, ...], dtype):
@@ -264,6 +355,19 @@ class DeviceArray:
     def __cuda_array_interface__(self):
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
                 "strides": None, "version": 3, "stream": None}
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return _DL_CUDA, int(getattr(self._context, "ordinal", 0))
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of this array (legacy, unversioned, which consumers accept whatever
+        `max_version` they name). BufferError for ``copy=True`` or another `dl_device`."""
+        if copy:
+            raise BufferError("DeviceArray.__dlpack__: copy=True is not supported (export is zero-copy)")
+        here = self.__dlpack_device__()
+        if dl_device is not None and tuple(int(v) for v in dl_device) != here:
+            raise BufferError(f"DeviceArray.__dlpack__: dl_device {tuple(dl_device)} is not this array's {here}")
+        return dlpack_capsule(self, self.ptr, self.shape, self.dtype, here)
 
     def __del__(self):
         try:

@@ -13,7 +13,8 @@ import math
 
 import numpy as np
 
-from tickgpu.runtime.arrays import DeviceArray, device_view, empty_outputs, producer_stream, view_or_none
+from tickgpu.runtime.arrays import (DeviceArray, adopt_outputs, device_view, empty_outputs, producer_stream,
+                                    view_or_none)
 from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH
 from tickgpu.runtime.staged import DTYPE_CODE
 
@@ -50,7 +51,7 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
                                        for o, (name, _) in zip(out_arrays, fam.outputs)) if s is not None), None)
         launch_stream = CU_STREAM_LEGACY if stream is None else int(stream)
         if n == 0:
-            return out_arrays
+            return adopt_outputs(first.source, out_arrays) if owned else out_arrays
 
         ptrs, strides, scalars, uploaded = [], [], [], False
         for slot, (name, x) in enumerate(zip(fam.inputs, inputs)):
@@ -92,7 +93,7 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         if owned or uploaded:
             # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
-        return out_arrays
+        return adopt_outputs(first.source, out_arrays) if owned else out_arrays
 
 
 def _launch_of(ctx, family: str, dts: str, m: int, aligned16: bool, stream: int):

@@ -4,7 +4,9 @@ Which path a call takes:
 
 * GPU arrays in (CuPy, PyTorch, anything with ``__cuda_array_interface__`` or DLPack): the kernel
   is launched on the arrays' own memory, on the stream their library handed out, and outputs are
-  made by that library; no copy, no wait (the library's stream orders what follows). Broadcast
+  made by that library; no copy, no wait (the library's stream orders what follows). A library
+  that makes none (JAX) or an unknown producer gets results of the runtime's own, finished
+  (JAX's handed to ``jax.dlpack.from_dlpack``; others as `DeviceArray`, DLPack-exportable). Broadcast
   Python scalars come from a small device constant ring; host arrays mixed in are uploaded.
 * NumPy in, at most one staged chunk (``staging_elements``, 2**17 by default): one replay of the
   graph of the call's size bucket through the native round trip (inputs into pinned staging,

@@ -1,0 +1,124 @@
+"""DLPack export of tickgpu's own arrays (`DeviceArray`, pool views): the capsule's layout, who
+keeps the memory alive, and refusals. NumPy is the consumer here: the host-backend pool's
+"device" memory is host memory, exported as DLPack's CPU device."""
+import ctypes
+import gc
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tickgpu.memory import DevicePool
+from tickgpu.runtime import arrays
+from tickgpu.runtime.arrays import DeviceArray, _from_dlpack
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mock import MockDriver  # noqa: E402
+
+
+@pytest.fixture
+def pool():
+    p = DevicePool(backend="host")
+    yield p
+    gc.collect()
+    p.close()
+
+
+def _fill(buf, values: np.ndarray) -> None:
+    ctypes.memmove(buf.ptr, np.ascontiguousarray(values).ctypes.data, values.nbytes)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16, np.int8, np.uint8, np.bool_, np.int32,
+                                   np.int64])
+@pytest.mark.parametrize("shape", [(0,), (1,), (17,), (3, 5), (2, 3, 4)])
+def test_numpy_reads_a_pool_view_in_place(pool, rng, dtype, shape):
+    want = (rng.random(shape) * 100).astype(dtype)
+    buf = pool.alloc(max(want.nbytes, 1))
+    _fill(buf, want)
+    view = buf.as_array(dtype, shape)
+    got = np.from_dlpack(view)
+    assert got.dtype == np.dtype(dtype) and got.shape == shape
+    np.testing.assert_array_equal(got, want)
+    if want.size:
+        assert got.ctypes.data == buf.ptr              # no copy
+        assert got.strides == want.strides
+    before = len(arrays._EXPORTED)
+    del got
+    gc.collect()
+    assert len(arrays._EXPORTED) == before - 1         # the consumer's release called the deleter
+
+
+def test_an_unconsumed_capsule_releases_its_owner(pool):
+    view = pool.alloc(64).as_array(np.float32, (16,))
+    before = len(arrays._EXPORTED)
+    capsule = view.__dlpack__()
+    assert len(arrays._EXPORTED) == before + 1
+    assert any(e[-1] is view for e in arrays._EXPORTED.values())      # the capsule holds its owner
+    del capsule
+    assert len(arrays._EXPORTED) == before
+
+
+def test_the_deleter_may_run_on_another_thread(pool):
+    view = pool.alloc(64).as_array(np.float64, (8,))
+    capsule = view.__dlpack__()
+    # What a consumer does: take the tensor (rename the capsule), then call its deleter later.
+    addr = arrays._capsule_read(capsule, b"dltensor")
+    rename = ctypes.pythonapi["PyCapsule_SetName"]
+    rename.restype, rename.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
+    used = ctypes.c_char_p(b"used_dltensor")
+    assert rename(capsule, used) == 0
+    del capsule                                       # consumed: dropping it deletes nothing
+    assert addr in arrays._EXPORTED
+    m = arrays._DLManagedTensor.from_address(addr)
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(m.deleter)
+    t = threading.Thread(target=deleter, args=(addr,))
+    t.start()
+    t.join()
+    assert addr not in arrays._EXPORTED
+
+
+def _mock_context():
+    mock = MockDriver()
+    freed = []
+
+    class Memory:
+        def device(self, nbytes):
+            p = mock.mem_alloc(nbytes)
+            return p, p
+
+        def free_device(self, token):
+            freed.append(token)
+
+    ctx = type("Ctx", (), {})()
+    ctx.memory, ctx.ordinal, ctx.driver = Memory(), 3, mock
+    return ctx, freed
+
+
+def test_device_array_exports_a_cuda_tensor_and_lives_while_it_is_held():
+    ctx, freed = _mock_context()
+    a = DeviceArray(ctx, (4, 6), np.float32)
+    assert a.__dlpack_device__() == (2, 3)
+    v = _from_dlpack(a, None)                 # tickgpu's own reader: the fields as a consumer sees them
+    assert (v.ptr, v.shape, v.dtype, v.device_id, v.contiguous) == (a.ptr, (4, 6), np.float32, 3, True)
+    ptr = a.ptr
+    del a
+    gc.collect()
+    assert freed == []                        # the capsule the view holds keeps the array alive
+    del v
+    gc.collect()
+    assert freed == [ptr]
+
+
+def test_export_refusals():
+    ctx, _ = _mock_context()
+    a = DeviceArray(ctx, (4,), np.float64)
+    with pytest.raises(BufferError, match="copy=True"):
+        a.__dlpack__(copy=True)
+    with pytest.raises(BufferError, match=r"dl_device \(2, 0\)"):
+        a.__dlpack__(dl_device=(2, 0))
+    assert a.__dlpack__(dl_device=(2, 3), max_version=(1, 0), stream=7) is not None
+    c = DeviceArray(ctx, (4,), np.complex64)
+    with pytest.raises(BufferError, match="complex64"):
+        c.__dlpack__()
