@@ -83,6 +83,8 @@ def _greeks_both(args, dtype):
 
 
 def _to_host(x):
+    if type(x).__module__.split(".")[0] in ("jax", "jaxlib"):
+        return np.asarray(x)
     if hasattr(x, "get"):
         return x.get()
     if hasattr(x, "cpu"):
@@ -610,21 +612,42 @@ def test_runtime_made_results_go_to_torch_and_cupy_by_dlpack_in_place(ctx, rng, 
         b.free()
 
 
-def test_jax_arrays_in_give_jax_arrays_out(ctx, rng):
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_jax_arrays_in_give_jax_arrays_out(ctx, rng, dtype):
+    """JAX arrays in: greeks, implied vols and surface vols come back as JAX arrays on the same GPU
+    (the runtime's results handed to jax.dlpack.from_dlpack, in place), equal to the CPU backend."""
     jax = pytest.importorskip("jax", reason="JAX is not installed on this machine")
     try:
         gpu = jax.devices("gpu")[0]
     except RuntimeError:
         pytest.skip("JAX has no GPU backend on this machine")
-    for dtype in (np.float32,) + ((np.float64,) if jax.config.jax_enable_x64 else ()):
-        a = _bsm(rng, 1000, dtype)
-        dev = {k: jax.device_put(v if k != "call" else v.astype(np.uint8), gpu) for k, v in a.items()}
-        g = tickgpu.greeks(**dev, dtype=dtype, backend="gpu")
-        c = tickgpu.greeks(**a, dtype=dtype, backend="cpu")
-        for gname in GREEKS:
-            out = getattr(g, gname)
-            assert isinstance(out, jax.Array) and out.dtype == dtype, (gname, type(out))
-            _agree(np.asarray(out), getattr(c, gname), dtype, f"jax {gname}", cancelling_scale(a).get(gname))
+    x64 = jax.config.jax_enable_x64
+    jax.config.update("jax_enable_x64", True)     # float64 arrays stay float64 on their way in
+    try:
+        def to_dev(v):
+            return jax.device_put(np.ascontiguousarray(v), gpu)
+
+        for n in (1, 17, 100_003):
+            a = _bsm(rng, n, dtype)
+            dev = {k: to_dev(v) for k, v in a.items()}
+            dev["rate"] = 0.015
+            g, c = _greeks_both(dev, dtype)
+            floors = cancelling_scale({**a, "rate": 0.015})
+            for gname in GREEKS:
+                out = getattr(g, gname)
+                assert isinstance(out, jax.Array) and out.dtype == dtype, (gname, type(out), out.dtype)
+                assert out.devices() == {gpu}
+                _agree(np.asarray(out), getattr(c, gname), dtype, f"jax {gname} n={n}", floors.get(gname))
+            ivargs = _iv_inputs(rng, n, dtype)
+            (vg, sg), (vc, sc) = _iv_both({k: to_dev(v) for k, v in ivargs.items()}, dtype)
+            assert isinstance(vg, jax.Array) and isinstance(sg, jax.Array)
+            _iv_agree(ivargs, (np.asarray(vg), np.asarray(sg)), (vc, sc), dtype, "jax iv")
+            surf, k, t = _surface(rng, n)
+            v = surf.vol(to_dev(k), to_dev(t))
+            assert isinstance(v, jax.Array)
+            _agree(np.asarray(v), surf.vol(k, t, backend="cpu"), np.float64, "jax surface")
+    finally:
+        jax.config.update("jax_enable_x64", x64)
 
 
 def test_no_driver_allocations_over_10000_calls_after_warmup(ctx, rng):
