@@ -230,7 +230,9 @@ def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64,
       array there too, give a `DeviceBoundGreeks` that launches the kernel on them in place (zero
       copy) and waits: each call rewrites the rows of ``out`` (`Greeks` order).
     - GPU arrays (CuPy, PyTorch, ...) give a `DeviceBoundGreeks`: one launch per call on the
-      arrays' stream, no wait, into result arrays made once.
+      arrays' stream, no wait, into result arrays made once. A library that makes no arrays for
+      others to write (JAX, whose arrays never change in place) gets tickgpu `DeviceArray`
+      results instead, each call waiting for its launch.
 
     Single numbers may be mixed into any of them.
     """
