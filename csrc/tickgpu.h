@@ -347,8 +347,9 @@ int tg_hot_launch_sync(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_
 /* A launch described once -- tg_hot_launch's arguments -- and run by tg_hot_launch_desc_run, which
  * waits for the stream too when sync is nonzero: a launch repeated from Python is then one call of
  * three arguments, not eleven (tickgpu.runtime.launch.BoundLaunch). params is read at each run, so
- * arguments rewritten in place between runs take effect. TG_EINVAL for a NULL desc and as
- * tg_hot_launch. */
+ * arguments rewritten in place between runs take effect. A nonzero ctx is made current on the
+ * calling thread first (cuCtxSetCurrent), so the caller need not make it so from Python. TG_EINVAL
+ * for a NULL desc and as tg_hot_launch. */
 typedef struct {
     uintptr_t func;
     uint32_t grid_x, grid_y, grid_z;
@@ -356,6 +357,7 @@ typedef struct {
     uint32_t shared_bytes;
     uintptr_t stream;
     void **params;
+    uintptr_t ctx;
 } tg_hot_launch_desc;
 int tg_hot_launch_desc_run(const tg_hot_launch_desc *desc, int sync, int *cu_result);
 int tg_hot_graph_launch(uintptr_t graph_exec, uintptr_t stream, int *cu_result);

@@ -272,7 +272,23 @@ void fake_event_counts(long long *out)
 {
     out[0] = fe_created, out[1] = fe_destroyed, out[2] = fe_records, out[3] = fe_syncs;
 }
-int cuCtxSetCurrent(void *ctx) { return 0; }
+/* The context last made current, and how many times one was (fake_ctx_current); the handle 0xbad
+ * is refused with CUDA_ERROR_INVALID_CONTEXT (201). */
+static uintptr_t ctx_current = 0;
+static int ctx_sets = 0;
+int cuCtxSetCurrent(void *ctx)
+{
+    if ((uintptr_t)ctx == 0xbad)
+        return 201;
+    ctx_current = (uintptr_t)ctx;
+    ctx_sets++;
+    return 0;
+}
+uintptr_t fake_ctx_current(int *sets)
+{
+    *sets = ctx_sets;
+    return ctx_current;
+}
 
 int cuGetErrorName(int code, const char **name)
 {

@@ -95,6 +95,9 @@ def test_device_binding_launches_on_the_producer_stream_without_waiting(gpu_ctx,
     g = tick()
     tick()
     assert seen == [(0x5151, False)] * 2 and "cuStreamSynchronize" not in mock.calls
+    # The context is made current by each launch itself (in C on a real driver), once a call.
+    assert mock.calls.count("cuCtxSetCurrent") == 2
+    assert all(b.context == gpu_ctx.ctx for *_, b in tick._launches)
     assert g.price is made[0] and tick.stream == 0x5151
     got = np.frombuffer(ctypes.string_at(made[3].ptr, 4 * n), dtype=np.float32)   # vega
     np.testing.assert_array_equal(got, ops.greeks(*dev, dtype=np.float32, shape=(n,))["vega"].get())

@@ -320,6 +320,21 @@ out["bound_args"], out["bound_param0"] = last()
 lau.args.values[0] = 8
 b(sync=True)
 out["bound_param0_after"], out["bound_synced"], out["launches"] = last()[1], syncs(0x8000) == s2 + 1, lau.launches
+# With a context: made current before each launch, in the same native call; none without one.
+sets = ctypes.c_int()
+fake.fake_ctx_current.restype = ctypes.c_size_t
+c0 = (fake.fake_ctx_current(ctypes.byref(sets)), sets.value)
+b()
+out["no_ctx_set"] = fake.fake_ctx_current(ctypes.byref(sets)) == c0[0] and sets.value == c0[1]
+bc = BoundLaunch(lau, (5, 1, 1), 0x8000, 0xc7c7)
+bc()
+bc(sync=True)
+out["ctx_set"] = [fake.fake_ctx_current(ctypes.byref(sets)) == 0xc7c7, sets.value == c0[1] + 2, last()[0][1] == 5]
+try:
+    BoundLaunch(lau, (5, 1, 1), 0x8000, 0xbad)()
+    out["ctx_error"] = None
+except CudaError as e:
+    out["ctx_error"] = [e.op, e.code, e.kernel]
 Kernel.func = 0xbad
 try:
     BoundLaunch(lau, (5, 1, 1), 0x8000)(sync=True)
@@ -347,4 +362,6 @@ def test_a_bound_launch_is_one_native_call_with_arguments_read_at_each_launch(fa
                    "refused": [True, True, True],
                    "bound_args": [0x1234, 5, 1, 1, 128, 1, 1, 64, 0x8000], "bound_param0": 7,
                    "bound_param0_after": 8, "bound_synced": True, "launches": 2,
+                   "no_ctx_set": True, "ctx_set": [True, True, True],
+                   "ctx_error": ["cuCtxSetCurrent", 201, "k_b128"],
                    "error": ["cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE", 1, "k_b128"]}, res

@@ -226,7 +226,8 @@ class _DeviceBoundTick:
                                                              ctx.sm_count))
                 values_of = fam.contract([], [p + start * sz * s for p, s, sz in zip(ptrs, strides, in_size)],
                                          strides, [p + start * sz for p, sz in zip(out_ptrs, out_size)], m, None)
-                self._launches.append((lau, m, values_of, lau.bind(m, self.stream)))
+                # The launch makes the context current itself (in C): a call makes no Python call for it.
+                self._launches.append((lau, m, values_of, lau.bind(m, self.stream, context=ctx.ctx)))
             self._pack()
 
     def _pack(self) -> None:
@@ -243,8 +244,8 @@ class _DeviceBoundTick:
             if o.data_ptr() != p:
                 raise RuntimeError(f"{self._api}: a bound tensor was reallocated (resize_); bind again")
         with ctx.lock:
-            ctx.enter()
             if self._epoch != ctx.bundle.scratch_epoch:
+                ctx.enter()
                 self._pack()
             for *_, bound in self._launches:
                 bound(self._wait)

@@ -134,11 +134,12 @@ class Launcher:
                                self.args.address, sync=sync, kernel=spec.variant)
         self.launches += 1
 
-    def bind(self, n: int | None = None, stream: int = 0, *, grid: tuple[int, int, int] | None = None) -> "BoundLaunch":
+    def bind(self, n: int | None = None, stream: int = 0, *, grid: tuple[int, int, int] | None = None,
+             context: int = 0) -> "BoundLaunch":
         """This kernel's launch over `n` elements (or on `grid`) on `stream`, fixed once: see `BoundLaunch`."""
         if (n is None) == (grid is None):
             raise TypeError(f"bind: kernel {self.kernel.spec.variant}: give n or grid, not both or neither")
-        return BoundLaunch(self, self.grid(n) if grid is None else grid, stream)
+        return BoundLaunch(self, self.grid(n) if grid is None else grid, stream, context)
 
 
 class BoundLaunch:
@@ -149,17 +150,20 @@ class BoundLaunch:
     between launches take effect. Where the driver has the native hot path, each launch is one
     call (`tg_hot_launch_desc_run`: a descriptor built once, three arguments) instead of
     `Launcher.launch`'s Python layers and an eleven-argument call; elsewhere (a stand-in driver)
-    it is `Launcher.launch_grid`. Not thread-safe, like the launcher whose buffer it uses.
+    it is `Launcher.launch_grid`. With a `context` (a CUcontext handle), each launch first makes
+    it current on the calling thread, in the same native call, so a caller need not (the context a
+    kernel was loaded in must be current when it launches). Not thread-safe, like the launcher whose
+    buffer it uses.
     """
 
-    __slots__ = ("launcher", "grid", "stream", "_desc", "_run", "_driver", "_variant")
+    __slots__ = ("launcher", "grid", "stream", "context", "_desc", "_run", "_driver", "_variant")
 
-    def __init__(self, launcher: Launcher, grid, stream: int):
+    def __init__(self, launcher: Launcher, grid, stream: int, context: int = 0):
         grid = tuple(int(g) for g in grid)
         if len(grid) != 3 or min(grid) < 1 or max(grid) >= 1 << 31:
             raise ValueError(f"bind: kernel {launcher.kernel.spec.variant}: grid must be three sizes in "
                              f"[1, 2**31), got {grid}")
-        self.launcher, self.grid, self.stream = launcher, grid, int(stream)
+        self.launcher, self.grid, self.stream, self.context = launcher, grid, int(stream), int(context)
         d = self._driver = launcher.driver
         spec = launcher.kernel.spec
         self._variant = spec.variant
@@ -175,17 +179,23 @@ class BoundLaunch:
             desc.stream = self.stream
             # The buffer lives as long as the launcher, which this object holds.
             desc.params = ffi.cast("void **", launcher.args.address)
+            desc.ctx = self.context
             self._run = hot.tg_hot_launch_desc_run
 
     def __call__(self, sync: bool = False) -> None:
         run = self._run
         if run is None:
+            if self.context:
+                self._driver.ctx_set_current(self.context)
             self.launcher.launch_grid(self.grid, self.stream, sync=sync)
             return
         d = self._driver
         st = run(self._desc, sync, d._result)
         if st:
-            d._hot_check(st, "cuLaunchKernel", self._variant)
+            # A refused context (CUDA_ERROR_INVALID_CONTEXT, _CONTEXT_IS_DESTROYED) comes from
+            # making it current; anything else from the launch (or the wait).
+            op = "cuCtxSetCurrent" if self.context and d._result[0] in (201, 709) else "cuLaunchKernel"
+            d._hot_check(st, op, self._variant)
         self.launcher.launches += 1
 
     def __repr__(self) -> str:
