@@ -163,28 +163,21 @@ def warmup() -> dict:
     from tickgpu import dispatch
 
     if dispatch.gpu_available():   # False where it was asked before a context was made by hand
-        # Three shapes of call: single values broadcast against a few strikes, a whole chain of
-        # arrays of the requested dtype (the usual tick), and every input an array, dividend
-        # yields and boolean call flags too. Each takes its own branches through the checks and
-        # the staging, and NumPy's own dispatch for its dtypes; run three times, the
-        # interpreter's caches of all three are warm. (In one process on a mock driver, a first
-        # 1,024-option call after warm-up calls of 16 options cost 100-270 us against 12 us in
-        # steady state; after chain-sized calls, 25-35 us. On an H200 host, a first call of the
-        # third shape took 2.7-3.7x steady state without a call of its kind before it, 1.6-2.3x
-        # with one: benchmarks/results/h200-2026-12-01-a/.)
+        # Two shapes of call: single values broadcast against a few strikes, and a whole chain of
+        # arrays of the requested dtype (the usual tick). Each takes its own branches through the
+        # checks and the staging; run three times, the interpreter's caches of both are warm.
+        # (In one process on a mock driver, a first 1,024-option call after warm-up calls of 16
+        # options cost 100-270 us against 12 us in steady state; after chain-sized calls, 25-35 us.)
         k = np.linspace(90.0, 110.0, 16)
         chain = np.linspace(80.0, 120.0, 2000)
-        flags = np.arange(2000) % 3 != 0
         for _ in range(3):
             for dtype in (np.float64, np.float32):
                 g = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, dtype=dtype, backend="gpu")
                 tickgpu.implied_vol(g.price, 100.0, k, 0.5, 0.01, dtype=dtype, backend="gpu")
-                c = [np.full_like(chain, v, dtype=dtype) for v in (100.0, 0.0, 0.5, 0.01, 0.2, 0.01)]
+                c = [np.full_like(chain, v, dtype=dtype) for v in (100.0, 0.0, 0.5, 0.01, 0.2)]
                 c[1] = chain.astype(dtype)
-                g = tickgpu.greeks(*c[:5], dtype=dtype, backend="gpu")
+                g = tickgpu.greeks(*c, dtype=dtype, backend="gpu")
                 tickgpu.implied_vol(g.price, *c[:4], dtype=dtype, backend="gpu")
-                g = tickgpu.greeks(*c, flags, dtype=dtype, backend="gpu")
-                tickgpu.implied_vol(g.price, *c[:4], c[5], flags, dtype=dtype, backend="gpu")
         # Then the commonest tick, a chain of strikes with one spot, expiry, rate and vol, several
         # times in each dtype, the default last: a first call of that kind finds its code and data
         # in the caches. (On an H200 host its first call after warm-up took 1.9x steady state
