@@ -122,3 +122,14 @@ def test_export_refusals():
     c = DeviceArray(ctx, (4,), np.complex64)
     with pytest.raises(BufferError, match="complex64"):
         c.__dlpack__()
+
+
+def test_device_array_says_what_it_is():
+    ctx, _ = _mock_context()
+    a = DeviceArray(ctx, (4, 6), np.float32)
+    assert (a.ndim, a.size, a.nbytes, len(a)) == (2, 24, 96, 4)
+    assert repr(a) == f"<DeviceArray shape=(4, 6) dtype=float32 cuda:3 ptr={a.ptr:#x}>"
+    z = DeviceArray(ctx, (), np.float64)
+    assert (z.ndim, z.size, z.nbytes) == (0, 1, 8)
+    with pytest.raises(TypeError, match="0-d"):
+        len(z)

@@ -375,6 +375,28 @@ class DeviceArray:
         except Exception:
             pass
 
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DeviceArray")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        kind, dev = self.__dlpack_device__()
+        where = f"cuda:{dev}" if kind == _DL_CUDA else "host"
+        return f"<{type(self).__name__} shape={self.shape} dtype={self.dtype.name} {where} ptr={self.ptr:#x}>"
+
     def get(self) -> np.ndarray:
         """A NumPy copy (synchronous)."""
         out = np.empty(self.shape, self.dtype)
