@@ -26,7 +26,7 @@ def read_cdef(header: Path = HEADER) -> str:
 def sources() -> list[str]:
     # Relative paths: setuptools wants them relative to setup.py.
     root = CSRC.parent
-    return sorted(str(p.relative_to(root)) for sub in ("cpu", "hot", "mem") for p in (CSRC / sub).glob("*.c"))
+    return sorted(str(p.relative_to(root)) for sub in ("cpu", "hot", "mem", "py") for p in (CSRC / sub).glob("*.c"))
 
 
 def extra_compile_args() -> list[str]:

@@ -32,11 +32,18 @@ typedef enum {
     TG_EDATA = 4,       /* data inconsistent with the state it is applied to */
     TG_ENODRIVER = 5,   /* the CUDA driver library could not be loaded or lacks a symbol */
     TG_ECUDA = 6,       /* a CUDA driver call failed; the CUresult is reported separately */
-    TG_ETHREAD = 7      /* a worker thread could not be started */
+    TG_ETHREAD = 7,     /* a worker thread could not be started */
+    TG_ECONTEXT = 8     /* making a CUDA context current failed; the CUresult is reported separately */
 } tg_status;
 
 const char *tg_status_name(int status);
 int tg_num_cores(void);
+
+/* DLPack export (csrc/py/dlpack.c; the export itself is called through ctypes, outside this cdef).
+ * tg_dlpack_at_exit: from an atexit handler -- from then on, releasing an exported tensor touches
+ * nothing (the interpreter is finalizing). tg_dlpack_live: tensors exported and not yet released. */
+void tg_dlpack_at_exit(void);
+long tg_dlpack_live(void);
 
 /* ---- Black-Scholes-Merton greeks (csrc/cpu/greeks.c) ------------------------------------
  * Inputs: spot S, strike K, time t (years), rate r, vol sigma (per sqrt(year)), dividend q
@@ -348,8 +355,9 @@ int tg_hot_launch_sync(uintptr_t func, uint32_t grid_x, uint32_t grid_y, uint32_
  * waits for the stream too when sync is nonzero: a launch repeated from Python is then one call of
  * three arguments, not eleven (tickgpu.runtime.launch.BoundLaunch). params is read at each run, so
  * arguments rewritten in place between runs take effect. A nonzero ctx is made current on the
- * calling thread first (cuCtxSetCurrent), so the caller need not make it so from Python. TG_EINVAL
- * for a NULL desc and as tg_hot_launch. */
+ * calling thread first (cuCtxSetCurrent), so the caller need not make it so from Python; where that
+ * fails, TG_ECONTEXT (the CUresult in *cu_result) and no launch. TG_EINVAL for a NULL desc and as
+ * tg_hot_launch. */
 typedef struct {
     uintptr_t func;
     uint32_t grid_x, grid_y, grid_z;

@@ -17,6 +17,7 @@ const char *tg_status_name(int status)
     case TG_ENODRIVER: return "TG_ENODRIVER";
     case TG_ECUDA: return "TG_ECUDA";
     case TG_ETHREAD: return "TG_ETHREAD";
+    case TG_ECONTEXT: return "TG_ECONTEXT";
     default: return "TG_UNKNOWN";
     }
 }

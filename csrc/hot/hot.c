@@ -165,11 +165,8 @@ int tg_hot_launch_desc_run(const tg_hot_launch_desc *desc, int sync, int *cu_res
     HOT_READY(cu_result);
     if (desc == NULL)
         return TG_EINVAL;
-    if (desc->ctx != 0) {
-        int st = report(cu.ctx_set_current((CUcontext)desc->ctx), cu_result);
-        if (st != TG_OK)
-            return st;
-    }
+    if (desc->ctx != 0 && report(cu.ctx_set_current((CUcontext)desc->ctx), cu_result) != TG_OK)
+        return TG_ECONTEXT;
     int st = tg_hot_launch(desc->func, desc->grid_x, desc->grid_y, desc->grid_z, desc->block_x, desc->block_y,
                            desc->block_z, desc->shared_bytes, desc->stream, desc->params, cu_result);
     if (st != TG_OK || !sync)

@@ -173,6 +173,8 @@ int cuStreamSynchronize(void *stream)
    with CUDA_ERROR_INVALID_VALUE (1). */
 static uintptr_t last_launch[9];
 static int last_param0;
+static uintptr_t ctx_current = 0;     /* cuCtxSetCurrent's, below */
+static uintptr_t last_launch_ctx;     /* the context current when the last launch was made */
 
 int fake_last_launch(uintptr_t *out9, int *param0)
 {
@@ -181,11 +183,14 @@ int fake_last_launch(uintptr_t *out9, int *param0)
     return 0;
 }
 
+uintptr_t fake_last_launch_ctx(void) { return last_launch_ctx; }
+
 int cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                    unsigned shared, void *stream, void **params, void **extra)
 {
     const uintptr_t a[9] = {(uintptr_t)f, gx, gy, gz, bx, by, bz, shared, (uintptr_t)stream};
     memcpy(last_launch, a, sizeof a);
+    last_launch_ctx = ctx_current;
     last_param0 = params != NULL && params[0] != NULL ? *(const int *)params[0] : -1;
     return (uintptr_t)f == 0xbad ? 1 : 0;
 }
@@ -274,7 +279,6 @@ void fake_event_counts(long long *out)
 }
 /* The context last made current, and how many times one was (fake_ctx_current); the handle 0xbad
  * is refused with CUDA_ERROR_INVALID_CONTEXT (201). */
-static uintptr_t ctx_current = 0;
 static int ctx_sets = 0;
 int cuCtxSetCurrent(void *ctx)
 {

@@ -1,18 +1,22 @@
 """DLPack export of tickgpu's own arrays (`DeviceArray`, pool views): the capsule's layout, who
-keeps the memory alive, and refusals. NumPy is the consumer here: the host-backend pool's
-"device" memory is host memory, exported as DLPack's CPU device."""
+keeps the memory alive and for how long, refusals, and the process's exit with exports alive.
+NumPy is the consumer here: the host-backend pool's "device" memory is host memory, exported as
+DLPack's CPU device."""
 import ctypes
 import gc
+import subprocess
 import sys
+import textwrap
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tickgpu._native import lib
 from tickgpu.memory import DevicePool
-from tickgpu.runtime import arrays
-from tickgpu.runtime.arrays import DeviceArray, _from_dlpack
+from tickgpu.runtime.arrays import DeviceArray, _capsule_read, _from_dlpack
 
 sys.path.insert(0, str(Path(__file__).parent))
 from cuda_mock import MockDriver  # noqa: E402
@@ -38,45 +42,54 @@ def test_numpy_reads_a_pool_view_in_place(pool, rng, dtype, shape):
     buf = pool.alloc(max(want.nbytes, 1))
     _fill(buf, want)
     view = buf.as_array(dtype, shape)
+    live = lib.tg_dlpack_live()
     got = np.from_dlpack(view)
+    assert lib.tg_dlpack_live() == live + 1
     assert got.dtype == np.dtype(dtype) and got.shape == shape
     np.testing.assert_array_equal(got, want)
     if want.size:
         assert got.ctypes.data == buf.ptr              # no copy
         assert got.strides == want.strides
-    before = len(arrays._EXPORTED)
     del got
     gc.collect()
-    assert len(arrays._EXPORTED) == before - 1         # the consumer's release called the deleter
+    assert lib.tg_dlpack_live() == live                # the consumer's release called the deleter
 
 
-def test_an_unconsumed_capsule_releases_its_owner(pool):
+def test_the_export_holds_its_owner_until_released(pool):
     view = pool.alloc(64).as_array(np.float32, (16,))
-    before = len(arrays._EXPORTED)
+    alive = weakref.ref(view)
     capsule = view.__dlpack__()
-    assert len(arrays._EXPORTED) == before + 1
-    assert any(e[-1] is view for e in arrays._EXPORTED.values())      # the capsule holds its owner
-    del capsule
-    assert len(arrays._EXPORTED) == before
+    got = np.from_dlpack(pool.alloc(64).as_array(np.float32, (16,)))   # a second, consumed export
+    del view
+    gc.collect()
+    assert alive() is not None                         # the capsule holds the view
+    del capsule                                        # never consumed: its destructor releases
+    gc.collect()
+    assert alive() is None
+    del got
 
 
 def test_the_deleter_may_run_on_another_thread(pool):
     view = pool.alloc(64).as_array(np.float64, (8,))
+    alive = weakref.ref(view)
     capsule = view.__dlpack__()
+    del view
     # What a consumer does: take the tensor (rename the capsule), then call its deleter later.
-    addr = arrays._capsule_read(capsule, b"dltensor")
+    addr = _capsule_read(capsule, b"dltensor")
     rename = ctypes.pythonapi["PyCapsule_SetName"]
     rename.restype, rename.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]
     used = ctypes.c_char_p(b"used_dltensor")
     assert rename(capsule, used) == 0
-    del capsule                                       # consumed: dropping it deletes nothing
-    assert addr in arrays._EXPORTED
-    m = arrays._DLManagedTensor.from_address(addr)
-    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(m.deleter)
+    del capsule                                        # consumed: dropping it releases nothing
+    gc.collect()
+    assert alive() is not None
+    # DLManagedTensor: DLTensor (48 bytes on 64-bit), manager_ctx, deleter.
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(ctypes.c_void_p.from_address(addr + 56).value)
     t = threading.Thread(target=deleter, args=(addr,))
     t.start()
     t.join()
-    assert addr not in arrays._EXPORTED
+    gc.collect()
+    assert alive() is None
 
 
 def _mock_context():
@@ -111,6 +124,20 @@ def test_device_array_exports_a_cuda_tensor_and_lives_while_it_is_held():
     assert freed == [ptr]
 
 
+def test_a_consumer_that_refuses_the_tensor_keeps_its_error_and_releases_the_array():
+    """NumPy cannot read a CUDA tensor: its own error comes through, and the array is freed."""
+    ctx, freed = _mock_context()
+    a = DeviceArray(ctx, (5,), np.float64)
+    live = lib.tg_dlpack_live()
+    with pytest.raises((BufferError, RuntimeError, TypeError, ValueError)) as e:
+        np.from_dlpack(a)
+    assert not isinstance(e.value, SystemError), e.value
+    ptr = a.ptr
+    del a, e
+    gc.collect()
+    assert lib.tg_dlpack_live() == live and freed == [ptr]
+
+
 def test_export_refusals():
     ctx, _ = _mock_context()
     a = DeviceArray(ctx, (4,), np.float64)
@@ -122,6 +149,30 @@ def test_export_refusals():
     c = DeviceArray(ctx, (4,), np.complex64)
     with pytest.raises(BufferError, match="complex64"):
         c.__dlpack__()
+
+
+def test_the_process_exits_cleanly_with_exports_alive():
+    """Unconsumed capsules and consumers' arrays still alive, some in reference cycles, when the
+    interpreter shuts down: it exits normally (the release is left alone once finalizing)."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from tickgpu.memory import DevicePool
+        pool = DevicePool(backend="host")
+        class Node:
+            pass
+        keep = []
+        for i in range(4):
+            v = pool.alloc(64).as_array(np.float32, (16,))
+            n = Node(); n.me = n
+            n.cap = v.__dlpack__()              # unconsumed, in a cycle
+            m = Node(); m.me = m
+            m.arr = np.from_dlpack(v)           # consumed, the consumer's array in a cycle
+            keep.append(np.from_dlpack(v))      # consumed, alive at exit
+        print("ok")
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
+    assert "Exception ignored" not in r.stderr, r.stderr[-2000:]
 
 
 def test_device_array_says_what_it_is():

@@ -328,8 +328,11 @@ b()
 out["no_ctx_set"] = fake.fake_ctx_current(ctypes.byref(sets)) == c0[0] and sets.value == c0[1]
 bc = BoundLaunch(lau, (5, 1, 1), 0x8000, 0xc7c7)
 bc()
+fake.cuCtxSetCurrent(ctypes.c_void_p(0x1111))        # another library makes its context current
 bc(sync=True)
-out["ctx_set"] = [fake.fake_ctx_current(ctypes.byref(sets)) == 0xc7c7, sets.value == c0[1] + 2, last()[0][1] == 5]
+fake.fake_last_launch_ctx.restype = ctypes.c_size_t
+out["ctx_set"] = [fake.fake_ctx_current(ctypes.byref(sets)) == 0xc7c7, sets.value == c0[1] + 3, last()[0][1] == 5,
+                  fake.fake_last_launch_ctx() == 0xc7c7]     # current when the launch was made
 try:
     BoundLaunch(lau, (5, 1, 1), 0x8000, 0xbad)()
     out["ctx_error"] = None
@@ -362,6 +365,6 @@ def test_a_bound_launch_is_one_native_call_with_arguments_read_at_each_launch(fa
                    "refused": [True, True, True],
                    "bound_args": [0x1234, 5, 1, 1, 128, 1, 1, 64, 0x8000], "bound_param0": 7,
                    "bound_param0_after": 8, "bound_synced": True, "launches": 2,
-                   "no_ctx_set": True, "ctx_set": [True, True, True],
+                   "no_ctx_set": True, "ctx_set": [True, True, True, True],
                    "ctx_error": ["cuCtxSetCurrent", 201, "k_b128"],
                    "error": ["cuLaunchKernel", "CUDA_ERROR_INVALID_VALUE", 1, "k_b128"]}, res

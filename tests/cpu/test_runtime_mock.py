@@ -636,6 +636,7 @@ def test_jax_inputs_give_jax_outputs_through_dlpack(ctx, mock, rng, monkeypatch)
 
     class FakeJaxArray:   # what from_dlpack gives back: it holds the capsule as XLA holds the tensor
         def __init__(self, src):
+            assert not ctx.lock._is_owned(), "adopted under the runtime's lock"
             self.view = _from_dlpack(src, None)
             adopted.append((src, self))
 

@@ -155,7 +155,10 @@ class DeviceBuffer:
     _pool: "DevicePool" = dataclasses.field(repr=False)
 
     def as_array(self, dtype, shape) -> _PoolArrayView:
-        """A view with ``__cuda_array_interface__`` (for CuPy, Numba, PyTorch), owning nothing.
+        """A view with ``__cuda_array_interface__`` and DLPack (for CuPy, Numba, PyTorch, JAX),
+        owning nothing: a consumer keeps the view object alive, not the memory, which goes back to
+        the pool when the buffer is freed. Free it only after every consumer's work on it is done
+        (DLPack's `stream` is not used to order anything: the buffer's users order it).
 
         Raises
         ------

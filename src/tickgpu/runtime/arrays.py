@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -263,49 +262,30 @@ def empty_like_kind(x, shape: tuple[int, ...], dtype, device_id: int):
 
 
 # ---- DLPack export -------------------------------------------------------------------------------
-# A legacy (unversioned) capsule named "dltensor" holding a DLManagedTensor in ctypes memory. The
-# consumer renames the capsule and later calls the tensor's deleter; an unconsumed capsule calls it
-# when collected. Either way the deleter drops the registry entry that kept the exporting array
-# (and so its memory) alive. Both callbacks are ctypes functions, which take the GIL themselves: a
-# consumer may free its tensor from a thread of its own (XLA's, PyTorch's).
+# The capsule and its callbacks are C (csrc/py/dlpack.c says why): the tensor holds a reference to
+# the exporting object until the consumer releases it, from any thread, and nothing Python is
+# touched once the interpreter is finalizing.
 _DL_CPU = 1
 _DL_CODE = {np.dtype(dt): code for code, dt in _DL_DTYPES.items()}
 _DL_CODE[np.dtype(np.float16)] = (2, 16)
+_EXPORT: list = []   # [tg_dlpack_capsule], bound on first use
 
 
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+def _exporter():
+    if not _EXPORT:
+        import atexit
 
+        from tickgpu import _tickgpu_native
+        from tickgpu._native import lib
 
-_EXPORTED: dict[int, tuple] = {}   # DLManagedTensor address -> (struct, shape, strides, owner)
-_EXPORT_LOCK = threading.Lock()
-_DLTENSOR = ctypes.c_char_p(b"dltensor")   # a capsule's name must outlive it: held here for good
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _dl_deleter(managed: int) -> None:
-    with _EXPORT_LOCK:
-        entry = _EXPORTED.pop(managed, None)
-    # NOTE: dropped outside the lock: freeing the owner may collect other capsules, whose
-    # destructors take the lock again.
-    del entry
-
-
-@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule: int) -> None:
-    # The capsule is being freed: read it through raw pointers only (a py_object would revive it).
-    if _capsule_is_valid(capsule, _DLTENSOR):      # never consumed: the tensor is still ours
-        _dl_deleter(_capsule_pointer(capsule, _DLTENSOR))
-
-
-_capsule_is_valid = ctypes.pythonapi["PyCapsule_IsValid"]
-_capsule_is_valid.restype, _capsule_is_valid.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]
-_capsule_pointer = ctypes.pythonapi["PyCapsule_GetPointer"]
-_capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
-_capsule_new = ctypes.pythonapi["PyCapsule_New"]
-_capsule_new.restype, _capsule_new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_DELETER_PTR = ctypes.cast(_dl_deleter, ctypes.c_void_p).value
-_DESTRUCTOR_PTR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
+        # PyDLL: the call holds the GIL and a NULL return raises the exception the C code set.
+        f = ctypes.PyDLL(_tickgpu_native.__file__).tg_dlpack_capsule
+        f.restype = ctypes.py_object
+        f.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_int,
+                      ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        atexit.register(lib.tg_dlpack_at_exit)
+        _EXPORT.append(f)
+    return _EXPORT[0]
 
 
 def dlpack_capsule(owner, ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: tuple[int, int]):
@@ -314,25 +294,8 @@ def dlpack_capsule(owner, ptr: int, shape: tuple[int, ...], dtype: np.dtype, dev
     code = _DL_CODE.get(np.dtype(dtype))
     if code is None:
         raise BufferError(f"DLPack export: dtype {np.dtype(dtype)} has no DLPack code here")
-    ndim = len(shape)
-    dims = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    strides = (ctypes.c_int64 * max(ndim, 1))()
-    step = 1
-    for i in range(ndim - 1, -1, -1):    # in elements, as DLPack counts them
-        strides[i] = step
-        step *= shape[i]
-    m = _DLManagedTensor()
-    t = m.dl_tensor
-    t.data, t.ndim, t.byte_offset = ptr, ndim, 0
-    t.device.device_type, t.device.device_id = device
-    t.dtype.code, t.dtype.bits, t.dtype.lanes = code[0], code[1], 1
-    t.shape = ctypes.cast(dims, ctypes.POINTER(ctypes.c_int64))
-    t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
-    m.deleter = _DELETER_PTR
-    addr = ctypes.addressof(m)
-    with _EXPORT_LOCK:
-        _EXPORTED[addr] = (m, dims, strides, owner)
-    return _capsule_new(addr, _DLTENSOR, _DESTRUCTOR_PTR)
+    dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    return _exporter()(owner, ptr, len(shape), dims, code[0], code[1], int(device[0]), int(device[1]))
 
 
 class DeviceArray:

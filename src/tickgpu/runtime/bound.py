@@ -232,7 +232,9 @@ def bind_greeks(spot, strike, t, rate, vol, div, call, *, dtype=np.float64,
     - GPU arrays (CuPy, PyTorch, ...) give a `DeviceBoundGreeks`: one launch per call on the
       arrays' stream, no wait, into result arrays made once. A library that makes no arrays for
       others to write (JAX, whose arrays never change in place) gets tickgpu `DeviceArray`
-      results instead, each call waiting for its launch.
+      results instead, each call waiting for its launch. They are rewritten by every call:
+      wrapping one in a JAX array (``jax.dlpack.from_dlpack``) breaks JAX's rule that an array
+      never changes, so copy what JAX should keep.
 
     Single numbers may be mixed into any of them.
     """

@@ -96,6 +96,9 @@ class BufferSource:
 
     def free_device(self, token) -> None:
         if isinstance(token, int):
+            # The last reference may go on any thread (a DLPack consumer's), where no context or
+            # another one is current: cuMemFree needs the allocating one.
+            self.context.enter()
             self.context.driver.mem_free(token)
         else:
             # Lazily, and on any stream: a block of the runtime's (a DeviceArray's above all) may

@@ -27,6 +27,13 @@ _FLAG_DTYPES = (np.dtype(np.uint8), np.dtype(np.bool_), np.dtype(np.int8))
 
 def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
     """Run `fam` on GPU-array inputs (host scalars and arrays may be mixed in); outputs of the inputs' kind."""
+    source, outs, owned = _device_call(ctx, fam, dtype, shape, inputs, grid, extra)
+    # Outside the runtime's lock: a library taking over our arrays (JAX) may wait on its own work.
+    return adopt_outputs(source, outs) if owned else outs
+
+
+def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, list, bool]:
+    """`device_call`'s launch: (an input GPU array, the outputs, whether they are the runtime's own)."""
     n = math.prod(shape)
     with ctx.lock:
         ctx.enter()
@@ -51,7 +58,7 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
                                        for o, (name, _) in zip(out_arrays, fam.outputs)) if s is not None), None)
         launch_stream = CU_STREAM_LEGACY if stream is None else int(stream)
         if n == 0:
-            return adopt_outputs(first.source, out_arrays) if owned else out_arrays
+            return first.source, out_arrays, owned
 
         ptrs, strides, scalars, uploaded = [], [], [], False
         for slot, (name, x) in enumerate(zip(fam.inputs, inputs)):
@@ -93,7 +100,7 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
         if owned or uploaded:
             # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
-        return adopt_outputs(first.source, out_arrays) if owned else out_arrays
+        return first.source, out_arrays, owned
 
 
 def _launch_of(ctx, family: str, dts: str, m: int, aligned16: bool, stream: int):

@@ -192,10 +192,7 @@ class BoundLaunch:
         d = self._driver
         st = run(self._desc, sync, d._result)
         if st:
-            # A refused context (CUDA_ERROR_INVALID_CONTEXT, _CONTEXT_IS_DESTROYED) comes from
-            # making it current; anything else from the launch (or the wait).
-            op = "cuCtxSetCurrent" if self.context and d._result[0] in (201, 709) else "cuLaunchKernel"
-            d._hot_check(st, op, self._variant)
+            d._hot_check(st, "cuCtxSetCurrent" if st == d._hot.TG_ECONTEXT else "cuLaunchKernel", self._variant)
         self.launcher.launches += 1
 
     def __repr__(self) -> str:
