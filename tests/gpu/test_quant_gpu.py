@@ -207,7 +207,7 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
                 got, ref = fused(x, check=False), split(x, check=False)
                 variant = _gpu.plan_for(fused).programs[m].launches
                 assert len(variant) == 1 and variant[0][0].startswith("quant_mlp3_"), variant
-                assert len(_gpu.plan_for(split).programs[m].launches) >= 4
+                assert len(_gpu.plan_for(split).programs[m].launches) >= 3   # W8A16 to 32 rows: LN, GEMM1, the tail
                 want = fused.forward_cpu(x)
                 assert got.dtype == want.dtype and got.shape == (m, dims[-1])
                 keep = np.arange(m) != (m - 2 if m > 1 else -1)
