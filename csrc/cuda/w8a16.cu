@@ -42,8 +42,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #ifndef TG_W8A16_WARPS
 #define TG_W8A16_WARPS 8
 #endif
@@ -113,81 +111,13 @@ __device__ __forceinline__ void dependent_launch()
 #endif
 }
 
-/* The model's last layer, done in the epilogue of the layer before it (tg_w8a16_tail_kernel): its
- * int8 weights b3 (n3 x K3 = N, rows stride_b3 bytes), scale3, bias3, its output c3 (M x n3, row
- * stride stride_c3), and the scratch of the reduction across the N tiles: partial (one
- * BM x TG_W8A16_TAIL_N slice per block) and counter (one int per M tile, zero between launches). */
-#ifndef TG_W8A16_TAIL_N
-#define TG_W8A16_TAIL_N 16
-#endif
-struct tail_args {
-    const int8_t *b3;
-    const float *scale3, *bias3;
-    void *c3;
-    int n3, stride_b3, stride_c3;
-    float *partial;
-    int *counter;
-};
-
-template <int BM, int BN, int WARPS, typename Out3T>
-__device__ __forceinline__ void last_layer(const float *h, const tail_args &t, int M, int N, int m0, int n0,
-                                           int n_tiles)
-{
-    constexpr int N3 = TG_W8A16_TAIL_N;
-    __syncthreads();
-    /* This block's share: h (BM x BN, zero outside M x N) times the last layer's int8 weights of
-     * channels n0 .. n0 + BN - 1 (exact products in float32, summed in channel order). */
-    float *mine = t.partial + (size_t)blockIdx.x * BM * N3;
-    for (int idx = threadIdx.x; idx < BM * N3; idx += WARPS * 32) {
-        const int ml = idx / N3, j = idx % N3;
-        if (j >= t.n3)
-            continue;
-        const int8_t *w = t.b3 + (size_t)j * t.stride_b3 + n0;
-        float s = 0.0f;
-        for (int nl = 0; nl < BN && n0 + nl < N; ++nl)
-            s += h[ml * BN + nl] * (float)w[nl];
-        mine[idx] = s;
-    }
-    __threadfence();   /* the slice is visible device-wide before this block is counted */
-    __syncthreads();
-    __shared__ int last;
-    const int m_tile = (int)blockIdx.x / n_tiles;
-    if (threadIdx.x == 0)
-        last = atomicAdd(t.counter + m_tile, 1) == n_tiles - 1;
-    __syncthreads();
-    if (!last)
-        return;
-    __threadfence();
-    const float *slices = t.partial + (size_t)m_tile * n_tiles * BM * N3;
-    for (int idx = threadIdx.x; idx < BM * N3; idx += WARPS * 32) {
-        const int ml = idx / N3, j = idx % N3;
-        const int m = m0 + ml;
-        if (m >= M || j >= t.n3)
-            continue;
-        float s = 0.0f;
-        for (int nt = 0; nt < n_tiles; ++nt)
-            s += __ldcg(slices + (size_t)nt * BM * N3 + idx);   /* L2: other blocks wrote them */
-        float y = s * t.scale3[j];
-        y = y + t.bias3[j];
-        store(reinterpret_cast<Out3T *>(t.c3) + (size_t)m * t.stride_c3 + j, y);
-    }
-    if (threadIdx.x == 0)
-        t.counter[m_tile] = 0;   /* ready for the next launch */
-}
-
-/* C = epilogue(A @ (B * scale)^T) for one block's tile; with Out3T other than void, the tile's
- * results (rounded to float16, as hidden activations travel between layers) feed the last layer
- * instead of being stored: each block adds its channels' share of the last layer's sums into its
- * partial slice, and the last block of an M tile to finish (an atomic count) adds the slices in
- * tile order -- the same order every launch -- and writes c3. */
-template <int MT, int NT, int WARPS, int GROUP, typename OutT, bool GELU, typename Out3T = void>
+template <int MT, int NT, int WARPS, int GROUP, typename OutT, bool GELU>
 __device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t *__restrict__ b,
                                      const float *__restrict__ scale, const float *__restrict__ bias,
                                      OutT *__restrict__ c, int M, int N, int K, int stride_am, int stride_bn,
-                                     int stride_cm, const tail_args *tail = nullptr)
+                                     int stride_cm)
 {
     constexpr int BM = 8 * MT, BN = 16 * NT;
-    constexpr bool TAIL = !std::is_void<Out3T>::value;
     __shared__ float part[WARPS][BM * BN];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -280,15 +210,11 @@ __device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t 
                 part[warp][ml * BN + nl] = acc[nt][mt][r];
             }
     __syncthreads();
-    __shared__ float h[TAIL ? BM * BN : 1];   /* the tail's input: this tile, float16 values */
     for (int idx = threadIdx.x; idx < BM * BN; idx += WARPS * 32) {
         const int ml = idx / BN, nl = idx % BN;
         const int m = m0 + ml, n = n0 + nl;
-        if (m >= M || n >= N) {
-            if (TAIL)
-                h[idx] = 0.0f;
+        if (m >= M || n >= N)
             continue;
-        }
         float s = part[0][idx];
 #pragma unroll
         for (int w = 1; w < WARPS; ++w)
@@ -297,13 +223,8 @@ __device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t 
         y = y + bias[n];
         if (GELU)
             y = 0.5f * y * (1.0f + erff(y * 0.7071067811865476f));
-        if (TAIL)
-            h[idx] = __half2float(__float2half_rn(y));
-        else
-            store(c + (size_t)m * stride_cm + n, y);
+        store(c + (size_t)m * stride_cm + n, y);
     }
-    if constexpr (TAIL)
-        last_layer<BM, BN, WARPS, Out3T>(h, *tail, M, N, m0, n0, n_tiles);
 }
 
 }  // namespace tg_w8a16
@@ -322,7 +243,6 @@ typedef __half tg_w8a16_out_t;
 #else
 typedef __nv_bfloat16 tg_w8a16_out_t;
 #endif
-#ifndef TG_W8A16_TAIL
 extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
     tg_w8a16_small_kernel(TG_W8A16_PARAMS(tg_w8a16_out_t))
 {
@@ -330,20 +250,4 @@ extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
     tg_w8a16::gemm<TG_W8A16_MT, TG_W8A16_NT, TG_W8A16_WARPS, TG_W8A16_GROUP, tg_w8a16_out_t,
                    (TG_W8A16_GELU != 0)>(TG_W8A16_ARGS);
 }
-#else
-/* A hidden layer (GELU, float16 activations) and the model's last layer (tg_w8a16::last_layer) in
- * one launch: TG_W8A16_OUT is the last layer's output type. Grid as the hidden layer's. */
-extern "C" __global__ void __launch_bounds__(TG_W8A16_WARPS * 32)
-    tg_w8a16_tail_kernel(const __half *__restrict__ a, const int8_t *__restrict__ b, const float *__restrict__ scale,
-                         const float *__restrict__ bias, int M, int N, int K, int stride_am, int stride_bn,
-                         const int8_t *__restrict__ b3, const float *__restrict__ scale3,
-                         const float *__restrict__ bias3, tg_w8a16_out_t *__restrict__ c3, int n3, int stride_b3,
-                         int stride_c3, float *__restrict__ partial, int *__restrict__ counter)
-{
-    tg_w8a16::dependent_launch();
-    const tg_w8a16::tail_args t = {b3, scale3, bias3, c3, n3, stride_b3, stride_c3, partial, counter};
-    tg_w8a16::gemm<TG_W8A16_MT, TG_W8A16_NT, TG_W8A16_WARPS, TG_W8A16_GROUP, __half, true, tg_w8a16_out_t>(
-        a, b, scale, bias, nullptr, M, N, K, stride_am, stride_bn, 0, &t);
-}
-#endif
 #endif

@@ -204,9 +204,6 @@ QUANT_ARGS = {   # the quant kernels' argument lists, written out here from the 
                          "stride_cm:i32",
     "tg_w8a16_small_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr c_ptr M:i32 N:i32 K:i32 stride_am:i32 "
                              "stride_bn:i32 stride_cm:i32",
-    "tg_w8a16_tail_kernel": "a_ptr b_ptr b_scale_ptr bias_ptr M:i32 N:i32 K:i32 stride_am:i32 stride_bn:i32 "
-                            "b3_ptr b3_scale_ptr bias3_ptr c3_ptr N3:i32 stride_b3:i32 stride_c3:i32 partial_ptr "
-                            "counter_ptr",
     "layernorm_kernel": "x_ptr gamma_ptr beta_ptr y_ptr M:i32 K:i32 stride_xm:i32 stride_ym:i32 ln_eps:f32",
     "mlp3_fused_kernel": "x_ptr gamma_ptr beta_ptr w1_ptr w1b_ptr s1_ptr o1_ptr b1_ptr w2_ptr w2b_ptr s2_ptr o2_ptr "
                          "b2_ptr w3_ptr w3b_ptr s3_ptr o3_ptr b3_ptr y_ptr M:i32 K0:i32 H1:i32 H2:i32 N:i32 "
@@ -235,7 +232,7 @@ def _check_quant_entry(k, fields):
     if k["source"] == "cuda":
         # The small-batch W8A16 kernel: static shared memory only, 16 output channels a block,
         # 8, 16 or 32 rows; only its weight rows must be 16-byte multiples.
-        assert k["entry"] in ("tg_w8a16_small_kernel", "tg_w8a16_tail_kernel") and k["shared"] == 0, v
+        assert k["entry"] == "tg_w8a16_small_kernel" and k["shared"] == 0, v
         assert tiles and k["block_n"] == 16 and k["block_m"] in (8, 16, 32), v
         assert k["elements_per_block"] == k["block_m"] * k["block_n"], v
         assert v.endswith(f"_m{k['block_m']}") and v.startswith("quant_w8a16_"), v

@@ -470,26 +470,6 @@ class MockDriver:
         if entry == "mlp3_fused_kernel":
             self._run_mlp3(fn, vals, vec, m)
             return
-        if entry == "tg_w8a16_tail_kernel":
-            # A GELU hidden layer, its float16 activations, then the last layer; the reduction's
-            # counters must be zero on entry, and are zero again after.
-            n, k, n3 = vals["N"], vals["K"], vals["N3"]
-            bm = fn["block_m"]
-            tiles = grid[0]
-            counter = vec("counter_ptr", -(-m // bm), np.int32)
-            assert not counter.any(), f"{v}: reduction counters {counter} not zero on entry"
-            assert 0 < n3 <= 16, f"{v}: N3={n3}"
-            self._matrix(fn, vals["partial_ptr"], 1, tiles * bm * 16, tiles * bm * 16, np.float32, "partial_ptr")
-            a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float16, "a_ptr")
-            b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
-            h = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32),
-                                  vec("bias_ptr", n, np.float32), apply_gelu=True)
-            h = cast_output(h, "float16").astype(np.float32)
-            b3 = self._matrix(fn, vals["b3_ptr"], n3, n, vals["stride_b3"], np.int8, "b3_ptr")
-            y = gemm.linear_w8a16(h, b3, vec("b3_scale_ptr", n3, np.float32), vec("bias3_ptr", n3, np.float32),
-                                  apply_gelu=False)
-            store("c3_ptr", m, n3, vals["stride_c3"], y)
-            return
         if entry in ("act_quant_kernel", "layernorm_kernel"):
             k = vals["K"]
             x = self._matrix(fn, vals["x_ptr"], m, k, vals["stride_xm"], np.float32, "x_ptr").copy()

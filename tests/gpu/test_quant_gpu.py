@@ -207,7 +207,7 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
                 got, ref = fused(x, check=False), split(x, check=False)
                 variant = _gpu.plan_for(fused).programs[m].launches
                 assert len(variant) == 1 and variant[0][0].startswith("quant_mlp3_"), variant
-                assert len(_gpu.plan_for(split).programs[m].launches) >= 3   # W8A16 to 32 rows: LN, GEMM1, the tail
+                assert len(_gpu.plan_for(split).programs[m].launches) >= 4
                 want = fused.forward_cpu(x)
                 assert got.dtype == want.dtype and got.shape == (m, dims[-1])
                 keep = np.arange(m) != (m - 2 if m > 1 else -1)
@@ -220,36 +220,6 @@ def test_fused_step_on_the_gpu(rng, scheme, dims):
                 tol = (8e-3 if out == "bfloat16" else 1e-3) if scheme == "w16a16" else 0.02   # bfloat16: 2 ulps
                 np.testing.assert_allclose(g, w, rtol=tol, atol=tol * np.abs(w).max())
                 np.testing.assert_allclose(g, ref[keep].astype(np.float64), rtol=tol, atol=tol * np.abs(w).max())
-
-
-@pytest.mark.parametrize("out", ["float32", "float16", "bfloat16"])
-def test_w8a16_tail_kernel_against_the_layer_by_layer_step(rng, out):
-    """Up to 32 rows a W8A16 model's last hidden layer and output layer run as one launch (the tail
-    kernel's reduction across channel tiles): against the CPU reference, against the same model's
-    layer-by-layer step (its sum order only), and the same bits over repeated steps (the reduction's
-    order is fixed and its counters reset)."""
-    from tickgpu.quant import _gpu
-
-    for dims in ([64, 256, 256, 4], [13, 70, 37, 3], [64, 1024, 1024, 16]):
-        layers = [(rng.standard_normal((o, i)) / np.sqrt(i), rng.standard_normal(o) * 0.1)
-                  for i, o in zip(dims[:-1], dims[1:])]
-        ln = (rng.uniform(0.5, 1.5, dims[0]), rng.standard_normal(dims[0]) * 0.1)
-        tail = QuantMLP(layers, layernorm=ln, scheme="w8a16", out_dtype=out, backend="gpu")
-        apart = QuantMLP(layers, layernorm=ln, scheme="w8a16", out_dtype=out, backend="gpu")
-        plan = _gpu.plan_for(apart)
-        plan._tail = lambda m: None                      # this plan runs every layer on its own
-        tol = {"float32": 1e-5, "float16": 1e-3, "bfloat16": 8e-3}[out]
-        for m in (1, 8, 9, 16, 17, 32):
-            x = (rng.standard_normal((m, dims[0])) * 2).astype(np.float32)
-            got = tail(x)
-            assert any("_tail_" in v for v, _, _ in _gpu.plan_for(tail).programs[m].launches), (dims, m)
-            assert not any("_tail_" in v for v, _, _ in plan.programs.get(m, plan._program(m)).launches)
-            for _ in range(3):
-                assert np.array_equal(tail(x), got), (dims, m)
-            ref, sep = tail.forward_cpu(x).astype(np.float64), apart(x).astype(np.float64)
-            g = got.astype(np.float64)
-            np.testing.assert_allclose(g, sep, rtol=tol, atol=tol * np.abs(sep).max(), err_msg=f"{dims} m={m}")
-            np.testing.assert_allclose(g, ref, rtol=0.02, atol=0.02 * np.abs(ref).max(), err_msg=f"{dims} m={m}")
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])
@@ -277,7 +247,7 @@ def test_programmatic_step_gives_the_plain_steps_bits(rng, scheme):
                 b = plain(x)
                 assert np.array_equal(a, b), (scheme, m)
             prog = _gpu.plan_for(chained).programs[m]
-            assert len(prog.prepared) >= 3   # W8A16 to 32 rows: LayerNorm, GEMM1, the tail
+            assert len(prog.prepared) >= 4
             assert all(p.pdl for p in prog.prepared) == (context().arch == "sm_90")
     finally:
         rt.programmatic = True

@@ -124,13 +124,6 @@ QUANT_PARAMS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 # The CUDA C small-batch W8A16 kernel (csrc/cuda/w8a16.cu) has w8a16_gemm_kernel's contract.
 QUANT_PARAMS["tg_w8a16_small_kernel"] = QUANT_PARAMS["w8a16_gemm_kernel"]
-# A hidden W8A16 layer (no output of its own) and the model's last layer, with the scratch of the
-# reduction across the hidden layer's tiles (csrc/cuda/w8a16.cu, tg_w8a16_tail_kernel).
-QUANT_PARAMS["tg_w8a16_tail_kernel"] = (
-    ("a_ptr", "ptr"), ("b_ptr", "ptr"), ("b_scale_ptr", "ptr"), ("bias_ptr", "ptr"), ("M", "i32"), ("N", "i32"),
-    ("K", "i32"), ("stride_am", "i32"), ("stride_bn", "i32"), ("b3_ptr", "ptr"), ("b3_scale_ptr", "ptr"),
-    ("bias3_ptr", "ptr"), ("c3_ptr", "ptr"), ("N3", "i32"), ("stride_b3", "i32"), ("stride_c3", "i32"),
-    ("partial_ptr", "ptr"), ("counter_ptr", "ptr"))
 #: The family of the quantized linear layers, whose argument lists go by entry (QUANT_PARAMS).
 QUANT_FAMILY = "quant"
 #: Every family a manifest may name.

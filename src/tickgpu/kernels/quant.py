@@ -775,32 +775,10 @@ W8A16_SMALL_SOURCE = "csrc/cuda/w8a16.cu"
 # was slower: the input lives in mapped host memory and every block read it across PCIe three
 # times; benchmarks/results/h200-2026-11-30-f/w8a16-ln-ab.json.)
 W8A16_SMALL_ENTRY = "tg_w8a16_small_kernel"
-# The same kernel with a model's last layer in its epilogue (tg_w8a16_tail_kernel): a hidden layer
-# (GELU, float16 activations) and the output layer of up to W8A16_TAIL_N channels in one launch, one
-# node fewer in a model step's graph. Each node cost a step 1.5-2.5 us of its replay at batch 1-16
-# on an H200 (benchmarks/results/h200-2026-12-01-a/mlp-nodes-77fdb02.jsonl).
-W8A16_TAIL_ENTRY = "tg_w8a16_tail_kernel"
-W8A16_TAIL_N = 16
-
-
-def w8a16_tail_variant_name(out: str, tile: str) -> str:
-    return f"quant_w8a16_tail_{out}_{tile}"
 
 
 def w8a16_small_variants():
-    """The CUDA C small-batch W8A16 variants: name, entry, nvcc -D macros, tile, warps, output type
-    (the tail variants' output type is their last layer's)."""
-    for out_code, out in enumerate(_OUT_TYPES):
-        for tile, rows, mt, warps, group in W8A16_SMALL:
-            yield {
-                "variant": w8a16_tail_variant_name(out, tile),
-                "entry": W8A16_TAIL_ENTRY,
-                "defines": {"TG_W8A16_MT": mt, "TG_W8A16_OUT": out_code, "TG_W8A16_GELU": 1,
-                            "TG_W8A16_WARPS": warps, "TG_W8A16_GROUP": group, "TG_W8A16_NT": 1,
-                            "TG_W8A16_TAIL": 1, "TG_W8A16_TAIL_N": W8A16_TAIL_N},
-                "num_warps": warps, "dtype": out, "block_m": rows, "block_n": 16,
-                "multiple_of_16": ("stride_bn",),
-            }
+    """The CUDA C small-batch W8A16 variants: name, entry, nvcc -D macros, tile, warps, output type."""
     for gelu in (0, 1):
         for out_code, out in enumerate(_OUT_TYPES):
             for tile, rows, mt, warps, group in W8A16_SMALL:

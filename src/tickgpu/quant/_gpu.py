@@ -35,8 +35,7 @@ and both row strides are multiples of 16; W16A16's activation rows hold the int1
 their first k_pad bytes and the lo limbs in the next k_pad). W8A16 runs over the true K: up to 32 rows on the CUDA C
 small-batch kernel (csrc/cuda/w8a16.cu, variants "_m8", "_m16" and "_m32") where the bundle has it, else
 on the Triton tile kernel, whose aligned variant ("_a16") serves K and activation row strides that
-are multiples of 16. Up to 32 rows, a W8A16 model's last hidden layer and an output layer of up to
-:data:`W8A16_TAIL_N` channels are one launch of that kernel's tail form (:meth:`GpuPlan._tail`).
+are multiples of 16.
 """
 from __future__ import annotations
 
@@ -121,23 +120,6 @@ def w8a16_launch(m: int, n: int, k: int, stride_a: int, stride_b: int, gelu: boo
     bm, bn = _TILE_M_N[("w8a16", tile)]
     aligned = "_a16" if k % 16 == 0 and stride_a % 16 == 0 else ""
     return f"quant_w8a16{g}_{out_tag}_{tile}{aligned}", (-(-m // bm) * -(-n // bn), 1, 1)
-
-
-# A W8A16 model's last hidden layer and its output layer (up to W8A16_TAIL_N channels) in one launch
-# of the CUDA C small-batch kernel (variants "quant_w8a16_tail_<out>_<tile>", tickgpu.kernels.quant):
-# one node fewer in a step of up to 32 rows.
-W8A16_TAIL_N = 16
-
-
-def w8a16_tail_variant(m: int, out_tag: str, has) -> tuple[str, int] | None:
-    """The tail variant for m rows and its rows a block, or None where the bundle has none."""
-    if has is None:
-        return None
-    for rows, (tag, bm, _) in W8A16_SMALL_TILES.items():
-        name = f"quant_w8a16_tail_{out_tag}_{tag}"
-        if m <= rows and has(name):
-            return name, bm
-    return None
 
 
 def bf16_bits_to_f32(y: np.ndarray) -> np.ndarray:
@@ -263,31 +245,6 @@ class GpuPlan:
                               layer.bias, out, m, layer.n, layer.k_pad, stride_a, layer.k_pad, layer.n]))
         return out
 
-    def _tail(self, m: int) -> tuple[str, int] | None:
-        """(variant, rows a block) of the W8A16 tail kernel for an m-row step, or None where the
-        last two layers run apart: the last a plain layer of at most W8A16_TAIL_N outputs after a
-        GELU layer, m within the small-batch tiles, and a bundle that has the variant."""
-        if self.scheme != "w8a16" or len(self.layers) < 2:
-            return None
-        hidden, last = self.layers[-2], self.layers[-1]
-        if not hidden.gelu or last.gelu or last.n > W8A16_TAIL_N or not 0 < m <= max(W8A16_SMALL_TILES):
-            return None
-        return w8a16_tail_variant(m, _OUT_TAG[self.out_dtype], getattr(self.rt, "has", None))
-
-    def _w8a16_tail(self, hidden, last, a, m, stride_a, out, tail, launches):
-        """The launch of `hidden` (float16 activations `a`, row stride `stride_a`) and `last` into
-        `out`, with the scratch of its reduction: a slice of partial sums per block and a zeroed
-        counter per M tile (the kernel leaves it zeroed)."""
-        variant, bm = tail
-        m_tiles, n_tiles = -(-m // bm), -(-hidden.n // 16)
-        grid = (m_tiles * n_tiles, 1, 1)
-        partial = self.rt.empty((grid[0] * bm * W8A16_TAIL_N,), "float32")
-        counter = self.rt.upload(np.zeros(m_tiles, np.int32))
-        launches.append((variant, grid, [a, hidden.b, hidden.scale, hidden.bias, m, hidden.n, hidden.k, stride_a,
-                                         hidden.k_pad, last.b, last.scale, last.bias, out, last.n, last.k_pad, last.n,
-                                         partial, counter]))
-        return out
-
     def fused_variant(self, m: int) -> str | None:
         """The fused 3-layer step's variant for m rows, or None where the step runs layer by layer:
         a model of three layers whose widths all fit 64 (the narrowest variant that holds them),
@@ -343,11 +300,7 @@ class GpuPlan:
                 h = x = alloc_io((m, k0), "float16")
                 in_dtype = np.float16
                 stride = k0
-            tail = self._tail(m)
             for i, layer in enumerate(self.layers):
-                if tail is not None and i == last - 1:
-                    h = self._w8a16_tail(layer, self.layers[last], h, m, stride, y, tail, launches)
-                    break
                 h = self._gemm(layer, h, m, self.out_dtype if i == last else "float16", launches, stride_a=stride,
                                out=y if i == last else None)
                 stride = layer.n

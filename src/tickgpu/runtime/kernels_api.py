@@ -452,10 +452,6 @@ class KernelRuntime:
         """
         zeros = self.upload(np.zeros(1024, np.uint8))
         outs = self.empty((4096,), "uint8")
-        # The W8A16 tail kernel's reduction: partial sums (a 32 x 16 slice a block) and counters
-        # that must be zero on entry (the kernel leaves them zero).
-        partial = self.empty((4096,), "float32")
-        counter = self.upload(np.zeros(16, np.int32))
         count = 0
         for lk in list(self.ctx.bundle.kernels.values()):
             spec = lk.spec
@@ -465,11 +461,9 @@ class KernelRuntime:
             for p in spec.contract_params:
                 if p.kind == "ptr":
                     # Outputs (written) get a region of their own; inputs share the zero block.
-                    if p.name in ("xq_ptr", "scale_ptr", "rowsum_ptr", "c_ptr", "y_ptr", "c3_ptr"):
+                    if p.name in ("xq_ptr", "scale_ptr", "rowsum_ptr", "c_ptr", "y_ptr"):
                         args.append(outs.ptr + 1024 * out_slot)
                         out_slot += 1
-                    elif p.name in ("partial_ptr", "counter_ptr"):
-                        args.append(partial.ptr if p.name == "partial_ptr" else counter.ptr)
                     else:
                         args.append(zeros.ptr)
                 elif p.kind == "f32":
