@@ -120,3 +120,23 @@ def test_tick_parts_take_a_call_apart_on_the_mock(gpu_ctx):
     for a, b in zip(before, after):
         for name in ("price", "delta", "charm"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+
+
+@pytest.mark.parametrize("graph,mapped,mode", [(11.36, 10.45, "fast"), (11.28, 11.68, "fast"), (18.34, 10.12, "slow"),
+                                              (None, 10.0, None), (12.0, None, None)])
+def test_the_floor_graphs_mode_is_told_and_noted_in_both_suites(graph, mapped, mode, capsys):
+    """Runs whose every process had the floor graph in its slow mode are marked (their ratios to it
+    are not comparable); the zero-copy mapped kernel of the same runs is the yardstick."""
+    from tickgpu.bench import gpu, quant
+
+    floor = {}
+    if graph is not None:
+        floor["graph H2D+kernel+D2H 1024 floats"] = {"p50_us": graph, "p99_us": 20.0}
+    if mapped is not None:
+        floor["zero-copy mapped kernel 1024 floats"] = {"p50_us": mapped, "p99_us": 20.0}
+    assert gpu.floor_graph_mode(floor) == mode
+    for suite in (gpu, quant):
+        t = suite.evaluate_targets({"floor": floor})
+        assert t.get("floor_graph_mode") == mode
+        assert ("floor_graph_note" in t) == (mode == "slow")
+    assert ("WARNING" in capsys.readouterr().out) == (mode == "slow")

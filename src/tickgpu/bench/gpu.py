@@ -108,6 +108,36 @@ def parse_floor(path: str | None) -> dict:
     return floor
 
 
+#: The graph round trip of 1,024 floats over the zero-copy mapped kernel of as many, same runs: about
+#: 1.0-1.1 in the fast mode, 1.7-1.8 in the slow one (h200-2026-11-30-m, h200-2026-12-01-a).
+SLOW_GRAPH_RATIO = 1.4
+
+
+def floor_graph_mode(floor: dict) -> str | None:
+    """"fast" or "slow": the mode of the best run of the floor's graph round trip (1,024 floats),
+    judged against the zero-copy mapped kernel of 1,024 floats, whose work the graph does plus two
+    4 KB copies; None without both figures. A run whose every process landed in the slow mode gives
+    ratios to the floor graph that are not comparable with those of runs in the fast mode."""
+    graph = floor.get("graph H2D+kernel+D2H 1024 floats", {}).get("p50_us")
+    mapped = floor.get("zero-copy mapped kernel 1024 floats", {}).get("p50_us")
+    if not graph or not mapped:
+        return None
+    return "slow" if graph > SLOW_GRAPH_RATIO * mapped else "fast"
+
+
+def note_floor_mode(t: dict, floor: dict) -> None:
+    """Put the floor graph's mode in a suite's targets, with a note (and a printed warning) when it
+    is the slow one."""
+    mode = floor_graph_mode(floor)
+    if mode is None:
+        return
+    t["floor_graph_mode"] = mode
+    if mode == "slow":
+        t["floor_graph_note"] = ("every run of the floor graph was in its slow mode: ratios to it are "
+                                 "not comparable with runs in the fast mode")
+        print(f"[floor] WARNING: {t['floor_graph_note']}", flush=True)
+
+
 # ---- inputs ---------------------------------------------------------------------------------------
 
 def option_inputs(xp, n: int, dtype, seed: int = 7) -> dict:
@@ -705,6 +735,7 @@ def run(args) -> int:
 
 def evaluate_targets(res: dict) -> dict:
     t: dict = {}
+    note_floor_mode(t, res.get("floor", {}))
     thr = res.get("throughput", {})
     for name in ("f32", "f64"):
         if name in thr:

@@ -486,7 +486,10 @@ SCHEMES = ("w8a16", "w8a8", "w16a8", "w16a16")
 
 def evaluate_targets(res: dict) -> dict:
     """The suite's targets from one run's results: per model step and GEMM row, and counts."""
+    from tickgpu.bench.gpu import note_floor_mode
+
     t: dict = {}
+    note_floor_mode(t, res.get("floor", {}))
     floor = res.get("floor", {}).get("graph H2D+kernel+D2H 1024 floats", {}).get("p50_us")
     mlp = res.get("signal_mlp")
     if isinstance(mlp, list):
