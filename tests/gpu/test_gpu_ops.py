@@ -650,6 +650,32 @@ def test_jax_arrays_in_give_jax_arrays_out(ctx, rng, dtype):
         jax.config.update("jax_enable_x64", x64)
 
 
+def test_binding_jax_arrays_gives_tickgpu_arrays(ctx, rng):
+    """bind_greeks on JAX arrays (which never change in place): one launch a call into result
+    arrays of tickgpu's own (DeviceArray), waited for, equal to the CPU backend and to
+    tickgpu.greeks on the same arrays."""
+    jax = pytest.importorskip("jax", reason="JAX is not installed on this machine")
+    try:
+        gpu = jax.devices("gpu")[0]
+    except RuntimeError:
+        pytest.skip("JAX has no GPU backend on this machine")
+    from tickgpu.runtime.arrays import DeviceArray
+
+    a = _bsm(rng, 1000, np.float32)
+    dev = {k: jax.device_put(v, gpu) for k, v in a.items()}
+    names = ("spot", "strike", "t", "rate", "vol", "div", "call")
+    tick = rt.bind_greeks(*(dev[k] for k in names), dtype=np.float32)
+    assert isinstance(tick, rt.DeviceBoundGreeks)
+    g, unbound = tick(), tickgpu.greeks(**dev, dtype=np.float32, backend="gpu")
+    c = tickgpu.greeks(**a, dtype=np.float32, backend="cpu")
+    floors = cancelling_scale(a)
+    for gname in GREEKS:
+        out = getattr(g, gname)
+        assert isinstance(out, DeviceArray)
+        assert np.array_equal(out.get(), np.asarray(getattr(unbound, gname))), gname
+        _agree(out.get(), getattr(c, gname), np.float32, f"bound jax {gname}", floors.get(gname))
+
+
 def test_no_driver_allocations_over_10000_calls_after_warmup(ctx, rng):
     """After warm-up, 10,000 calls on the hot paths -- NumPy ticks of several sizes, both dtypes,
     greeks / implied vol / surface, a pipelined large call, and GPU arrays whose outputs the
