@@ -664,6 +664,40 @@ def test_jax_inputs_give_jax_outputs_through_dlpack(ctx, mock, rng, monkeypatch)
     assert not adopted
 
 
+def test_unordered_interfaces_are_read_through_dlpack_on_the_launch_stream(mock):
+    """A version 2 interface names no stream and promises nothing (JAX's points at buffers still
+    being written): a producer that also has __dlpack__ is read through DLPack, asked for the
+    stream the runtime launches on. Version 3, and PyTorch's version 2 (ordered on its current
+    stream), are read through the interface."""
+    from tickgpu.runtime.arrays import device_view, dlpack_capsule, view_or_none
+
+    asked = []
+
+    class V2WithDlpack(FakeGpuArray):
+        @property
+        def __cuda_array_interface__(self):
+            return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False), "version": 2}
+
+        def __dlpack_device__(self):
+            return 2, 0
+
+        def __dlpack__(self, stream=None, **kw):
+            asked.append(stream)
+            return dlpack_capsule(self, self.ptr, self.shape, self.dtype, (2, 0))
+
+    TorchLike = type("Tensor", (V2WithDlpack,), {"__module__": "torch"})
+    host = np.arange(12, dtype=np.float64)
+    for read in (lambda x: view_or_none(x, "spot", 1), lambda x: device_view(x, "spot", 1)):
+        asked.clear()
+        v = read(V2WithDlpack(mock, host))
+        assert asked == [1] and v.capsule is not None and v.shape == (12,) and v.dtype == np.float64
+        t = TorchLike(mock, host)
+        v = read(t)
+        assert asked == [1] and v.capsule is None and v.ptr == t.ptr          # its interface, not DLPack
+        v = read(FakeGpuArray(mock, host))                                   # version 3
+        assert asked == [1] and v.capsule is None
+
+
 def test_view_or_none_probes_once_and_agrees_with_device_view(mock):
     from tickgpu.runtime.arrays import device_view, is_device_array, view_or_none
 

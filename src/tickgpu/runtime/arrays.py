@@ -125,13 +125,26 @@ def _from_dlpack(x, stream: int | None) -> DeviceView:
                       _c_contiguous(shape, strides, dtype.itemsize), None, int(t.device.device_id), x, capsule)
 
 
+def _unordered(x, cai) -> bool:
+    """Whether `x`'s interface promises nothing about when its data is ready while DLPack would.
+
+    Version 3 names the stream to order on. Version 2 names none and promises nothing: JAX's
+    (version 2) hands out the address of a buffer whose transfer or computation may still be
+    running. PyTorch's (version 2 too) is ordered on its current stream (`producer_stream`); any
+    other such producer that has ``__dlpack__`` is read through DLPack instead, whose producer
+    must make its pending work visible on the stream the consumer names.
+    """
+    return (cai.get("version", 0) < 3 and "stream" not in cai and _library(x) != "torch"
+            and hasattr(type(x), "__dlpack__"))
+
+
 def device_view(x, name: str, dlpack_stream: int | None = None) -> DeviceView:
     """The `DeviceView` of GPU array `x` (argument `name`, for messages)."""
     try:
         cai = getattr(x, "__cuda_array_interface__", None)
     except Exception:
         cai = None
-    if cai is not None:
+    if cai is not None and not _unordered(x, cai):
         return _from_cai(x, cai)
     try:
         return _from_dlpack(x, dlpack_stream)
@@ -158,9 +171,9 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = 
         cai = getattr(x, "__cuda_array_interface__", None)
     except Exception:    # torch raises for a CPU tensor's CAI: not a GPU array through CAI
         cai = None
-    if cai is not None:
+    if cai is not None and not _unordered(x, cai):
         return _from_cai(x, cai)
-    if not is_device_array(x):
+    if cai is None and not is_device_array(x):
         return None
     try:
         return _from_dlpack(x, dlpack_stream)
