@@ -47,7 +47,7 @@ import numpy as np
 
 from tickgpu._native import ffi, lib
 from tickgpu.memory.errors import PoolError
-from tickgpu.runtime.arrays import DeviceArray
+from tickgpu.runtime.arrays import _DL_CPU, DeviceArray
 
 __all__ = ["DevicePool", "DeviceBuffer", "PoolStats", "default_pool"]
 
@@ -125,7 +125,7 @@ class _PoolArrayView(DeviceArray):
 
     def __dlpack_device__(self) -> tuple[int, int]:
         # On the host backend the pool's "device" memory is host memory: exported as such.
-        return super().__dlpack_device__() if self._context is not None else (1, 0)
+        return super().__dlpack_device__() if self._context is not None else (_DL_CPU, 0)
 
     def get(self) -> np.ndarray:
         """A NumPy copy (synchronous)."""

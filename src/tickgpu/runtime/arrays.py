@@ -3,7 +3,9 @@
 A GPU array is anything with ``__cuda_array_interface__`` (CAI, read first: it is a plain dict) or
 a ``__dlpack_device__`` naming a CUDA device (then the DLPack capsule is read with ctypes).
 Outputs are made by the input's own library, imported lazily from ``type(x).__module__``, so
-torch is imported only when the caller passed torch tensors.
+torch is imported only when the caller passed torch tensors. Where that library makes none, they
+are tickgpu's own `DeviceArray`, which exports DLPack (in C, csrc/py/dlpack.c), and JAX takes them
+over from there.
 """
 from __future__ import annotations
 
