@@ -75,7 +75,7 @@ def test_device_binding_of_single_values_reads_them_with_stride_zero(gpu_ctx, rn
 
 
 def test_device_binding_launches_on_the_producer_stream_without_waiting(gpu_ctx, rng, monkeypatch):
-    from tickgpu.runtime import bound_device
+    from tickgpu.runtime import direct   # makes a binding's outputs (outputs_and_stream)
 
     mock = gpu_ctx.driver
     n = 64
@@ -86,8 +86,10 @@ def test_device_binding_launches_on_the_producer_stream_without_waiting(gpu_ctx,
         made.extend(FakeGpuArray(mock, np.zeros(shape, dt), stream=0x5151) for dt in dtypes)
         return [(o, o.ptr) for o in made]
 
-    monkeypatch.setattr(bound_device, "empty_outputs", library_empty)
+    real_empty = direct.empty_outputs
+    monkeypatch.setattr(direct, "empty_outputs", library_empty)
     tick = rt.bind_greeks(*dev, dtype=np.float32)
+    monkeypatch.setattr(direct, "empty_outputs", real_empty)   # the unbound call below makes its own
     seen = []
     real = mock.launch
     mock.launch = lambda *a, **kw: (seen.append((a[4], kw.get("sync", False))), real(*a, **kw))

@@ -45,7 +45,8 @@ import numpy as np
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
-from tickgpu.runtime.arrays import DeviceArray, device_view, empty_outputs, producer_stream, view_or_none
+from tickgpu.runtime.arrays import DeviceArray, view_or_none
+from tickgpu.runtime.direct import outputs_and_stream
 from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH, Launcher
 from tickgpu.runtime.staged import DTYPE_CODE
 
@@ -170,21 +171,13 @@ class _DeviceBoundTick:
             self._bind(ctx, values, dt, n, ptrs, made, out_dtypes, ctx.stream, wait=True, movable=[])
             return
         views, n = _gpu_inputs(fam, self._api, values, dt, ctx.ordinal)
-        src = next(iter(views.values())).source
-        made = empty_outputs(src, (n,), out_dtypes, ctx.ordinal)
         # Arrays of our own have no library to order them: a call waits for its launch, as
         # tickgpu.greeks does for them.
-        owned = made is None
-        if owned:
-            made = [(o, o.ptr) for o in (DeviceArray(ctx, (n,), odt) for odt in out_dtypes)]
-        stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
-        if stream is None and not owned:
-            stream = next((s for s in (producer_stream(device_view(o, nm))
-                                       for (o, _), (nm, _) in zip(made, fam.outputs)) if s is not None), None)
+        made, owned, stream = outputs_and_stream(ctx, fam, views, (n,), out_dtypes)
         # Torch tensors can be reallocated in place (resize_): their addresses are checked per call.
         movable = [(o, p) for o, p in [*((v.source, v.ptr) for v in views.values()), *made] if hasattr(o, "data_ptr")]
         self._bind(ctx, values, dt, n, {name: v.ptr for name, v in views.items()}, made, out_dtypes,
-                   CU_STREAM_LEGACY if stream is None else int(stream), wait=owned, movable=movable)
+                   stream, wait=owned, movable=movable)
 
     def _bind(self, ctx, values, dt, n, in_ptrs: dict, made: list, out_dtypes, stream: int, wait: bool,
               movable: list) -> None:

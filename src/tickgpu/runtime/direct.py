@@ -46,17 +46,9 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
                 named = named or v.stream is not None
         first = next(iter(views.values()))
         out_dtypes = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
-        made = empty_outputs(first.source, shape, out_dtypes, ctx.ordinal)
-        owned = made is None   # arrays of our own: no library to order them, so handed out finished
-        if owned:
-            made = [(o, o.ptr) for o in (DeviceArray(ctx, shape, odt) for odt in out_dtypes)]
+        made, owned, launch_stream = outputs_and_stream(ctx, fam, views, shape, out_dtypes)
         out_arrays = [o for o, _ in made]
         out_ptrs = [p for _, p in made]
-        stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
-        if stream is None and not owned:   # the inputs name none: the outputs' library may
-            stream = next((s for s in (producer_stream(device_view(o, name))
-                                       for o, (name, _) in zip(out_arrays, fam.outputs)) if s is not None), None)
-        launch_stream = CU_STREAM_LEGACY if stream is None else int(stream)
         if n == 0:
             return first.source, out_arrays, owned
 
@@ -101,6 +93,24 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
             # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
         return first.source, out_arrays, owned
+
+
+def outputs_and_stream(ctx, fam, views: dict, shape: tuple[int, ...], out_dtypes) -> tuple[list, bool, int]:
+    """The results of `fam` on the GPU arrays `views` (by input name) and the stream to launch on:
+    ((array, device address) per output, whether the arrays are the runtime's own, the stream).
+
+    The results are made by the inputs' library where it makes arrays, else they are the runtime's
+    own `DeviceArray`s, which no library orders (their caller waits for the launch). The stream is
+    the one the inputs name, else the one the outputs' library names, else the legacy default."""
+    made = empty_outputs(next(iter(views.values())).source, shape, out_dtypes, ctx.ordinal)
+    owned = made is None
+    if owned:
+        made = [(o, o.ptr) for o in (DeviceArray(ctx, shape, odt) for odt in out_dtypes)]
+    stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
+    if stream is None and not owned:
+        stream = next((s for s in (producer_stream(device_view(o, name))
+                                   for (o, _), (name, _) in zip(made, fam.outputs)) if s is not None), None)
+    return made, owned, CU_STREAM_LEGACY if stream is None else int(stream)
 
 
 def _launch_of(ctx, family: str, dts: str, m: int, aligned16: bool, stream: int):
