@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "src" / "tickgpu" / "kernels"
 COMMITTED = KERNELS / "bundle"
 LBR_CORE = ROOT / "csrc" / "cpu" / "lbr_core.h"
-TRITON_SOURCES = {"greeks": KERNELS / "greeks.py", "surface": KERNELS / "surface.py", "quant": KERNELS / "quant.py"}
+TRITON_SOURCES = {"greeks": [KERNELS / "greeks.py", KERNELS / "erfcx.py"], "surface": [KERNELS / "surface.py"],
+                  "quant": [KERNELS / "quant.py"]}
 CUDA_SOURCES = {"implied_vol": [ROOT / "csrc" / "cuda" / "iv.cu", LBR_CORE],
                 "resident_greeks": [ROOT / "csrc" / "cuda" / "mailbox.cu", ROOT / "csrc" / "cpu" / "greeks_kernel.h",
                                     ROOT / "csrc" / "hot" / "mailbox_protocol.h"],
@@ -275,7 +276,7 @@ def _check_quant_entry(k, fields):
 def test_fresh_source_hashes_are_the_sources(fresh):
     raw = json.loads((fresh / "manifest.json").read_text())
     for k in raw["kernels"]:
-        files = [TRITON_SOURCES[k["family"]]] if k["source"] == "triton" else CUDA_SOURCES[k["family"]]
+        files = TRITON_SOURCES[k["family"]] if k["source"] == "triton" else CUDA_SOURCES[k["family"]]
         assert k["source_hash"] == hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
 
 
@@ -301,7 +302,7 @@ def test_committed_bundle_loads_and_matches_the_sources():
         assert "implied_vol" in families, ("csrc/cpu/lbr_core.h exists but the committed bundle has no "
                                            "implied_vol kernels: run `tickgpu build-kernels`")
     for k in m.kernels:
-        files = [TRITON_SOURCES[k.family]] if k.source == "triton" else CUDA_SOURCES[k.family]
+        files = TRITON_SOURCES[k.family] if k.source == "triton" else CUDA_SOURCES[k.family]
         if not all(f.is_file() for f in files):
             pytest.fail(f"{k.variant}: source {[str(f) for f in files]} missing")
         digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()

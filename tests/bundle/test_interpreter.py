@@ -6,7 +6,10 @@ The interpreter (TRITON_INTERPRET=1) runs a kernel's Python source on the CPU wi
 torch tensors as arguments, so these tests need torch (CPU) as well as Triton, and skip without
 them. It has no libdevice: the kernels' libdevice calls (exp, log, log1p, sqrt, erfc, erfcx) are routed here to
 NumPy / SciPy float64 functions rounded to the element type, which stand for libdevice's
-(documented to within a few ulps). Everything else the kernels do runs as written.
+(documented to within a few ulps). Nor can it run inline PTX: the greeks kernel's table erfcx
+(`_erfcx_table`) is routed to `tickgpu.kernels.erfcx.evaluate`, the same table and steps in NumPy
+(tests/cpu/test_erfcx_table.py checks both against mpmath). Everything else the kernels do runs
+as written.
 """
 import importlib.util
 import types
@@ -46,6 +49,10 @@ def _load_interpreted(name):
         triton.knobs.runtime.interpret = True    # read when @triton.jit runs, at import
         spec.loader.exec_module(mod)
     mod.libdevice = LIBDEVICE_ON_NUMPY
+    if hasattr(mod, "_erfcx_table"):
+        from tickgpu.kernels import erfcx
+
+        mod._erfcx_table = _on_numpy(erfcx.evaluate)
     return mod
 
 
@@ -301,17 +308,28 @@ def test_greeks_kernel_switches(greeks_mod, rng, programs, switches):
 
 
 @pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
-def test_greeks_kernel_cdf_forms_agree(greeks_mod, rng):
-    """float64's N(w d1) from erfcx and the density's exponential (CDF=1, the default) against
-    erfc (CDF=0): the same greeks to the float64 tolerance, calls and puts, tails and edges."""
+@pytest.mark.parametrize("cdf", [1, 2])
+def test_greeks_kernel_cdf_forms_agree(greeks_mod, rng, cdf):
+    """float64's N(w d) from erfcx and exp(-d^2/2) (CDF=1: libdevice's erfcx for d1, erfc for d2;
+    CDF=2, the default: the erfcx table for both) against erfc (CDF=0): the same greeks to the
+    float64 tolerance, calls and puts, tails and edges."""
     chain = np.column_stack(random_chain(rng, 1000)[:6])
+    # Far wings: |d| across every interval of the erfcx table (0 to 30 in z = d / sqrt 2), where
+    # a deep out-of-the-money price is a difference of two tail probabilities.
+    m = 400
+    S = rng.uniform(50, 150, m)
+    sig, t = rng.uniform(0.05, 0.6, m), rng.uniform(0.05, 3.0, m)
+    d = rng.uniform(-42, 42, m)
+    wings = np.column_stack([S, S * np.exp(-d * sig * np.sqrt(t)), t, rng.uniform(-0.01, 0.05, m), sig,
+                             rng.uniform(0, 0.03, m)])
+    chain = np.concatenate([chain, wings])
     edges = np.array(EDGE_INPUTS, dtype=np.float64)
     X = np.concatenate([chain, edges, edges])
     call = np.concatenate([rng.integers(0, 2, len(chain)).astype(bool),
                            np.ones(len(edges), bool), np.zeros(len(edges), bool)])
     cols = [X[:, i] for i in range(6)]
     erfc_form = run_greeks(greeks_mod, np.float64, *cols, call, block=128, CDF=0)
-    got = run_greeks(greeks_mod, np.float64, *cols, call, block=128)
+    got = run_greeks(greeks_mod, np.float64, *cols, call, block=128, CDF=cdf)
     assert_greeks_close(got, *cols, call, want=erfc_form, **F64)
     assert_greeks_close(got, *cols, call, **F64)
 

@@ -88,6 +88,8 @@ class TritonFamily:
     source: Path                # the file hashed into source_hash
     # dtype -> ((BLOCK_SIZE, num_warps, maxnreg or None), ...)
     configs: dict[str, tuple[tuple[int, int, int | None], ...]]
+    # Files the kernel's code is also generated from (hashed after `source`).
+    also: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ class CudaFamily:
 
 TRITON_FAMILIES = (
     TritonFamily("greeks", "tickgpu.kernels.greeks", "bsm_greeks_kernel", KERNELS_DIR / "greeks.py",
-                 {"f32": ((256, 4, None), (128, 4, None)), "f64": ((128, 4, 64),)}),
+                 {"f32": ((256, 4, None), (128, 4, None)), "f64": ((128, 4, 64),)},
+                 also=(KERNELS_DIR / "erfcx.py",)),
     TritonFamily("surface", "tickgpu.kernels.surface", "vol_surface_kernel", KERNELS_DIR / "surface.py",
                  {"f64": ((256, 8, None), (128, 4, None))}),
 )
@@ -286,7 +289,7 @@ def build_triton(fam: TritonFamily, arch: str, cache_dir: Path) -> list[tuple[di
 
     fn = getattr(importlib.import_module(fam.module), fam.kernel)
     capability = int(arch[len("sm_"):])
-    digest = source_hash([fam.source])
+    digest = source_hash([fam.source, *fam.also])
     out = []
     for dtype, configs in sorted(fam.configs.items()):
         for block_size, num_warps, maxnreg in configs:

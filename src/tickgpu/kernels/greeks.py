@@ -42,10 +42,14 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
 
+from tickgpu.kernels import erfcx as _erfcx
+
 # Module-level constexprs keep their full float64 value: a float literal assigned inside a kernel
 # body can be materialised as a float32 constant first.
 INV_SQRT_2PI = tl.constexpr(0.398942280401432677939946059934)
 INV_SQRT_2 = tl.constexpr(0.707106781186547524400844362105)
+#: erfcx from a table of polynomials, as inline PTX carrying its table (tickgpu.kernels.erfcx).
+ERFCX_PTX = tl.constexpr(_erfcx.ptx())
 
 
 @triton.jit
@@ -116,6 +120,22 @@ def _half_erfc(z, e):
 
 
 @triton.jit
+def _erfcx_table(x):
+    """float64 erfcx(x) for x >= 0 to about an ulp, in 16 float64 operations (tickgpu.kernels.erfcx)."""
+    return tl.inline_asm_elementwise(ERFCX_PTX, "=d,d", [x], dtype=tl.float64, is_pure=True, pack=1)
+
+
+@triton.jit
+def _density_exp(d):
+    """exp(-d^2 / 2), with the rounding of d^2 taken back out: d d = h + l exactly, and
+    exp(-h/2) (1 - l/2) is what erfc does inside (the rounding is amplified by h in the tails)."""
+    h = d * d
+    l = tl.fma(d, d, -h)
+    e = libdevice.exp(-0.5 * h)
+    return tl.fma(-0.5 * l, e, e)
+
+
+@triton.jit
 def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr):
     """Price and greeks by the closed forms, for sigma sqrt(t) > 0 with a finite reciprocal.
 
@@ -127,14 +147,20 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr):
     KDr = K * Dr
     d1 = _d1(S, K, t, r, q, sst, inv_sst)
     d2 = d1 - sst
-    if CDF != 0 and S.dtype == tl.float64:
-        # erfc(z) = erfcx(|z|) exp(-z^2) for z >= 0, and z^2 = d^2 / 2: the exponential of
-        # N(w d1) is the density's, computed once. d1 d1 = h + l exactly; exp(-h/2) (1 - l/2) takes
-        # the rounding of h back out, as erfc does inside (it is amplified by h in the tails).
-        h = d1 * d1
-        l = tl.fma(d1, d1, -h)
-        e1 = libdevice.exp(-0.5 * h)
-        e1 = tl.fma(-0.5 * l, e1, e1)
+    if CDF == 2 and S.dtype == tl.float64:
+        # erfc(z) = erfcx(|z|) exp(-z^2) for z >= 0, and z^2 = d^2 / 2: N(w d1) takes the
+        # density's exponential, N(w d2) one of its own, and erfcx comes from the table.
+        e1 = _density_exp(d1)
+        pdf = INV_SQRT_2PI * e1
+        z1 = -w * d1 * INV_SQRT_2
+        z2 = -w * d2 * INV_SQRT_2
+        a1 = 0.5 * _erfcx_table(tl.abs(z1)) * e1
+        a2 = 0.5 * _erfcx_table(tl.abs(z2)) * _density_exp(d2)
+        Nd1 = tl.where(z1 >= 0, a1, 1.0 - a1)
+        Nd2 = tl.where(z2 >= 0, a2, 1.0 - a2)
+    elif CDF == 1 and S.dtype == tl.float64:
+        # As CDF 2 for N(w d1), with libdevice's erfcx; N(w d2) from libdevice's erfc.
+        e1 = _density_exp(d1)
         pdf = INV_SQRT_2PI * e1
         Nd1 = _half_erfc(-w * d1 * INV_SQRT_2, e1)
         Nd2 = 0.5 * libdevice.erfc(-w * d2 * INV_SQRT_2)
@@ -279,7 +305,7 @@ def bsm_greeks_kernel(
     STREAM: tl.constexpr = False,
     FAST_PATH: tl.constexpr = True,
     PERSISTENT: tl.constexpr = False,
-    CDF: tl.constexpr = 1,
+    CDF: tl.constexpr = 2,
 ):
     """Price and greeks of ``n`` European options under Black-Scholes-Merton.
 
@@ -312,13 +338,15 @@ def bsm_greeks_kernel(
         covers any n. Off by default: the loop costs float64 registers (82 -> 100 on sm_90) and
         the runtime launches one program per tile.
     CDF : constexpr
-        How float64 forms N(w d1) (float32, bound by memory, always takes erfc): 0, from erfc,
-        which computes its own exp(-z^2); 1 (default), from erfcx times the density's
-        exp(-d1^2/2), computed once for both (~20 fewer of ~330 float64 operations an option;
-        within a few ulps of the erfc form). N(w d2) always comes from erfc. (Forming d2's
-        exponential from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} / (K e^{-rt}), saved ~10
-        more but measured no faster on the H200, and needs a fallback where exp(-d1^2/2)
-        underflows.)
+        How float64 forms N(w d1) and N(w d2) (float32, bound by memory, always takes erfc):
+        0, both from libdevice's erfc, which computes its own exp(-z^2); 1, N(w d1) from
+        libdevice's erfcx times the density's exp(-d1^2/2), computed once for both (~20 fewer of
+        ~330 float64 operations an option), N(w d2) from erfc; 2 (default), both from the
+        erfcx table of tickgpu.kernels.erfcx (16 float64 operations against erfcx's 92 and
+        erfc's 63) times exp(-d^2/2), d1's being the density's. All three agree within a few
+        ulps. (Forming d2's exponential from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} /
+        (K e^{-rt}), saved ~10 more but measured no faster on the H200, and needs a fallback
+        where exp(-d1^2/2) underflows.)
 
     Bad input and limits (the convention of the CPU kernel, csrc/cpu/greeks_kernel.h)
     --------------------------------------------------------------------------------

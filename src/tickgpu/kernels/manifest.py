@@ -20,7 +20,8 @@ Each kernel entry says how to launch it without looking at its source:
   *and* ``n`` is a multiple of 16 (that is what lets the compiler use 16-byte vector stores: the
   bound check ``offs < n`` is then constant over each group of 16 elements). Launch it only when
   both hold; otherwise use the variant with ``aligned16`` false.
-* ``source_hash``: sha256 of the kernel's source: of the Triton source file for Triton kernels;
+* ``source_hash``: sha256 of the kernel's source: of the Triton source file for Triton kernels
+  (followed by the files its code is also generated from: ``erfcx.py`` for greeks);
   for CUDA C kernels, of the ``.cu`` file's bytes followed by those of the local headers it
   includes that hold kernel code (``csrc/cpu/lbr_core.h`` for implied vol), in that order.
 
