@@ -140,3 +140,28 @@ def test_the_floor_graphs_mode_is_told_and_noted_in_both_suites(graph, mapped, m
         assert t.get("floor_graph_mode") == mode
         assert ("floor_graph_note" in t) == (mode == "slow")
     assert ("WARNING" in capsys.readouterr().out) == (mode == "slow")
+
+
+def test_sustained_times_the_queued_calls_after_the_warm_ones(monkeypatch):
+    """`sustained` queues warm + calls, times only the last `calls` between two events recorded
+    around them, and reads the board while they run."""
+    import types
+
+    from tickgpu.bench import gpu
+
+    log = []
+
+    class Event:
+        def record(self):
+            log.append("record")
+
+        def synchronize(self):
+            log.append("sync")
+
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: 250.0))
+    monkeypatch.setattr(gpu, "board_state", lambda: log.append("board") or {"sm_clock_mhz": 1545.0, "power_w": 661.0})
+    r = gpu.sustained(cp, lambda: log.append("call"), calls=100, warm=20)
+    assert log == ["call"] * 20 + ["record"] + ["call"] * 100 + ["record", "board", "sync"]
+    assert r == {"s": 0.25 / 100, "calls": 100, "sm_clock_mhz": 1545.0, "power_w": 661.0}
+    t = gpu.evaluate_targets({"throughput": {"f64": {"fraction_of_copy_bw": 0.85, "fraction_of_copy_bw_sustained": 0.82}}})
+    assert t["greeks_f64_fraction_of_copy_bw_sustained"] == 0.82

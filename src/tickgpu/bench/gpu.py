@@ -220,6 +220,36 @@ def device_copy_bandwidth(cp, nbytes: int) -> float:
 
 
 STREAM_CALLS = 5
+#: Calls queued back to back for the sustained figures (~0.2 s of float32 work at 1e8 options, 0.4 s
+#: of float64): long enough for the board to settle at its power limit, which a burst of
+#: STREAM_CALLS does not reach (on an H200 the SM clock then falls from 1.98 GHz to 1.35-1.6 GHz).
+SUSTAINED_CALLS, SUSTAINED_WARM = 100, 20
+
+
+def board_state() -> dict:
+    """The GPU's SM clock (MHz) and power draw (W) now, from nvidia-smi ({} without it)."""
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True, timeout=10)
+        clock, power = (float(v) for v in q.stdout.splitlines()[0].split(","))
+        return {"sm_clock_mhz": clock, "power_w": power}
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return {}
+
+
+def sustained(cp, fn, calls: int = SUSTAINED_CALLS, warm: int = SUSTAINED_WARM) -> dict:
+    """Seconds per call of `calls` calls of `fn` queued back to back on CuPy's current stream after
+    `warm` more (timed by events around the `calls`), and the board's state read while they run."""
+    for _ in range(warm):
+        fn()
+    start, stop = cp.cuda.Event(), cp.cuda.Event()
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    state = board_state()       # the queue is still running
+    stop.synchronize()
+    return {"s": cp.cuda.get_elapsed_time(start, stop) / 1e3 / calls, "calls": calls, **state}
 
 
 def cupy_greeks_kernel(cp):
@@ -237,7 +267,10 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
     ``fraction_of_copy_bw``: one call and its wait, wall time (host share included, GPU idle
     meanwhile); ``fraction_of_copy_bw_stream``: calls queued back to back (the host share hidden
     behind the previous kernel: a stream of batches); ``fraction_of_copy_bw_events``: one call
-    between two events; ``fraction_of_copy_bw_kernel_only``: the chosen variant launched alone.
+    between two events; ``fraction_of_copy_bw_kernel_only``: the chosen variant launched alone;
+    ``fraction_of_copy_bw_sustained``: SUSTAINED_CALLS calls back to back against as many copies
+    of the same bytes back to back (`sustained`), both at the board's power limit, with the SM
+    clock and power read during each.
     """
     res = {}
     sync = cp.cuda.runtime.deviceSynchronize
@@ -263,6 +296,16 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
             t_events.append(cp.cuda.get_elapsed_time(ev0, ev1) / 1e3)
         t_event = float(np.median(t_events[2:]))
         kernel_only = _kernel_only(cp, x, dtype, n)
+        held = []    # the last call's results stay referenced until the queue is timed
+
+        def call():
+            held[:] = [tickgpu.greeks(**x, dtype=dtype, backend="gpu")]
+        calls_sustained = sustained(cp, call)
+        held.clear()
+        src = cp.ones(nbytes // 16, dtype=cp.float64)
+        dst = cp.empty_like(src)
+        copy_sustained = sustained(cp, lambda: cp.copyto(dst, src))
+        del src, dst
         # correctness on a slice against the CPU backend
         g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
         sl = slice(0, 100_000)
@@ -270,6 +313,13 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
         worst = max(
             float(np.nanmax(np.abs(cp.asnumpy(getattr(g, k)[sl]) - getattr(ref, k))
                             / np.maximum(np.abs(getattr(ref, k)), 1e-30 if name == "f64" else 1e-6)))
+            for k in GREEK_KEYS
+        )
+        # Against each greek's largest magnitude: element-wise relative differences are large where
+        # a greek crosses zero or a far out-of-the-money price is a difference of two tail terms.
+        worst_scaled = max(
+            float(np.nanmax(np.abs(cp.asnumpy(getattr(g, k)[sl]) - getattr(ref, k)))
+                  / np.nanmax(np.abs(getattr(ref, k))))
             for k in GREEK_KEYS
         )
         del g
@@ -291,11 +341,16 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
             "kernel_only_event_s": kernel_only["s"],
             "kernel_only_variant": kernel_only["variant"],
             "fraction_of_copy_bw_kernel_only": nbytes / kernel_only["s"] / copy_bw,
+            "sustained": calls_sustained,
+            "copy_sustained": {**copy_sustained, "Bps": 2 * (nbytes // 16) * 8 / copy_sustained["s"]},
+            "fraction_of_copy_bw_sustained": copy_sustained["s"] * (nbytes / (2 * (nbytes // 16) * 8))
+            / calls_sustained["s"],
             "cupy_elementwise_s": t_cupy,
             "torch_eager_s": t_torch,
             "speedup_vs_torch": t_torch / t_tick,
             "speedup_vs_cupy": t_cupy / t_tick,
             "max_rel_err_vs_cpu": worst,
+            "max_err_over_scale_vs_cpu": worst_scaled,
         }
         del x
         cp.get_default_memory_pool().free_all_blocks()
@@ -744,6 +799,8 @@ def evaluate_targets(res: dict) -> dict:
             t[f"greeks_{name}_fraction_of_copy_bw_single_call"] = thr[name]["fraction_of_copy_bw"]
             if "fraction_of_copy_bw_events" in thr[name]:
                 t[f"greeks_{name}_fraction_of_copy_bw_device_time"] = thr[name]["fraction_of_copy_bw_events"]
+            if "fraction_of_copy_bw_sustained" in thr[name]:
+                t[f"greeks_{name}_fraction_of_copy_bw_sustained"] = thr[name]["fraction_of_copy_bw_sustained"]
     lat = res.get("latency", {})
     floor = res.get("floor", {}).get("graph H2D+kernel+D2H 1024 floats")
     if "tickgpu_greeks_f32_numpy_1024" in lat:

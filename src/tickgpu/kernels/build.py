@@ -23,9 +23,9 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
   is spread over twice as many SMs, with the least serial work per thread.
 * float64: only BLOCK_SIZE 128 / 4 warps, capped at 64 registers a thread. The kernel-sweep on
   the H200 (1e8 options, after the fast-path rewrite) gave 128/4 warps 74% of copy bandwidth
-  against 62-67% for 256 with 4 or 8 warps: float64 greeks do ~330 DP operations an option (the
-  exp, log and erfc), which alone take ~90% of the copy's time, and the board runs them at its
-  700 W limit (SM clocks 1.2-1.5 GHz instead of 1.98). The 64-register cap (82 uncapped, 72-80
+  against 62-67% for 256 with 4 or 8 warps: float64 greeks did ~330 DP operations an option (the
+  exp, log and erfc; ~240 since the table erfcx, tickgpu.kernels.erfcx), which alone took ~90% of
+  the copy's time, and the board runs them at its 700 W limit (SM clocks 1.2-1.6 GHz instead of 1.98). The 64-register cap (82 uncapped, 72-80
   bytes of stack) lets 8 blocks share an SM instead of 6, and measured 84-89% against 78-80%
   uncapped (benchmarks/results/h200-2026-11-30-g/); 48 registers spilled to 63%.
 * aligned16 variants assume every pointer is 16-byte aligned and n % 16 == 0 (both are needed

@@ -19,6 +19,13 @@ instruction count per option. What the code does for it, each checked in the SAS
   twenty selects; a tile with none (nearly always) takes a branch that computes the general
   formulas only (FAST_PATH: float32 ~360 instructions per option instead of ~500, float64 ~330 DP
   operations instead of ~385). The branch costs a block-wide OR (shared memory and barriers).
+* float64's normal CDFs come from a table erfcx (tickgpu.kernels.erfcx: 16 DP operations, against
+  92 for libdevice's erfcx and 63 for its erfc) times exp(-d^2/2) (CDF=2), which takes the
+  general formulas to ~240 DP operations an option. At 1e8 options back to back the board sits at
+  its 700 W limit and lowers the SM clock; measured on the H200 (benchmarks/results/h200-2026-12-01-b),
+  calls back to back ran at 3.55 TB/s (SM clock ~1.55 GHz) against 2.95-3.03 TB/s with libdevice's
+  erfcx and erfc (CDF=1, 1.35-1.43 GHz) and 3.31-3.35 TB/s with erfc alone (CDF=0): 17-20% faster.
+  A single call, which starts below the limit, measured the same for all three.
 * Divisions are few: 1/(sigma sqrt t) (IEEE in float64, where it also judges the limit as the CPU
   does), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and 1/(2t) are formed from the
   reciprocal at hand. Each replaced division moves a result by an ulp or two, far inside the 1e-12
