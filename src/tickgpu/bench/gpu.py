@@ -227,14 +227,18 @@ SUSTAINED_CALLS, SUSTAINED_WARM = 100, 20
 
 
 def board_state() -> dict:
-    """The GPU's SM clock (MHz) and power draw (W) now, from nvidia-smi ({} without it)."""
-    try:
-        q = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits"],
-                           capture_output=True, text=True, timeout=10)
-        clock, power = (float(v) for v in q.stdout.splitlines()[0].split(","))
-        return {"sm_clock_mhz": clock, "power_w": power}
-    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-        return {}
+    """The GPU's SM clock (MHz) and instantaneous power draw (W) now, from nvidia-smi ({} without
+    it). ``power.draw`` is an average over the last second on current drivers, which would mix
+    in the idle time before a short stream; ``power.draw.instant`` is asked for first."""
+    for power in ("power.draw.instant", "power.draw"):
+        try:
+            q = subprocess.run(["nvidia-smi", f"--query-gpu=clocks.sm,{power}", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=10)
+            clock, watts = (float(v) for v in q.stdout.splitlines()[0].split(","))
+            return {"sm_clock_mhz": clock, "power_w": watts}
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            continue
+    return {}
 
 
 def sustained(cp, fn, calls: int = SUSTAINED_CALLS, warm: int = SUSTAINED_WARM) -> dict:
@@ -876,7 +880,7 @@ def print_summary(res: dict) -> None:
     table.add_column("target")
     table.add_column("measured", justify="right")
     for k, v in res["targets"].items():
-        table.add_row(k, f"{v:.4g}")
+        table.add_row(k, f"{v:.4g}" if isinstance(v, (int, float)) else str(v))
     Console().print(table)
 
 
