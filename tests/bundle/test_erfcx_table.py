@@ -60,27 +60,40 @@ def test_out_of_range_arguments_are_clamped_to_finite_values():
     np.testing.assert_array_equal(got[3:], erfcx.evaluate(erfcx.XMAX))
 
 
-def test_ptx_holds_the_table_coefficient_major():
-    text = erfcx.ptx()
+@pytest.mark.parametrize("args", [1, 2])
+def test_ptx_holds_the_table_coefficient_major(args):
+    text = erfcx.ptx(args)
+    assert text.count(".global .align") == 1   # one table, however many arguments
     words = re.search(r"tg_erfcx_tab\[(\d+)\] = \{([^}]*)\}", text)
     assert int(words.group(1)) == erfcx.table().size == (erfcx.DEGREE + 3) * len(erfcx.INTERVALS)
     vals = np.array([int(w.strip()[2:], 16) for w in words.group(2).split(",")], dtype=np.uint64).view(np.float64)
     np.testing.assert_array_equal(vals.reshape(erfcx.DEGREE + 3, len(erfcx.INTERVALS)), erfcx.table())
-    # 17 loads, one row (128 bytes) apart, and 15 FMAs (the local variable and the Horner steps).
-    offsets = [int(m or 0) for m in re.findall(r"ld\.global\.nc\.f64 tg_\w, \[tg_a(?:\+(\d+))?\]", text)]
-    assert offsets == [128 * j for j in range(erfcx.DEGREE + 3)]
-    assert text.count("fma.rn.f64") == erfcx.DEGREE + 1
+    for k in range(args):
+        # Argument k+args into output k; 17 loads, one row (128 bytes) apart, and 15 FMAs (the
+        # local variable and the Horner steps).
+        assert f"max.f64 tg_x{k}, ${args + k}," in text and f"mov.f64 ${k}, tg_p{k};" in text
+        offsets = [int(m or 0) for m in re.findall(rf"ld\.global\.nc\.f64 tg_\w{k}, \[tg_a{k}(?:\+(\d+))?\]", text)]
+        assert offsets == [128 * j for j in range(erfcx.DEGREE + 3)]
+        assert len(re.findall(rf"fma\.rn\.f64 tg_\w{k},", text)) == erfcx.DEGREE + 1
+        # The interval's byte offset: (bits of x + 2) >> 47 & 120, which is 8 * _index.
+        assert f"shr.u64 tg_i{k}, tg_i{k}, 47;" in text and f"and.b64 tg_i{k}, tg_i{k}, 120;" in text
+    x = np.linspace(0.0, erfcx.XMAX, 10001)
+    bits = (x + 2.0).view(np.uint64)
+    np.testing.assert_array_equal(((bits >> np.uint64(47)) & np.uint64(120)) // np.uint64(8), erfcx._index(x))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_ptx_assembles(tmp_path, arch):
     triton = pytest.importorskip("triton", reason="Triton's ptxas assembles the PTX")
     ptxas = triton.knobs.nvidia.ptxas.path
-    body = erfcx.ptx().replace("$0", "%fd2").replace("$1", "%fd1")
+    body = erfcx.ptx(2)
+    for op, reg in (("$0", "%fd3"), ("$1", "%fd4"), ("$2", "%fd1"), ("$3", "%fd2")):
+        body = body.replace(op, reg)
     src = "\n".join([
         ".version 8.0", f".target {arch}", ".address_size 64",
-        ".visible .entry k(.param .u64 p)", "{", ".reg .b64 %rd<2>;", ".reg .f64 %fd<3>;",
-        "ld.param.u64 %rd1, [p];", "ld.global.f64 %fd1, [%rd1];", body, "st.global.f64 [%rd1], %fd2;", "ret;", "}", ""])
+        ".visible .entry k(.param .u64 p)", "{", ".reg .b64 %rd<2>;", ".reg .f64 %fd<5>;",
+        "ld.param.u64 %rd1, [p];", "ld.global.f64 %fd1, [%rd1];", "ld.global.f64 %fd2, [%rd1+8];", body,
+        "st.global.f64 [%rd1], %fd3;", "st.global.f64 [%rd1+8], %fd4;", "ret;", "}", ""])
     (tmp_path / "k.ptx").write_text(src)
     run = subprocess.run([ptxas, f"-arch={arch}", str(tmp_path / "k.ptx"), "-o", str(tmp_path / "k.cubin")],
                          capture_output=True, text=True)

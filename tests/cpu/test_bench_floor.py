@@ -143,8 +143,8 @@ def test_the_floor_graphs_mode_is_told_and_noted_in_both_suites(graph, mapped, m
 
 
 def test_sustained_times_the_queued_calls_after_the_warm_ones(monkeypatch):
-    """`sustained` queues warm + calls, times only the last `calls` between two events recorded
-    around them, and reads the board while they run."""
+    """`sustained` starts the board's sampling, queues warm + calls, times only the last `calls`
+    between two events recorded around them, and stops the sampling once they are done."""
     import types
 
     from tickgpu.bench import gpu
@@ -158,10 +158,30 @@ def test_sustained_times_the_queued_calls_after_the_warm_ones(monkeypatch):
         def synchronize(self):
             log.append("sync")
 
-    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: 250.0))
-    monkeypatch.setattr(gpu, "board_state", lambda: log.append("board") or {"sm_clock_mhz": 1545.0, "power_w": 661.0})
+    device = types.SimpleNamespace(pci_bus_id="0000:19:00.0")
+    cp = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event, get_elapsed_time=lambda a, b: 250.0,
+                                                          Device=lambda: device))
+    monkeypatch.setattr(gpu, "board_sampler", lambda bus: log.append(("sampler", bus)) or "S")
+    monkeypatch.setattr(gpu, "board_samples", lambda s: log.append(("samples", s)) or {"sm_clock_mhz": 1545.0})
     r = gpu.sustained(cp, lambda: log.append("call"), calls=100, warm=20)
-    assert log == ["call"] * 20 + ["record"] + ["call"] * 100 + ["record", "board", "sync"]
-    assert r == {"s": 0.25 / 100, "calls": 100, "sm_clock_mhz": 1545.0, "power_w": 661.0}
+    assert log == ([("sampler", "0000:19:00.0")] + ["call"] * 20 + ["record"] + ["call"] * 100
+                   + ["record", "sync", ("samples", "S")])
+    assert r == {"s": 0.25 / 100, "calls": 100, "sm_clock_mhz": 1545.0}
     t = gpu.evaluate_targets({"throughput": {"f64": {"fraction_of_copy_bw": 0.85, "fraction_of_copy_bw_sustained": 0.82}}})
     assert t["greeks_f64_fraction_of_copy_bw_sustained"] == 0.82
+
+
+def test_board_samples_are_the_medians_of_what_nvidia_smi_printed():
+    """The sampler's output as nvidia-smi prints it (clock, power per line; a line cut short when it
+    is stopped is dropped); no sampler or no sample gives nothing."""
+    import types
+
+    from tickgpu.bench import gpu
+
+    def sampler(out):
+        return types.SimpleNamespace(terminate=lambda: None, communicate=lambda timeout: (out, ""))
+
+    got = gpu.board_samples(sampler("1545, 661.2\n1560, 640.0\n1530, 700.5\n15"))
+    assert got == {"sm_clock_mhz": 1545.0, "power_w": 661.2, "board_samples": 3}
+    assert gpu.board_samples(sampler("")) == {}
+    assert gpu.board_samples(None) == {}

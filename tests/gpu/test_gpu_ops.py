@@ -64,11 +64,11 @@ def _bsm(rng, n, dtype):
 
 def _edges(dtype):
     """T -> 0, t = 0 (at, in, out of the money), deep OTM/ITM (|d1| up to 37), tiny and huge vol,
-    NaN, bad inputs."""
-    spot = [100, 100, 100, 100, 100, 1, 1000, 100, 100, np.nan, 100, -1, 100, 100, 42, 1]
-    strike = [100, 90, 110, 100, 100, 1000, 1, 100, 100, 100, np.nan, 100, 0, 100, 1, 40.8]
-    t = [1e-12, 0, 0, 0, 1e-6, 1, 1, 5, 1, 1, 1, 1, 1, -1, 1, 1]
-    vol = [0.2, 0.2, 0.2, 0.2, 1e-8, 0.2, 0.2, 5.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1]
+    |d1| ~ 1e159 (d1^2 overflows; a call and a put), NaN, bad inputs."""
+    spot = [100, 100, 100, 100, 100, 1, 1000, 100, 100, np.nan, 100, -1, 100, 100, 42, 1, 100, 100]
+    strike = [100, 90, 110, 100, 100, 1000, 1, 100, 100, 100, np.nan, 100, 0, 100, 1, 40.8, 110, 110]
+    t = [1e-12, 0, 0, 0, 1e-6, 1, 1, 5, 1, 1, 1, 1, 1, -1, 1, 1, 1, 1]
+    vol = [0.2, 0.2, 0.2, 0.2, 1e-8, 0.2, 0.2, 5.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1, 1e-160, 1e-160]
     n = len(spot)
     return dict(spot=np.array(spot, dtype), strike=np.array(strike, dtype), t=np.array(t, dtype),
                 rate=np.full(n, 0.03, dtype), vol=np.array(vol, dtype), div=np.full(n, 0.01, dtype),

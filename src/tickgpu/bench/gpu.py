@@ -226,33 +226,64 @@ STREAM_CALLS = 5
 SUSTAINED_CALLS, SUSTAINED_WARM = 100, 20
 
 
-def board_state() -> dict:
-    """The GPU's SM clock (MHz) and instantaneous power draw (W) now, from nvidia-smi ({} without
-    it). ``power.draw`` is an average over the last second on current drivers, which would mix
-    in the idle time before a short stream; ``power.draw.instant`` is asked for first."""
+def _board_row(line: str) -> tuple[float, float] | None:
+    try:
+        clock, watts = (float(v) for v in line.split(","))
+        return clock, watts
+    except ValueError:
+        return None
+
+
+def board_sampler(bus_id: str | None = None):
+    """nvidia-smi sampling the GPU's SM clock (MHz) and instantaneous power (W) every 50 ms, started
+    and its first sample read, so that what follows is sampled (None without nvidia-smi).
+
+    ``power.draw`` is an average over the last second on current drivers, which would mix in what
+    ran before; ``power.draw.instant`` is asked for first. `bus_id` (PCI bus id) picks the GPU.
+    """
     for power in ("power.draw.instant", "power.draw"):
         try:
-            q = subprocess.run(["nvidia-smi", f"--query-gpu=clocks.sm,{power}", "--format=csv,noheader,nounits"],
-                               capture_output=True, text=True, timeout=10)
-            clock, watts = (float(v) for v in q.stdout.splitlines()[0].split(","))
-            return {"sm_clock_mhz": clock, "power_w": watts}
-        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-            continue
-    return {}
+            p = subprocess.Popen(["nvidia-smi", f"--query-gpu=clocks.sm,{power}", "--format=csv,noheader,nounits",
+                                  "-lms", "50", *(["-i", bus_id] if bus_id else [])],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError:
+            return None
+        if _board_row(p.stdout.readline()):
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
+def board_samples(sampler) -> dict:
+    """Stop `sampler` (from `board_sampler`; None gives {}); medians of its samples."""
+    if sampler is None:
+        return {}
+    sampler.terminate()
+    out, _ = sampler.communicate(timeout=10)
+    rows = [r for r in map(_board_row, out.splitlines()) if r]
+    if not rows:
+        return {}
+    return {"sm_clock_mhz": float(np.median([r[0] for r in rows])), "power_w": float(np.median([r[1] for r in rows])),
+            "board_samples": len(rows)}
 
 
 def sustained(cp, fn, calls: int = SUSTAINED_CALLS, warm: int = SUSTAINED_WARM) -> dict:
     """Seconds per call of `calls` calls of `fn` queued back to back on CuPy's current stream after
-    `warm` more (timed by events around the `calls`), and the board's state read while they run."""
-    for _ in range(warm):
-        fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(calls):
-        fn()
-    stop.record()
-    state = board_state()       # the queue is still running
-    stop.synchronize()
+    `warm` more (timed by events around the `calls`), and the SM clock and power sampled while
+    they all run (medians; `board_sampler`)."""
+    sampler = board_sampler(cp.cuda.Device().pci_bus_id)
+    try:
+        for _ in range(warm):
+            fn()
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(calls):
+            fn()
+        stop.record()
+        stop.synchronize()
+    finally:
+        state = board_samples(sampler)
     return {"s": cp.cuda.get_elapsed_time(start, stop) / 1e3 / calls, "calls": calls, **state}
 
 
@@ -273,8 +304,8 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
     behind the previous kernel: a stream of batches); ``fraction_of_copy_bw_events``: one call
     between two events; ``fraction_of_copy_bw_kernel_only``: the chosen variant launched alone;
     ``fraction_of_copy_bw_sustained``: SUSTAINED_CALLS calls back to back against as many copies
-    of the same bytes back to back (`sustained`), both at the board's power limit, with the SM
-    clock and power read during each.
+    of the same bytes back to back (`sustained`), with the SM clock and power sampled during each
+    (on an H200 both run at the board's power limit).
     """
     res = {}
     sync = cp.cuda.runtime.deviceSynchronize
@@ -300,12 +331,9 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
             t_events.append(cp.cuda.get_elapsed_time(ev0, ev1) / 1e3)
         t_event = float(np.median(t_events[2:]))
         kernel_only = _kernel_only(cp, x, dtype, n)
-        held = []    # the last call's results stay referenced until the queue is timed
-
-        def call():
-            held[:] = [tickgpu.greeks(**x, dtype=dtype, backend="gpu")]
-        calls_sustained = sustained(cp, call)
-        held.clear()
+        # Each call's results are dropped at once: CuPy's pool hands their memory to the next call
+        # in stream order, so the queue holds one set of outputs, not a hundred.
+        calls_sustained = sustained(cp, lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"))
         src = cp.ones(nbytes // 16, dtype=cp.float64)
         dst = cp.empty_like(src)
         copy_sustained = sustained(cp, lambda: cp.copyto(dst, src))

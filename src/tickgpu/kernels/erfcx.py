@@ -2,9 +2,9 @@
 
 Why: float64 greeks are bound by the board's power, and libdevice's ``__nv_erfcx`` and
 ``__nv_erfc`` were ~155 of the kernel's ~330 float64 operations an option (92 and 63, counted in
-the SASS with every branch). This evaluates erfcx to float64 accuracy in 16: one addition, one
-FMA for the local variable and a degree-14 Horner scheme; N(w d) then takes the density's own
-exp(-d^2/2), which the greeks need anyway for d1 and cost one libdevice exp for d2.
+the SASS with every branch). This evaluates erfcx to float64 accuracy in 18: two to clamp the
+argument, one addition, one FMA for the local variable and a degree-14 Horner scheme. N(w d) then
+takes exp(-d^2/2), which the greeks need anyway for d1; d2's costs one libdevice exp.
 
 The table. [0, 30) is cut into 16 intervals by the float64 bit pattern of y = x + 2 in [2, 32):
 the two low bits of its exponent and the two top bits of its mantissa give the interval's index,
@@ -21,8 +21,9 @@ at most 1.21e-16 relative; the float64 Horner scheme adds about an ulp.
 The table is laid out coefficient-major: row j holds coefficient j of all 16 intervals, 128 bytes,
 so each of a warp's 17 loads touches one L1 line whatever intervals its lanes fall in. It is a
 read-only global array inside the inline PTX that evaluates it (`ptx`), so it travels in the
-cubin and needs no argument or allocation. `evaluate` is the same computation in NumPy (without
-the FMAs' single roundings), which the interpreter tests and the accuracy tests use.
+cubin and needs no argument or allocation. Each inline-asm site carries a copy; the kernel has one
+site per path, evaluating d1's and d2's arguments together. `evaluate` is the same computation in
+NumPy (without the FMAs' single roundings), which the interpreter tests and the accuracy tests use.
 
 This module imports neither Triton nor the runtime; mpmath only in `fit`.
 """
@@ -149,13 +150,15 @@ TABLE = (
 
 
 def _index(x: np.ndarray) -> np.ndarray:
+    """The interval of each float64 x in [0, 30): bits 50-53 of x + 2, as `ptx` computes it."""
     y = x + 2.0
     return ((y.view(np.uint64) >> np.uint64(50)) & np.uint64(15)).astype(np.intp)
 
 
 def fit(check: bool = False, digits: int = 50) -> tuple[tuple[float, ...], ...]:
     """The table, computed afresh (see the module docstring); with `check`, (table, worst relative
-    error of the rounded polynomials against erfcx at 201 points an interval)."""
+    error of the rounded polynomials against erfcx at 201 points an interval). Needs mpmath
+    (ImportError without it)."""
     import mpmath as mp
 
     with mp.workdps(digits):
@@ -217,31 +220,43 @@ def evaluate(x) -> np.ndarray:
     return p
 
 
-def ptx() -> str:
-    """Inline PTX for Triton's inline_asm_elementwise (constraints "=d,d"): $0 = erfcx($1)."""
+def ptx(args: int = 2) -> str:
+    """Inline PTX for Triton's inline_asm_elementwise: erfcx of `args` arguments, one table.
+
+    Constraints "=d,=d,d,d" for two ($0 = erfcx($2), $1 = erfcx($3)), "=d,d" for one. Each
+    inline-asm site carries its own copy of the table (2,176 bytes), so the kernel evaluates both
+    of its arguments (d1's and d2's) at one site: one copy, and each coefficient row's loads for
+    both from the same L1 line.
+    """
     t = table()
     words = ", ".join("0d%016X" % v for v in t.reshape(-1).view(np.uint64))
+    regs = [f"tg_x{k}, tg_y{k}, tg_u{k}, tg_p{k}, tg_c{k}" for k in range(args)]
     body = [
         "{",
         f".global .align 128 .b64 tg_erfcx_tab[{t.size}] = {{{words}}};",
-        ".reg .f64 tg_x, tg_y, tg_u, tg_p, tg_c;",
-        ".reg .b64 tg_i, tg_a;",
-        # NaN -> 0 (max returns the number), then into [0, XMAX].
-        "max.f64 tg_x, $1, 0d0000000000000000;",
-        "min.f64 tg_x, tg_x, 0d%016X;" % np.float64(XMAX).view(np.uint64),
-        "add.rn.f64 tg_y, tg_x, 0d4000000000000000;",
-        "mov.b64 tg_i, tg_y;",
-        # Index (bits >> 50) & 15, as a byte offset: (bits >> 47) & (15 << 3).
-        "shr.u64 tg_i, tg_i, 47;",
-        "and.b64 tg_i, tg_i, 120;",
-        "mov.u64 tg_a, tg_erfcx_tab;",
-        "add.u64 tg_a, tg_a, tg_i;",
-        "ld.global.nc.f64 tg_c, [tg_a];",
-        "ld.global.nc.f64 tg_p, [tg_a+128];",
-        "fma.rn.f64 tg_u, tg_x, tg_c, tg_p;",
-        "ld.global.nc.f64 tg_p, [tg_a+256];",
+        f".reg .f64 {', '.join(regs)};",
+        ".reg .b64 tg_t, " + ", ".join(f"tg_i{k}, tg_a{k}" for k in range(args)) + ";",
+        "mov.u64 tg_t, tg_erfcx_tab;",
     ]
+    for k in range(args):
+        body += [
+            # NaN -> 0 (max returns the number), then into [0, XMAX].
+            f"max.f64 tg_x{k}, ${args + k}, 0d0000000000000000;",
+            f"min.f64 tg_x{k}, tg_x{k}, 0d%016X;" % np.float64(XMAX).view(np.uint64),
+            f"add.rn.f64 tg_y{k}, tg_x{k}, 0d4000000000000000;",
+            f"mov.b64 tg_i{k}, tg_y{k};",
+            # The interval (bits >> 50) & 15 as a byte offset into a row: (bits >> 47) & (15 << 3).
+            f"shr.u64 tg_i{k}, tg_i{k}, 47;",
+            f"and.b64 tg_i{k}, tg_i{k}, 120;",
+            f"add.u64 tg_a{k}, tg_t, tg_i{k};",
+            f"ld.global.nc.f64 tg_c{k}, [tg_a{k}];",
+            f"ld.global.nc.f64 tg_p{k}, [tg_a{k}+128];",
+            f"fma.rn.f64 tg_u{k}, tg_x{k}, tg_c{k}, tg_p{k};",
+            f"ld.global.nc.f64 tg_p{k}, [tg_a{k}+256];",
+        ]
     for row in range(3, t.shape[0]):
-        body += [f"ld.global.nc.f64 tg_c, [tg_a+{128 * row}];", "fma.rn.f64 tg_p, tg_p, tg_u, tg_c;"]
-    body += ["mov.f64 $0, tg_p;", "}"]
+        for k in range(args):
+            body += [f"ld.global.nc.f64 tg_c{k}, [tg_a{k}+{128 * row}];",
+                     f"fma.rn.f64 tg_p{k}, tg_p{k}, tg_u{k}, tg_c{k};"]
+    body += [f"mov.f64 ${k}, tg_p{k};" for k in range(args)] + ["}"]
     return "\n".join(body)

@@ -19,13 +19,14 @@ instruction count per option. What the code does for it, each checked in the SAS
   twenty selects; a tile with none (nearly always) takes a branch that computes the general
   formulas only (FAST_PATH: float32 ~360 instructions per option instead of ~500, float64 ~330 DP
   operations instead of ~385). The branch costs a block-wide OR (shared memory and barriers).
-* float64's normal CDFs come from a table erfcx (tickgpu.kernels.erfcx: 16 DP operations, against
+* float64's normal CDFs come from a table erfcx (tickgpu.kernels.erfcx: 18 DP operations, against
   92 for libdevice's erfcx and 63 for its erfc) times exp(-d^2/2) (CDF=2), which takes the
   general formulas to ~240 DP operations an option. At 1e8 options back to back the board sits at
-  its 700 W limit and lowers the SM clock; measured on the H200 (benchmarks/results/h200-2026-12-01-b),
-  calls back to back ran at 3.55 TB/s (SM clock ~1.55 GHz) against 2.95-3.03 TB/s with libdevice's
-  erfcx and erfc (CDF=1, 1.35-1.43 GHz) and 3.31-3.35 TB/s with erfc alone (CDF=0): 17-20% faster.
-  A single call, which starts below the limit, measured the same for all three.
+  its 700 W limit and lowers the SM clock; measured on the H200 (benchmarks/results/h200-2026-12-01-b,
+  two runs), launches back to back ran at 3.54-3.67 TB/s (SM clock ~1.55 GHz) against 2.95-3.20
+  TB/s with libdevice's erfcx and erfc (CDF=1, 1.35-1.43 GHz) and 3.31-3.48 TB/s with erfc alone
+  (CDF=0): 14-20% faster than CDF=1. Single launches, which start below the limit, measured
+  84-90% of copy bandwidth for all three, within their noise.
 * Divisions are few: 1/(sigma sqrt t) (IEEE in float64, where it also judges the limit as the CPU
   does), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and 1/(2t) are formed from the
   reciprocal at hand. Each replaced division moves a result by an ulp or two, far inside the 1e-12
@@ -55,8 +56,9 @@ from tickgpu.kernels import erfcx as _erfcx
 # body can be materialised as a float32 constant first.
 INV_SQRT_2PI = tl.constexpr(0.398942280401432677939946059934)
 INV_SQRT_2 = tl.constexpr(0.707106781186547524400844362105)
-#: erfcx from a table of polynomials, as inline PTX carrying its table (tickgpu.kernels.erfcx).
-ERFCX_PTX = tl.constexpr(_erfcx.ptx())
+#: erfcx of two arguments from a table of polynomials, as inline PTX carrying its table
+#: (tickgpu.kernels.erfcx).
+ERFCX2_PTX = tl.constexpr(_erfcx.ptx(2))
 
 
 @triton.jit
@@ -127,26 +129,30 @@ def _half_erfc(z, e):
 
 
 @triton.jit
-def _erfcx_table(x):
-    """float64 erfcx(x) for x >= 0 to about an ulp, in 16 float64 operations (tickgpu.kernels.erfcx)."""
-    return tl.inline_asm_elementwise(ERFCX_PTX, "=d,d", [x], dtype=tl.float64, is_pure=True, pack=1)
+def _erfcx_table2(x1, x2):
+    """float64 (erfcx(x1), erfcx(x2)) for x >= 0, each to about an ulp in 18 float64 operations
+    (tickgpu.kernels.erfcx); NaN reads as 0."""
+    return tl.inline_asm_elementwise(ERFCX2_PTX, "=d,=d,d,d", [x1, x2], dtype=(tl.float64, tl.float64),
+                                     is_pure=True, pack=1)
 
 
 @triton.jit
 def _density_exp(d):
     """exp(-d^2 / 2), with the rounding of d^2 taken back out: d d = h + l exactly, and
-    exp(-h/2) (1 - l/2) is what erfc does inside (the rounding is amplified by h in the tails)."""
+    exp(-h/2) (1 - l/2) is what erfc does inside (the rounding is amplified by h in the tails).
+    Where d^2 overflows (|d| > 1.3e154), h = inf and l = -inf: the result is exp's 0, not the
+    NaN of inf * 0."""
     h = d * d
     l = tl.fma(d, d, -h)
     e = libdevice.exp(-0.5 * h)
-    return tl.fma(-0.5 * l, e, e)
+    return tl.where(e > 0, tl.fma(-0.5 * l, e, e), e)
 
 
 @triton.jit
 def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr):
     """Price and greeks by the closed forms, for sigma sqrt(t) > 0 with a finite reciprocal.
 
-    CDF picks how float64 forms N(w d1) (see bsm_greeks_kernel).
+    CDF picks how float64 forms N(w d1) and N(w d2) (see bsm_greeks_kernel).
     """
     Dq = libdevice.exp(-q * t)
     Dr = libdevice.exp(-r * t)
@@ -161,8 +167,9 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr):
         pdf = INV_SQRT_2PI * e1
         z1 = -w * d1 * INV_SQRT_2
         z2 = -w * d2 * INV_SQRT_2
-        a1 = 0.5 * _erfcx_table(tl.abs(z1)) * e1
-        a2 = 0.5 * _erfcx_table(tl.abs(z2)) * _density_exp(d2)
+        x1, x2 = _erfcx_table2(tl.abs(z1), tl.abs(z2))
+        a1 = 0.5 * x1 * e1
+        a2 = 0.5 * x2 * _density_exp(d2)
         Nd1 = tl.where(z1 >= 0, a1, 1.0 - a1)
         Nd2 = tl.where(z2 >= 0, a2, 1.0 - a2)
     elif CDF == 1 and S.dtype == tl.float64:
@@ -349,9 +356,11 @@ def bsm_greeks_kernel(
         0, both from libdevice's erfc, which computes its own exp(-z^2); 1, N(w d1) from
         libdevice's erfcx times the density's exp(-d1^2/2), computed once for both (~20 fewer of
         ~330 float64 operations an option), N(w d2) from erfc; 2 (default), both from the
-        erfcx table of tickgpu.kernels.erfcx (16 float64 operations against erfcx's 92 and
+        erfcx table of tickgpu.kernels.erfcx (18 float64 operations against erfcx's 92 and
         erfc's 63) times exp(-d^2/2), d1's being the density's. All three agree within a few
-        ulps. (Forming d2's exponential from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} /
+        ulps of each greek's scale (element by element less closely where a far
+        out-of-the-money price is a difference of two tail terms: up to 1.2e-9 relative at
+        d1 = 36, where each form is as far from the exact price). (Forming d2's exponential from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} /
         (K e^{-rt}), saved ~10 more but measured no faster on the H200, and needs a fallback
         where exp(-d1^2/2) underflows.)
 
