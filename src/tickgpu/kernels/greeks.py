@@ -23,7 +23,7 @@ instruction count per option. What the code does for it, each checked in the SAS
   92 for libdevice's erfcx and 63 for its erfc) times exp(-d^2/2) (CDF=2), which takes the
   general formulas to ~240 DP operations an option. At 1e8 options back to back the board sits at
   its 700 W limit and lowers the SM clock; measured on the H200 (benchmarks/results/h200-2026-12-01-b,
-  two runs), launches back to back ran at 3.54-3.67 TB/s (SM clock ~1.55 GHz) against 2.95-3.20
+  three runs), launches back to back ran at 3.48-3.67 TB/s (SM clock ~1.55 GHz) against 2.95-3.20
   TB/s with libdevice's erfcx and erfc (CDF=1, 1.35-1.43 GHz) and 3.31-3.48 TB/s with erfc alone
   (CDF=0): 14-20% faster than CDF=1. Single launches, which start below the limit, measured
   84-90% of copy bandwidth for all three, within their noise.
@@ -358,11 +358,12 @@ def bsm_greeks_kernel(
         ~330 float64 operations an option), N(w d2) from erfc; 2 (default), both from the
         erfcx table of tickgpu.kernels.erfcx (18 float64 operations against erfcx's 92 and
         erfc's 63) times exp(-d^2/2), d1's being the density's. All three agree within a few
-        ulps of each greek's scale (element by element less closely where a far
-        out-of-the-money price is a difference of two tail terms: up to 1.2e-9 relative at
-        d1 = 36, where each form is as far from the exact price). (Forming d2's exponential from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} /
-        (K e^{-rt}), saved ~10 more but measured no faster on the H200, and needs a fallback
-        where exp(-d1^2/2) underflows.)
+        ulps of each greek's scale; element by element less closely where a far
+        out-of-the-money price is a difference of two tail terms (up to 1.2e-9 relative at
+        d1 = 36, where each form is as far from the exact price). Forming d2's exponential
+        from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} / (K e^{-rt}), saved ~10 more
+        operations but measured no faster on the H200, and needs a fallback where
+        exp(-d1^2/2) underflows.
 
     Bad input and limits (the convention of the CPU kernel, csrc/cpu/greeks_kernel.h)
     --------------------------------------------------------------------------------
