@@ -186,3 +186,11 @@ def test_board_samples_are_the_medians_of_what_nvidia_smi_printed():
     assert got == {"sm_clock_mhz": 1545.0, "power_w": 661.2, "board_samples": 3}
     assert gpu.board_samples(sampler("")) == {}
     assert gpu.board_samples(None) == {}
+
+
+def test_sustained_blocks_fill_their_seconds():
+    from tickgpu.bench import gpu
+
+    assert gpu.sustained_calls(3.7e-3, 1.2) == 325      # float64 greeks at 1e8 options
+    assert gpu.sustained_calls(1.5e-3, 1.2) == 800
+    assert gpu.sustained_calls(1.0, 1.2) == 20            # never fewer than 20

@@ -220,10 +220,12 @@ def device_copy_bandwidth(cp, nbytes: int) -> float:
 
 
 STREAM_CALLS = 5
-#: Calls queued back to back for the sustained figures (~0.2 s of float32 work at 1e8 options, 0.4 s
-#: of float64): long enough for the board to settle at its power limit, which a burst of
-#: STREAM_CALLS does not reach (on an H200 the SM clock then falls from 1.98 GHz to 1.35-1.6 GHz).
-SUSTAINED_CALLS, SUSTAINED_WARM = 100, 20
+#: Seconds of calls queued back to back before, and while, the sustained figures are timed. The
+#: board's power limit is enforced by a controller that takes about a second to settle: measured
+#: on an H200 (benchmarks/results/h200-2026-12-01-b), blocks of 0.5 s alternated by ~12% with its
+#: swings whatever ran in them, while blocks of 1.5 s after 1.5 s of the same work repeated to
+#: 0.1%. Float64 greeks then run at the 700 W limit (SM clock ~1.5 GHz); a copy does not reach it.
+SUSTAINED_S = 1.2
 
 
 def _board_row(line: str) -> tuple[float, float] | None:
@@ -268,7 +270,12 @@ def board_samples(sampler) -> dict:
             "board_samples": len(rows)}
 
 
-def sustained(cp, fn, calls: int = SUSTAINED_CALLS, warm: int = SUSTAINED_WARM) -> dict:
+def sustained_calls(seconds_per_call: float, seconds: float = SUSTAINED_S) -> int:
+    """How many calls of about `seconds_per_call` fill `seconds` (at least 20)."""
+    return max(20, math.ceil(seconds / max(seconds_per_call, 1e-9)))
+
+
+def sustained(cp, fn, calls: int, warm: int) -> dict:
     """Seconds per call of `calls` calls of `fn` queued back to back on CuPy's current stream after
     `warm` more (timed by events around the `calls`), and the SM clock and power sampled while
     they all run (medians; `board_sampler`)."""
@@ -303,9 +310,9 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
     meanwhile); ``fraction_of_copy_bw_stream``: calls queued back to back (the host share hidden
     behind the previous kernel: a stream of batches); ``fraction_of_copy_bw_events``: one call
     between two events; ``fraction_of_copy_bw_kernel_only``: the chosen variant launched alone;
-    ``fraction_of_copy_bw_sustained``: SUSTAINED_CALLS calls back to back against as many copies
-    of the same bytes back to back (`sustained`), with the SM clock and power sampled during each
-    (on an H200 both run at the board's power limit).
+    ``fraction_of_copy_bw_sustained``: calls back to back for SUSTAINED_S seconds after as long
+    again, against copies of the same bytes timed the same way (`sustained`), with the SM clock
+    and power sampled during each: the board settled at its power limit.
     """
     res = {}
     sync = cp.cuda.runtime.deviceSynchronize
@@ -333,10 +340,12 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
         kernel_only = _kernel_only(cp, x, dtype, n)
         # Each call's results are dropped at once: CuPy's pool hands their memory to the next call
         # in stream order, so the queue holds one set of outputs, not a hundred.
-        calls_sustained = sustained(cp, lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"))
+        k = sustained_calls(t_stream)
+        calls_sustained = sustained(cp, lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"), k, k)
         src = cp.ones(nbytes // 16, dtype=cp.float64)
         dst = cp.empty_like(src)
-        copy_sustained = sustained(cp, lambda: cp.copyto(dst, src))
+        k = sustained_calls(nbytes / copy_bw)
+        copy_sustained = sustained(cp, lambda: cp.copyto(dst, src), k, k)
         del src, dst
         # correctness on a slice against the CPU backend
         g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")

@@ -21,12 +21,12 @@ instruction count per option. What the code does for it, each checked in the SAS
   operations instead of ~385). The branch costs a block-wide OR (shared memory and barriers).
 * float64's normal CDFs come from a table erfcx (tickgpu.kernels.erfcx: 18 DP operations, against
   92 for libdevice's erfcx and 63 for its erfc) times exp(-d^2/2) (CDF=2), which takes the
-  general formulas to ~240 DP operations an option. At 1e8 options back to back the board sits at
-  its 700 W limit and lowers the SM clock; measured on the H200 (benchmarks/results/h200-2026-12-01-b,
-  three runs), launches back to back ran at 3.48-3.67 TB/s (SM clock ~1.55 GHz) against 2.95-3.20
-  TB/s with libdevice's erfcx and erfc (CDF=1, 1.35-1.43 GHz) and 3.31-3.48 TB/s with erfc alone
-  (CDF=0): 14-20% faster than CDF=1. Single launches, which start below the limit, measured
-  84-90% of copy bandwidth for all three, within their noise.
+  general formulas to ~240 DP operations an option. At 1e8 options back to back the board
+  settles at its 700 W limit (SM clock ~1.5 GHz) after about a second. Measured there on the H200
+  (benchmarks/results/h200-2026-12-01-b: blocks of 1.5 s after 1.5 s, in both orders), launches
+  ran at 3.42 TB/s, against 3.31 TB/s with libdevice's erfcx and erfc (CDF=1) and 3.20-3.22 TB/s
+  with erfc alone (CDF=0): 3.5% and 6% faster. Single launches, and blocks short of a second,
+  do not separate the forms: they swing with the board's power controller.
 * Divisions are few: 1/(sigma sqrt t) (IEEE in float64, where it also judges the limit as the CPU
   does), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and 1/(2t) are formed from the
   reciprocal at hand. Each replaced division moves a result by an ulp or two, far inside the 1e-12

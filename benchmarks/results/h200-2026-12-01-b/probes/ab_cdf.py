@@ -29,16 +29,22 @@ for c in comp:
 a = cp.ones(n * 129 // 16, dtype=cp.float64); b = cp.empty_like(a)
 fns.append(("copy_f64_bytes", "copy", lambda: cp.copyto(b, a)))
 rows = []
-for rnd in range(3):
-    for name, dt, launch in fns:
-        for _ in range(30):
+rounds = int(os.environ.get("AB_ROUNDS", "3"))
+for rnd in range(rounds):
+    # Odd rounds run the candidates in reverse order (AB_ALTERNATE=1), so that no candidate
+    # always follows the same one.
+    order = fns[::-1] if os.environ.get("AB_ALTERNATE") and rnd % 2 else fns
+    warm, calls = int(os.environ.get("AB_WARM", "30")), int(os.environ.get("AB_CALLS", "100"))
+    for name, dt, launch in order:
+        for _ in range(warm):
             launch()
         e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+        cp.cuda.Device().synchronize() if os.environ.get("AB_SYNC_WARM") else None
         t0 = time.time(); e0.record()
-        for _ in range(100):
+        for _ in range(calls):
             launch()
         e1.record(); e1.synchronize(); t1 = time.time()
-        per = cp.cuda.get_elapsed_time(e0, e1) / 1e3 / 100
+        per = cp.cuda.get_elapsed_time(e0, e1) / 1e3 / calls
         nb = n * 129 if dt in ("f64", "copy") else n * 65
         rows.append({"round": rnd, "name": name, "per_launch_s": per, "TBps": nb / per / 1e12, "t0": t0, "t1": t1})
         print(rnd, f"{name:<40} {per*1e3:7.3f} ms {nb/per/1e12:6.3f} TB/s", flush=True)
