@@ -597,6 +597,9 @@ def bench_implied_vol(cp, n: int) -> dict:
     args = {k: cp.asarray(v) for k, v in x.items() if k != "vol"}
     cprice = cp.asarray(price)
     t = time_device(lambda: tickgpu.implied_vol(cprice, **args, backend="gpu"), sync)
+    # The same calls back to back, the board settled at its power limit (`sustained`).
+    k = sustained_calls(t)
+    settled = sustained(cp, lambda: tickgpu.implied_vol(cprice, **args, backend="gpu"), k, k)
     vol_gpu = cp.asnumpy(tickgpu.implied_vol(cprice, **args, backend="gpu"))
     sl = slice(0, 200_000)
     vol_cpu = tickgpu.implied_vol(price[sl], **{k: v[sl] for k, v in x.items() if k != "vol"}, backend="cpu")
@@ -608,7 +611,8 @@ def bench_implied_vol(cp, n: int) -> dict:
     # "Resolved": options whose vol that rounding moves by less than 1e-13 relative.
     resolution = _iv_resolution({k: v[sl][ok] for k, v in x.items()}, vol_cpu[ok])
     resolved = resolution < 1e-13
-    res = {"n": n, "seconds": t, "options_per_s": n / t, "max_rel_diff_vs_cpu": float(rel.max()),
+    res = {"n": n, "seconds": t, "options_per_s": n / t, "sustained": settled,
+           "options_per_s_sustained": n / settled["s"], "max_rel_diff_vs_cpu": float(rel.max()),
            "max_rel_diff_vs_cpu_resolved": float(rel[resolved].max()), "resolved": int(resolved.sum()),
            "max_diff_over_resolution": float(np.max(rel / np.maximum(resolution, 1e-12))),
            "p999_rel_diff_vs_cpu": float(np.percentile(rel, 99.9)), "compared": int(ok.sum()),
@@ -884,6 +888,8 @@ def evaluate_targets(res: dict) -> dict:
     iv = res.get("implied_vol", {})
     if "options_per_s" in iv:
         t["iv_f64_Gopts_per_s>=2"] = iv["options_per_s"] / 1e9
+        if "options_per_s_sustained" in iv:
+            t["iv_f64_Gopts_per_s_sustained"] = iv["options_per_s_sustained"] / 1e9
         t["iv_max_rel_diff_vs_cpu<=1e-12"] = iv["max_rel_diff_vs_cpu_resolved"]
         t["iv_max_rel_diff_vs_cpu_all"] = iv["max_rel_diff_vs_cpu"]
         t["iv_max_diff_over_price_resolution<=1"] = iv["max_diff_over_resolution"]
