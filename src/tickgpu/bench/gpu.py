@@ -344,8 +344,10 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
         calls_sustained = sustained(cp, lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"), k, k)
         src = cp.ones(nbytes // 16, dtype=cp.float64)
         dst = cp.empty_like(src)
-        k = sustained_calls(nbytes / copy_bw)
+        copy_bytes = 2 * src.nbytes          # read + written, as the kernel's bytes are counted
+        k = sustained_calls(copy_bytes / copy_bw)
         copy_sustained = sustained(cp, lambda: cp.copyto(dst, src), k, k)
+        copy_sustained["Bps"] = copy_bytes / copy_sustained["s"]
         del src, dst
         # correctness on a slice against the CPU backend
         g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
@@ -383,9 +385,8 @@ def bench_throughput(cp, torch, n: int, copy_bw: float) -> dict:
             "kernel_only_variant": kernel_only["variant"],
             "fraction_of_copy_bw_kernel_only": nbytes / kernel_only["s"] / copy_bw,
             "sustained": calls_sustained,
-            "copy_sustained": {**copy_sustained, "Bps": 2 * (nbytes // 16) * 8 / copy_sustained["s"]},
-            "fraction_of_copy_bw_sustained": copy_sustained["s"] * (nbytes / (2 * (nbytes // 16) * 8))
-            / calls_sustained["s"],
+            "copy_sustained": copy_sustained,
+            "fraction_of_copy_bw_sustained": nbytes / calls_sustained["s"] / copy_sustained["Bps"],
             "cupy_elementwise_s": t_cupy,
             "torch_eager_s": t_torch,
             "speedup_vs_torch": t_torch / t_tick,
