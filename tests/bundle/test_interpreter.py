@@ -312,11 +312,12 @@ def test_greeks_kernel_switches(greeks_mod, rng, programs, switches):
 
 
 @pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
-@pytest.mark.parametrize("cdf", [1, 2])
+@pytest.mark.parametrize("cdf", [1, 2, 3])
 def test_greeks_kernel_cdf_forms_agree(greeks_mod, rng, cdf):
     """float64's N(w d) from erfcx and exp(-d^2/2) (CDF=1: libdevice's erfcx for d1, erfc for d2;
-    CDF=2, the default: the erfcx table for both) against erfc (CDF=0): the same greeks to the
-    float64 tolerance, calls and puts, tails and edges."""
+    CDF=2: the erfcx table for both; CDF=3, the default: as 2, with d2's exponential from d1's
+    in tiles near the money) against erfc (CDF=0): the same greeks to the float64 tolerance,
+    calls and puts, tails and edges."""
     chain = np.column_stack(random_chain(rng, 1000)[:6])
     # Far wings: |d1| up to 35.5 (z = |d| / sqrt 2 through 12 of the erfcx table's 16 intervals),
     # where a deep out-of-the-money price is a difference of two tail probabilities. Not beyond:

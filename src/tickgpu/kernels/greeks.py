@@ -27,6 +27,17 @@ instruction count per option. What the code does for it, each checked in the SAS
   ran at 3.42 TB/s, against 3.31 TB/s with libdevice's erfcx and erfc (CDF=1) and 3.20-3.22 TB/s
   with erfc alone (CDF=0): 3.5% and 6% faster. Single launches, and blocks short of a second,
   do not separate the forms: they swing with the board's power controller.
+* d2's exponential is d1's times the forward ratio F/K (d1^2 - d2^2 = 2 ln(F/K)), with
+  e^{-qt} = e^{-rt} e^{(r-q)t} so that F/K = (S/K) e^{(r-q)t} costs one multiplication: an exp
+  fewer, ~21 fewer DP operations an option (CDF=3). It needs exp(-d1^2/2) to be a normal number,
+  so a tile with some |d1| > 37.5 forms d2's exponential itself; the same block-wide OR as the
+  fast path's finds such tiles. Settled at the power limit on the H200
+  (benchmarks/results/h200-2026-12-01-c, blocks of 1.5 s after 1.5 s, in both orders) launches
+  took 3.777-3.799 ms against 3.888-3.905 ms for CDF=2: 2.9% faster. A single uniform branch for
+  "every input contiguous" in place of one branch per input (~70 fewer instructions an option)
+  measured 0.5% faster in float64 and 5.6% slower in float32, so the loads keep their branches;
+  two options a thread (256 / 4 warps or 128 / 2 warps, 96 or 128 registers) measured 3-12%
+  slower.
 * Divisions are few: 1/(sigma sqrt t) (IEEE in float64, where it also judges the limit as the CPU
   does), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and 1/(2t) are formed from the
   reciprocal at hand. Each replaced division moves a result by an ulp or two, far inside the 1e-12
@@ -59,6 +70,8 @@ INV_SQRT_2 = tl.constexpr(0.707106781186547524400844362105)
 #: erfcx of two arguments from a table of polynomials, as inline PTX carrying its table
 #: (tickgpu.kernels.erfcx).
 ERFCX2_PTX = tl.constexpr(_erfcx.ptx(2))
+#: CDF 3: up to this |d1|, exp(-d1^2/2) >= exp(-703.2) ~ 4e-306 is a normal float64 number.
+NEAR_D1 = tl.constexpr(37.5)
 
 
 @triton.jit
@@ -109,6 +122,12 @@ def _either(a, b):
 @triton.jit
 def _d1(S, K, t, r, q, sst, inv_sst):
     """d1 = (ln(S/K) + (r - q) t) / (sigma sqrt t) + sigma sqrt(t) / 2."""
+    return _d1_of(S, K, S / K, t, r, q, sst, inv_sst)
+
+
+@triton.jit
+def _d1_of(S, K, SK, t, r, q, sst, inv_sst):
+    """d1 as _d1, given SK = S / K (used in float64)."""
     if S.dtype == tl.float32:
         # ln(S/K) as log1p((S - K)/K), as the CPU backend: near the money S - K is exact and the
         # log keeps its relative accuracy, where log(S / K) would carry the rounding of S / K (an
@@ -117,7 +136,7 @@ def _d1(S, K, t, r, q, sst, inv_sst):
     else:
         # In float64 that ulp of 1 (2.2e-16) is far below the 1e-12 agreement, and libdevice's
         # log1p costs twice log's 30 float64 operations.
-        log_moneyness = libdevice.log(S / K)
+        log_moneyness = libdevice.log(SK)
     return (log_moneyness + (r - q) * t) * inv_sst + 0.5 * sst
 
 
@@ -149,18 +168,43 @@ def _density_exp(d):
 
 
 @triton.jit
-def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr):
+def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NEAR: tl.constexpr = False):
     """Price and greeks by the closed forms, for sigma sqrt(t) > 0 with a finite reciprocal.
 
-    CDF picks how float64 forms N(w d1) and N(w d2) (see bsm_greeks_kernel).
+    CDF picks how float64 forms N(w d1) and N(w d2) (see bsm_greeks_kernel). NEAR (CDF 3): every
+    option of the tile has |d1| <= NEAR_D1, so exp(-d1^2/2) is a normal number and d2's
+    exponential is formed from it.
     """
-    Dq = libdevice.exp(-q * t)
-    Dr = libdevice.exp(-r * t)
+    if CDF == 3 and S.dtype == tl.float64:
+        # e^{-qt} = e^{-rt} e^{(r-q)t}: the forward ratio F/K = (S/K) e^{(r-q)t} comes with it.
+        Dr = libdevice.exp(-r * t)
+        E = libdevice.exp((r - q) * t)
+        Dq = Dr * E
+        SK = S / K
+        d1 = _d1_of(S, K, SK, t, r, q, sst, inv_sst)
+    else:
+        Dq = libdevice.exp(-q * t)
+        Dr = libdevice.exp(-r * t)
+        d1 = _d1(S, K, t, r, q, sst, inv_sst)
     SDq = S * Dq
     KDr = K * Dr
-    d1 = _d1(S, K, t, r, q, sst, inv_sst)
     d2 = d1 - sst
-    if CDF == 2 and S.dtype == tl.float64:
+    if CDF == 3 and S.dtype == tl.float64:
+        # As CDF 2; near the money (NEAR) d2's exponential is d1's times F/K, since
+        # d1^2 - d2^2 = 2 ln(F/K): two multiplications for an exp.
+        e1 = _density_exp(d1)
+        pdf = INV_SQRT_2PI * e1
+        z1 = -w * d1 * INV_SQRT_2
+        z2 = -w * d2 * INV_SQRT_2
+        x1, x2 = _erfcx_table2(tl.abs(z1), tl.abs(z2))
+        a1 = 0.5 * x1 * e1
+        if NEAR:
+            a2 = 0.5 * x2 * (e1 * (SK * E))
+        else:
+            a2 = 0.5 * x2 * _density_exp(d2)
+        Nd1 = tl.where(z1 >= 0, a1, 1.0 - a1)
+        Nd2 = tl.where(z2 >= 0, a2, 1.0 - a2)
+    elif CDF == 2 and S.dtype == tl.float64:
         # erfc(z) = erfcx(|z|) exp(-z^2) for z >= 0, and z^2 = d^2 / 2: N(w d1) takes the
         # density's exponential, N(w d2) one of its own, and erfcx comes from the table.
         e1 = _density_exp(d1)
@@ -246,61 +290,96 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
 
     # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter
     # (tests/bundle) cannot run triton.language's own @jit helpers.
-    if FAST_PATH and tl.reduce(special.to(tl.int32), 0, _either) == 0:
+    if FAST_PATH:
+        flags = special.to(tl.int32)
+        if CDF == 3 and S.dtype == tl.float64:
+            # Bit 1: an option of the tile lies so far from the money that exp(-d1^2/2) may not
+            # be a normal number (its d1 is recomputed in the branch taken; NaN compares false).
+            far = mask & (tl.abs(_d1(S, K, t, r, q, sst, inv_sst)) > NEAR_D1)
+            flags = flags | (far.to(tl.int32) * 2)
+        flags = tl.reduce(flags, 0, _either)
+    else:
+        flags = 1
+    if flags == 0:
         # Every option of the tile is valid and has positive total variance.
         price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
-            S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF)
+            S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF, True)
         _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
                       volga_ptr, charm_ptr, offs, mask, STREAM,
                       price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
     else:
-        # Invalid lanes compute on harmless values; their outputs are replaced by NaN below.
-        S = tl.where(valid, S, 1.0)
-        K = tl.where(valid, K, 1.0)
-        t = tl.where(valid, t, 1.0)
-        r = tl.where(valid, r, 0.0)
-        sig = tl.where(valid, sig, 1.0)
-        q = tl.where(valid, q, 0.0)
-        sqt = tl.where(valid, sqt, 1.0)
-        sst = tl.where(valid, sst, 1.0)
-        inv_sst = tl.where(valid, inv_sst, 1.0)
-        # Limit lanes run the general formulas with stand-ins (t = 1, sst = sigma) so that
-        # nothing divides by zero; their results are replaced by the limits below.
-        price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
-            S, K, tl.where(limit, 1.0, t), r, sig, q, w, tl.where(limit, 1.0, sqt),
-            tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst), CDF)
+        if CDF == 3 and S.dtype == tl.float64:
+            if flags == 2:
+                # Valid, positive total variance, some option far from the money.
+                price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
+                    S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF, False)
+                _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
+                              volga_ptr, charm_ptr, offs, mask, STREAM,
+                              price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
+            else:
+                _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_ptr, delta_ptr,
+                              gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr,
+                              offs, mask, STREAM, CDF)
+        else:
+            _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_ptr, delta_ptr, gamma_ptr,
+                          vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, offs, mask,
+                          STREAM, CDF)
 
-        # Zero-total-variance limits (see the docstring).
-        Dq = libdevice.exp(-q * t)
-        SDq = S * Dq
-        KDr = K * libdevice.exp(-r * t)
-        m = w * (SDq - KDr)
-        atm = m == 0
-        itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
-        # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
-        t_pos = sqt > 0
-        sqt_l = tl.where(t_pos, sqt, 1.0)
-        drift = (r - q) + 0.5 * sig * sig
-        atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
-        atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l),
-                             tl.where(drift > 0, inf, -inf))
-        atm_charm = tl.where(drift != 0, atm_charm, 0.0)
-        nan = float("nan")
-        price = tl.where(valid, tl.where(limit, tl.maximum(m, 0.0), price), nan)
-        delta = tl.where(valid, tl.where(limit, w * Dq * itm, delta), nan)
-        gamma = tl.where(valid, tl.where(limit, tl.where(atm, inf, 0.0), gamma), nan)
-        vega = tl.where(valid, tl.where(limit, tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0), vega), nan)
-        lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
-        theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
-        rho = tl.where(valid, tl.where(limit, w * t * KDr * itm, rho), nan)
-        phi = tl.where(valid, tl.where(limit, -w * t * SDq * itm, phi), nan)
-        vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
-        volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
-        lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
-        charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
-        _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
-                      volga_ptr, charm_ptr, offs, mask, STREAM,
-                      price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
+
+@triton.jit
+def _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_ptr, delta_ptr, gamma_ptr,
+                  vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, offs, mask,
+                  STREAM: tl.constexpr, CDF: tl.constexpr):
+    """A tile holding bad input or zero total variance: the general formulas on stand-ins, then
+    NaN and the limits selected in (see bsm_greeks_kernel)."""
+    inf = float("inf")
+    # Invalid lanes compute on harmless values; their outputs are replaced by NaN below.
+    S = tl.where(valid, S, 1.0)
+    K = tl.where(valid, K, 1.0)
+    t = tl.where(valid, t, 1.0)
+    r = tl.where(valid, r, 0.0)
+    sig = tl.where(valid, sig, 1.0)
+    q = tl.where(valid, q, 0.0)
+    sqt = tl.where(valid, sqt, 1.0)
+    sst = tl.where(valid, sst, 1.0)
+    inv_sst = tl.where(valid, inv_sst, 1.0)
+    # Limit lanes run the general formulas with stand-ins (t = 1, sst = sigma) so that
+    # nothing divides by zero; their results are replaced by the limits below.
+    price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
+        S, K, tl.where(limit, 1.0, t), r, sig, q, w, tl.where(limit, 1.0, sqt),
+        tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst), CDF)
+
+    # Zero-total-variance limits (see the docstring).
+    Dq = libdevice.exp(-q * t)
+    SDq = S * Dq
+    KDr = K * libdevice.exp(-r * t)
+    m = w * (SDq - KDr)
+    atm = m == 0
+    itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
+    # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
+    t_pos = sqt > 0
+    sqt_l = tl.where(t_pos, sqt, 1.0)
+    drift = (r - q) + 0.5 * sig * sig
+    atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
+    atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l),
+                         tl.where(drift > 0, inf, -inf))
+    atm_charm = tl.where(drift != 0, atm_charm, 0.0)
+    nan = float("nan")
+    price = tl.where(valid, tl.where(limit, tl.maximum(m, 0.0), price), nan)
+    delta = tl.where(valid, tl.where(limit, w * Dq * itm, delta), nan)
+    gamma = tl.where(valid, tl.where(limit, tl.where(atm, inf, 0.0), gamma), nan)
+    vega = tl.where(valid, tl.where(limit, tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0), vega), nan)
+    lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
+    theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
+    rho = tl.where(valid, tl.where(limit, w * t * KDr * itm, rho), nan)
+    phi = tl.where(valid, tl.where(limit, -w * t * SDq * itm, phi), nan)
+    vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
+    volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
+    lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
+    charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
+    _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
+                  volga_ptr, charm_ptr, offs, mask, STREAM,
+                  price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
 
 
 @triton.jit
@@ -319,7 +398,7 @@ def bsm_greeks_kernel(
     STREAM: tl.constexpr = False,
     FAST_PATH: tl.constexpr = True,
     PERSISTENT: tl.constexpr = False,
-    CDF: tl.constexpr = 2,
+    CDF: tl.constexpr = 3,
 ):
     """Price and greeks of ``n`` European options under Black-Scholes-Merton.
 
@@ -355,15 +434,14 @@ def bsm_greeks_kernel(
         How float64 forms N(w d1) and N(w d2) (float32, bound by memory, always takes erfc):
         0, both from libdevice's erfc, which computes its own exp(-z^2); 1, N(w d1) from
         libdevice's erfcx times the density's exp(-d1^2/2), computed once for both (~20 fewer of
-        ~330 float64 operations an option), N(w d2) from erfc; 2 (default), both from the
-        erfcx table of tickgpu.kernels.erfcx (18 float64 operations against erfcx's 92 and
-        erfc's 63) times exp(-d^2/2), d1's being the density's. All three agree within a few
+        ~330 float64 operations an option), N(w d2) from erfc; 2, both from the erfcx table of
+        tickgpu.kernels.erfcx (18 float64 operations against erfcx's 92 and erfc's 63) times
+        exp(-d^2/2), d1's being the density's; 3 (default), as 2, with exp(-d2^2/2) =
+        exp(-d1^2/2) (S/K) e^{(r-q)t} in tiles where every |d1| <= 37.5 (exp(-d1^2/2) a normal
+        number; other tiles as 2), ~21 float64 operations fewer. All four agree within a few
         ulps of each greek's scale; element by element less closely where a far
         out-of-the-money price is a difference of two tail terms (up to 1.2e-9 relative at
-        d1 = 36, where each form is as far from the exact price). Forming d2's exponential
-        from d1's, exp(-d2^2/2) = exp(-d1^2/2) S e^{-qt} / (K e^{-rt}), saved ~10 more
-        operations but measured no faster on the H200, and needs a fallback where
-        exp(-d1^2/2) underflows.
+        d1 = 36, where each form is as far from the exact price).
 
     Bad input and limits (the convention of the CPU kernel, csrc/cpu/greeks_kernel.h)
     --------------------------------------------------------------------------------
