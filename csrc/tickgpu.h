@@ -307,7 +307,7 @@ typedef enum {
     TG_CSV_OK = 0,
     TG_CSV_FIELDS = 1,     /* wrong number of fields on a line */
     TG_CSV_NUMBER = 2,     /* a field is not a number (of its column's kind) */
-    TG_CSV_RANGE = 3,      /* an integer beyond int64 */
+    TG_CSV_RANGE = 3,      /* an integer beyond int64, or a number beyond the float64 range */
     TG_CSV_ROWS = 4        /* more rows than max_rows */
 } tg_csv_error_kind;
 

@@ -187,9 +187,15 @@ int tg_book_apply_one(tg_book *b, int32_t instrument, const tg_message *m, int *
     return remove_size(&in->side[s], key, m->size, type == TG_MSG_CANCEL, emptied);
 }
 
-static double ratio_or_nan(int64_t num, int64_t den)
+/* (b - a) / (b + a) for sums of level sizes b, a >= 0; NaN when both are 0. Sizes are int64 each
+   and a depth sum runs over up to 2^31 levels, so the sums are 128-bit: exact, with the one
+   rounding of each to double (int64 arithmetic would overflow for large sizes). */
+static double ratio_or_nan(unsigned __int128 b, unsigned __int128 a)
 {
-    return den > 0 ? (double)num / (double)den : NAN;
+    if (b + a == 0)
+        return NAN;
+    double num = b >= a ? (double)(b - a) : -(double)(a - b);
+    return num / (double)(b + a);
 }
 
 void tg_book_features_row(const tg_instrument *in, const tg_book_features *f, int64_t row)
@@ -209,11 +215,11 @@ void tg_book_features_row(const tg_instrument *in, const tg_book_features *f, in
         f->microprice[row] = both ? ((double)bp * (double)as + (double)ap * (double)bs) / w : NAN;
     }
     if (f->imbalance)
-        f->imbalance[row] = ratio_or_nan(bs - as, bs + as);
+        f->imbalance[row] = ratio_or_nan((unsigned __int128)bs, (unsigned __int128)as);
     int32_t L = f->levels;
     if (L <= 0 || (f->depth_imbalance == NULL && f->bid_size == NULL && f->ask_size == NULL))
         return;
-    int64_t bsum = 0, asum = 0;
+    unsigned __int128 bsum = 0, asum = 0;   /* level sizes are >= 0 */
     for (int32_t k = 0; k < L; k++) {
         int64_t b = k < bid->n ? bid->lv[bid->n - 1 - k].size : 0;
         int64_t a = k < ask->n ? ask->lv[ask->n - 1 - k].size : 0;
@@ -225,7 +231,7 @@ void tg_book_features_row(const tg_instrument *in, const tg_book_features *f, in
             f->ask_size[row * L + k] = a;
     }
     if (f->depth_imbalance)
-        f->depth_imbalance[row] = ratio_or_nan(bsum - asum, bsum + asum);
+        f->depth_imbalance[row] = ratio_or_nan(bsum, asum);
 }
 
 int tg_book_apply(tg_book *book, int64_t n, const tg_message *msgs, int32_t stop_on_error,

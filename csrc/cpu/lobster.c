@@ -9,6 +9,7 @@
  * the information the book is set from row i and the resync counted by reason. Everything else
  * that disagrees is a mismatch: a real inconsistency.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -172,6 +173,9 @@ int tg_book_step(tg_book *book, int32_t instrument, int32_t type, int64_t size, 
 
 /* ---- CSV numbers --------------------------------------------------------------------------- */
 
+/* parse_float's copy for strtod failed: not a tg_csv_kind, tg_csv_parse returns TG_ENOMEM. */
+#define CSV_NO_MEMORY (-1)
+
 static int is_digit(char c)
 {
     return c >= '0' && c <= '9';
@@ -214,7 +218,8 @@ static const double POW10[23] = {
 
 /* A decimal number [sign] digits [. digits] [e [sign] digits]. When the significant digits fit
    in 2^53 and the power of ten is exact (|e| <= 22) one multiplication or division by an exact
-   power of ten is correctly rounded (Clinger's fast path); anything else goes to strtod. */
+   power of ten is correctly rounded (Clinger's fast path); anything else goes to strtod.
+   TG_CSV_RANGE for a value beyond the double range: a time of inf is no time. */
 static int parse_float(const char **pp, const char *end, double *out)
 {
     const char *start = *pp, *p = start;
@@ -268,14 +273,21 @@ static int parse_float(const char **pp, const char *end, double *out)
     if (exact && mant <= (UINT64_C(1) << 53) && exp10 >= -22 && exp10 <= 22) {
         v = exp10 >= 0 ? (double)mant * POW10[exp10] : (double)mant / POW10[-exp10];
     } else {
-        char buf[128];
+        /* strtod needs a terminated string; the field is copied (to the heap only when it is
+           longer than any time LOBSTER writes). The syntax was checked above, so strtod reads
+           exactly this span. */
+        char small[128], *buf = small;
         size_t len = (size_t)(p - start);
-        if (len >= sizeof buf)
-            return TG_CSV_NUMBER;
+        if (len >= sizeof small && (buf = malloc(len + 1)) == NULL)
+            return CSV_NO_MEMORY;
         memcpy(buf, start, len);
         buf[len] = '\0';
         v = strtod(buf, NULL);
+        if (buf != small)
+            free(buf);
         neg = 0;   /* strtod read the sign */
+        if (!isfinite(v))
+            return TG_CSV_RANGE;
     }
     *out = neg ? -v : v;
     *pp = p;
@@ -316,8 +328,10 @@ int tg_csv_parse(const char *text, int64_t len, int32_t ncols, const uint8_t *is
         const char *eol = memchr(p, '\n', (size_t)(end - p));
         if (eol == NULL)
             eol = end;
+        /* Every carriage return before the newline: files converted to CRLF twice end lines
+           in \r\r\n. */
         const char *le = eol;
-        if (le > p && le[-1] == '\r')
+        while (le > p && le[-1] == '\r')
             le--;
         const char *next = eol < end ? eol + 1 : end;
         if (skip_blanks(p, le) == le) {
@@ -337,6 +351,8 @@ int tg_csv_parse(const char *text, int64_t len, int32_t ncols, const uint8_t *is
         for (int32_t c = 0; c < ncols; c++) {
             q = skip_blanks(q, le);
             int kind = is_float[c] ? parse_float(&q, le, frow++) : parse_int(&q, le, irow++);
+            if (kind == CSV_NO_MEMORY)
+                return TG_ENOMEM;
             if (kind != TG_CSV_OK)
                 return csv_fail(err, kind, line, c + 1, fields);
             q = skip_blanks(q, le);

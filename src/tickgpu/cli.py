@@ -10,7 +10,8 @@ import sys
 
 SUITES = ("cpu", "gpu", "memory", "quant")
 
-# Exit codes: 0 success, 1 a check inside the command failed, 2 usage, 3 not available here.
+# Exit codes: 0 success, 1 a check inside the command failed, 2 usage (bad arguments, or input
+# files that are missing or cannot be used), 3 not available here.
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
 

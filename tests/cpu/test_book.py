@@ -420,3 +420,106 @@ def test_features_reuse_matches_fresh_and_allocates_once():
     empty_bid = book.features(2, reuse=True)
     assert np.isnan(float(empty_bid.mid)) and np.isnan(float(empty_bid.microprice))
     assert float(empty_bid.imbalance) == -1.0 and empty_bid.ask_depth.tolist() == [3, 0]
+
+
+# ---- review regressions: every path refuses what apply_one refuses --------------------------------
+
+def _other_dtype(**fields) -> np.dtype:
+    return np.dtype([(k, fields.get(k, "i8")) for k in ("type", "size", "price", "direction", "instrument")])
+
+
+@pytest.mark.parametrize("dtype, values, err, match", [
+    (_other_dtype(), [(1, 10, 1000, 1, 0), (2**32 + 1, 10, 1000, 1, 0)], ValueError,
+     r"messages\[1\]: type 4294967297 does not fit int32"),
+    (_other_dtype(), [(1, 10, 1000, 1, 2**32)], ValueError, r"messages\[0\]: instrument 4294967296 does not fit int32"),
+    (_other_dtype(), [(1, 10, 1000, -2**31 - 1, 0)], ValueError, r"messages\[0\]: direction -2147483649 does not fit"),
+    (_other_dtype(size="u8"), [(1, 5, 1000, 1, 0), (1, 2**63, 1000, 1, 0)], ValueError,
+     r"messages\[1\]: size 9223372036854775808 does not fit int64"),
+    (_other_dtype(price="f8", size="f8"), [(1, 10.9, 1000.7, 1, 0)], TypeError,
+     "messages: field 'size' must hold integers, got dtype float64"),
+    (_other_dtype(price="f8"), [(1, 10, np.nan, 1, 0)], TypeError, "messages: field 'price' must hold integers"),
+    (_other_dtype(direction="?"), [(1, 10, 1000, True, 0)], TypeError, "field 'direction' must hold integers"),
+])
+def test_apply_refuses_values_another_dtype_cannot_carry(dtype, values, err, match):
+    """A structured array of another dtype is never cast silently (2**32 + 1 used to apply as a
+    submit, 1000.7 as 1000); the book is left as it was."""
+    book = Book()
+    with pytest.raises(err, match=match):
+        book.apply(np.array(values, dtype))
+    assert book.level_counts() == (0, 0)
+
+
+def test_apply_takes_other_integer_dtypes_that_fit(rng):
+    n = 200
+    ref = message_array(1, rng.integers(1, 100, n), rng.integers(1000, 1100, n), rng.choice([-1, 1], n))
+    other = np.zeros(n, [("price", "u4"), ("size", "i2"), ("type", "u1"), ("direction", "i1"), ("time", "f4"),
+                         ("venue", "U4")])
+    for k in ("price", "size", "type", "direction"):
+        other[k] = ref[k]
+    a, b = Book(), Book()
+    np.testing.assert_array_equal(a.apply(ref), b.apply(other))
+    np.testing.assert_array_equal(a.snapshot(20), b.snapshot(20))
+
+
+def test_set_side_and_sync_never_truncate_or_wrap():
+    book = Book()
+    book.set_side(1, [1000, 999], [5, 7])
+    before = book.snapshot(2)
+    for args, err, match in [
+        ((1, [100.9, 99.2], [1, 2]), TypeError, "prices: must hold integers, got dtype float64"),
+        ((1, [100, 99], [1.7, 2]), TypeError, "sizes: must hold integers, got dtype float64"),
+        ((1, [100, 99], [2**64, 2]), ValueError, r"sizes\[0\]: 18446744073709551616 does not fit int64"),
+        ((1, np.array([100, 2**63], np.uint64), [1, 2]), ValueError, r"prices\[1\]: 9223372036854775808 does not"),
+        ((1.0, [100], [1]), TypeError, "direction: must be the integer 1 .bid. or -1 .ask., got 1.0"),
+        ((True, [100], [1]), TypeError, "direction: must be the integer"),
+    ]:
+        with pytest.raises(err, match=match):
+            book.set_side(*args)
+    row = np.array([1002, 3, 1000, 5], np.uint64)
+    row[3] = 2**63
+    with pytest.raises(ValueError, match=r"row\[3\]: 9223372036854775808 does not fit int64"):
+        book.sync_from_orderbook_row(row)
+    np.testing.assert_array_equal(book.snapshot(2), before)
+    book.set_side(-1, np.array([1002, 1003], np.int16), np.array([3, 4], np.uint32))
+    assert book.snapshot(2)[:, :2].tolist() == [[1002, 3], [1003, 4]]
+
+
+def test_imbalances_of_huge_sizes_do_not_overflow(rng):
+    """Sizes near int64's limit: the sums need more than 64 bits (they used to overflow, giving
+    NaN or a wrong sign); checked against exact rational arithmetic."""
+    from fractions import Fraction
+
+    book = Book()
+    book.set_side(1, [100], [2**62])
+    book.set_side(-1, [101], [2**62])
+    f = book.features(1)
+    assert float(f.imbalance) == 0.0 and float(f.depth_imbalance) == 0.0
+    for _ in range(50):
+        L = int(rng.integers(1, 6))
+        bid = [int(v) for v in rng.integers(2**61, 2**63 - 1, L, dtype=np.int64)]
+        ask = [int(v) for v in rng.integers(1, 2**63 - 1, int(rng.integers(1, 6)), dtype=np.int64)]
+        book.set_side(1, 1000 - np.arange(L), bid)
+        book.set_side(-1, 1001 + np.arange(len(ask)), ask)
+        f = book.features(5)
+        want = float(Fraction(bid[0] - ask[0], bid[0] + ask[0]))
+        assert float(f.imbalance) == pytest.approx(want, rel=1e-15, abs=1e-300)
+        want = float(Fraction(sum(bid) - sum(ask), sum(bid) + sum(ask)))
+        assert float(f.depth_imbalance) == pytest.approx(want, rel=1e-15, abs=1e-300)
+        assert f.bid_depth.tolist() == (bid + [0] * 5)[:5]
+    book.set_side(1, [100], [2**62 + 1])
+    book.set_side(-1, [101], [2**62])
+    assert float(book.features(1).imbalance) == float(Fraction(1, 2**63 + 1))
+
+
+def test_argument_errors_name_the_argument():
+    book = Book()
+    for call in (lambda: book.features(levels=2**31), lambda: book.features(2**31, reuse=True),
+                 lambda: book.snapshot(2**31)):
+        with pytest.raises(ValueError, match=r"levels: must be < 2\*\*31, got 2147483648"):
+            call()
+    with pytest.raises(ValueError, match=r"features: must be < 2\*\*31"):
+        book.apply(message_array(1, 1, 1, 1), features=2**31)
+    for scale in ("1", None, True, [1.0]):
+        with pytest.raises(TypeError, match="price_scale: must be a real number"):
+            Book(price_scale=scale)
+    assert Book(price_scale=np.float32(100.0)).price_scale == 100.0

@@ -243,6 +243,48 @@ def test_demo_gpu_backend_unavailable_is_a_clear_error(tmp_path):
     assert "gpu" in r.stderr.lower()
 
 
+AMZN_MESSAGES = DATA / "AMZN_2012-06-21_34200000_57600000_message_1.csv"
+
+
+def _head(path: Path, lines: int) -> str:
+    with open(path) as f:
+        return "".join(next(f) for _ in range(lines))
+
+
+@pytest.mark.parametrize("case, said", [
+    ("bad_row", r"x_message_1\.csv, line 5, column 4 \(size\): not a number: '1x0'"),
+    ("row_count", r"x_orderbook_1\.csv: 18 rows, but .*x_message_1\.csv has 19"),
+    ("empty", r"x_message_1\.csv: no messages"),
+    ("not_a_book", r"x_orderbook_1\.csv, orderbook row 5: not a valid book: bid level 1: price 0"),
+])
+def test_demo_bad_data_is_a_clear_usage_error(tmp_path, case, said):
+    """Input files that cannot be replayed get one line naming the file and where, and exit 2 as
+    a missing file does (not a traceback and exit 1, which means a check failed)."""
+    msg = _head(AMZN_MESSAGES, 20)
+    book = _head(AMZN_BOOK, 20)   # both with a header: 19 rows
+    if case == "bad_row":
+        lines = msg.splitlines(keepends=True)
+        lines[4] = "34200.1,1,5,1x0,2238100,1\n"
+        msg = "".join(lines)
+    elif case == "row_count":
+        book = _head(AMZN_BOOK, 19)
+    elif case == "empty":
+        msg = book = ""
+    else:
+        lines = book.splitlines(keepends=True)
+        ask, ask_size, _, _ = lines[6].split(",")
+        lines[6] = f"{ask},{ask_size},0,5\n"
+        book = "".join(lines)
+    (tmp_path / "x_message_1.csv").write_text(msg)
+    (tmp_path / "x_orderbook_1.csv").write_text(book)
+    r = tickgpu_cmd("demo", "--data", str(tmp_path / "x_message_1.csv"), "--quiet", "--out", str(tmp_path / "rep"),
+                    "--strikes", "4", "--expiries", "2")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert re.search(said, " ".join(r.stderr.split())), r.stderr   # (rich wraps the line)
+    assert not (tmp_path / "rep").exists()
+
+
 # ---- bench ----------------------------------------------------------------------------------------
 
 @pytest.mark.slow

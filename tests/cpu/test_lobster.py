@@ -7,6 +7,7 @@ transition is reproduced by a pure-Python dict book as well as by the native Boo
 from __future__ import annotations
 
 import csv
+import re
 import time
 from pathlib import Path
 
@@ -404,3 +405,99 @@ def test_message_fields_that_do_not_fit_are_named(args, err, match):
     with pytest.raises(OverflowError, match="Book.step: instrument 1099511627776 does not fit int32"):
         book.step(1, 5, 1000, 1, None, 2**40)
     assert book.snapshot(1).tolist() == [[9999999999, 0, -9999999999, 0]]   # nothing applied
+
+
+# ---- review regressions: rows never vanish, values never wrap --------------------------------
+
+ROW = "34200.1,1,5,100,2238100,1\n"
+
+
+@pytest.mark.parametrize("first, shown", [
+    ("xyz,1,5,100,2238100,1\n", "xyz"),
+    ("NaN,1,5,100,2238100,1\n", "NaN"),
+    ("inf,1,5,100,2238100,1\n", "inf"),
+    ("-,1,5,100,2238100,1\n", "-"),
+    (",,,,,\n", ""),
+    ('"34200.1","1","5","100","2238100","1"\n', '"34200.1"'),
+])
+@pytest.mark.parametrize("rest", ["", ROW * 2])
+def test_a_first_row_that_is_not_a_header_is_parsed_not_dropped(tmp_path, first, shown, rest):
+    """Only a line of names is a header: any other first line is data, and a bad field in it is
+    reported (it used to vanish when it did not start like a number)."""
+    with pytest.raises(ValueError, match=rf"m\.csv, line 1, column 1 \(time\): not a number: '{re.escape(shown)}'"):
+        read_lobster(_write(tmp_path, "m.csv", first + rest))
+
+
+@pytest.mark.parametrize("header", [HEADER, '"Time","Type","OrderId","Size","Price","Direction"\n',
+                                    "  Time , Type,OrderId,Size,Price,Direction \r\n"])
+def test_headers_of_names_are_still_skipped(tmp_path, header):
+    d = read_lobster(_write(tmp_path, "m.csv", "\n" + header + BODY))
+    assert len(d) == 3 and d.messages["price"].tolist() == [5853300, 5853200, -1]
+    with pytest.raises(ValueError, match=r"line 3, column 6 \(direction\): direction 0"):
+        read_lobster(_write(tmp_path, "m.csv", "\n" + header + BODY.replace(",1\n", ",0\n", 1)))
+
+
+@pytest.mark.parametrize("time", ["1e400", "-1e400", "9" * 400, "1e99999999"])
+def test_non_finite_times_are_rejected(tmp_path, time):
+    with pytest.raises(ValueError, match=rf"line 2, column 1 \(time\): number beyond the float64 range: '{time}'"):
+        read_lobster(_write(tmp_path, "m.csv", ROW + f"{time},1,5,100,2238100,1\n"))
+
+
+def test_long_times_and_doubled_carriage_returns(tmp_path):
+    """A valid time of any length parses as Python's float() does; lines may end in \\r\\r\\n."""
+    times = ["34200." + "0" * 150 + "1", "0" * 200 + "34200.25", "34200." + "123456789" * 20,
+             "1" + "0" * 300, "3.42" + "0" * 200 + "e4"]
+    d = read_lobster(_write(tmp_path, "m.csv", "".join(f"{t},1,5,100,2238100,1\r\r\n" for t in times)))
+    assert d.messages["time"].tolist() == [float(t) for t in times]
+    assert d.messages["direction"].tolist() == [1] * len(times)
+
+
+def test_empty_orderbook_levels_allocate_nothing(tmp_path):
+    """A huge level count with no rows only shapes an empty array (it used to build names and
+    buffers per level and run out of memory)."""
+    m = _write(tmp_path, "x_message_1.csv", "")
+    t = time.perf_counter()
+    d = read_lobster(m, _write(tmp_path, "x_orderbook_5.csv", ""), levels=10**9)
+    assert d.levels == 10**9 and d.orderbook.shape == (0, 4 * 10**9)
+    d = read_lobster(m, _write(tmp_path, "x_orderbook_999999999.csv", ""))
+    assert d.levels == 999_999_999 and d.orderbook.shape == (0, 4 * 999_999_999)
+    assert time.perf_counter() - t < 1.0
+    assert read_lobster(m, _write(tmp_path, "x.csv", "")).levels is None
+    for name, levels in (("x_orderbook_0.csv", "0"), ("x_orderbook_99999999999.csv", "99999999999")):
+        with pytest.raises(ValueError, match=rf"{name}: no rows, and its name gives levels={levels}"):
+            read_lobster(m, _write(tmp_path, name, ""))
+    with pytest.raises(ValueError, match=r"levels: must be an integer >= 1 and < 2\*\*31"):
+        read_lobster(m, levels=2**31)
+
+
+def test_replay_errors_name_the_row_and_the_limit(tmp_path):
+    msgs = message_array([1, 1], 1, 100, 1)
+    two = np.array([[101, 5, 99, 7, 102, 6, 98, 8], [101, 5, 99, 7, 102, 6, 98, 8]], np.int64)
+    data = LobsterData(msgs, two, 2, Path("m"), Path("o"))
+    with pytest.raises(ValueError, match="orderbook row 0: 2 levels on a side, more than max_levels=1"):
+        Book(initial_levels=1, max_levels=1).replay_lobster(data)
+    for levels in (None, 0, 1.5, 2**31):
+        with pytest.raises(ValueError, match=r"data.levels: must be an integer >= 1 and < 2\*\*31"):
+            Book().replay_lobster(LobsterData(msgs, two, levels, Path("m"), Path("o")))
+    # Files with no rows replay nothing, whatever their (unknown) level count.
+    m = _write(tmp_path, "x_message_1.csv", "")
+    for ob in (_write(tmp_path, "x.csv", ""), _write(tmp_path, "x_orderbook_3.csv", HEADER)):
+        stats = Book().replay_lobster(read_lobster(m, ob))
+        assert stats.messages == 0 and stats.resyncs == {"initial": 0, "window_refill": 0, "outside_window": 0}
+
+
+def test_replay_never_truncates_or_wraps(tmp_path):
+    """A float orderbook, or values beyond int64, are refused (they used to be cast silently)."""
+    msgs = message_array([1, 6], 1, 100, 1)   # a cross trade leaves the book as it was
+    rows = np.array([[101, 5, 99, 7], [101, 5, 99, 7]])
+    with pytest.raises(TypeError, match="data.orderbook: must hold integers, got dtype float64"):
+        Book().replay_lobster(LobsterData(msgs, rows + 0.9, 1, Path("m"), Path("o")))
+    big = rows.astype(np.uint64)
+    big[1, 1] = 2**63
+    with pytest.raises(ValueError, match=r"data.orderbook\[5\]: 9223372036854775808 does not fit int64"):
+        Book().replay_lobster(LobsterData(msgs, big, 1, Path("m"), Path("o")))
+    other = np.zeros(2, [("type", "i8"), ("size", "i8"), ("price", "f8"), ("direction", "i8")])
+    with pytest.raises(TypeError, match="data.messages: field 'price' must hold integers"):
+        Book().replay_lobster(LobsterData(other, rows, 1, Path("m"), Path("o")))
+    ok = Book().replay_lobster(LobsterData(msgs, rows.astype(np.int32), 1, Path("m"), Path("o")))
+    assert ok.messages == 2 and ok.exact == 1 and ok.mismatches == 0

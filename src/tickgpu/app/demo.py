@@ -50,6 +50,12 @@ IV_CHECK_TOL = 1e-6
 
 # ---- data -----------------------------------------------------------------------------------------
 
+class DataError(ValueError):
+    """The input files cannot be replayed: unreadable, malformed, inconsistent or empty. The
+    message names the file and, where there is one, the line or orderbook row; `tickgpu demo`
+    prints it and exits 2, as for a missing file."""
+
+
 def bundled_data(name: str) -> Path:
     """Path of a LOBSTER sample shipped in tickgpu/data."""
     p = Path(str(resources.files("tickgpu").joinpath("data", name)))
@@ -133,6 +139,7 @@ class BookFeed:
 
     def __init__(self, data):
         self.book = tickgpu.Book()
+        self.orderbook_path = data.orderbook_path
         m = data.messages
         self.n = len(m)
         # Python lists: indexing a NumPy array per message costs more than the book update.
@@ -151,8 +158,11 @@ class BookFeed:
         """Apply message i, check the book against the file's row and compute the features (one
         native call, `Book.step`); return the mid in dollars (NaN if a side is empty)."""
         ty, size, price, direction = self._fields
-        self.last, code, resynced = self.book.step(ty[i], size[i], price[i], direction[i],
-                                                   self.rows[i] if self.levels else None)
+        try:
+            self.last, code, resynced = self.book.step(ty[i], size[i], price[i], direction[i],
+                                                       self.rows[i] if self.levels else None)
+        except ValueError as e:   # the orderbook row is not a book (the message's own faults are codes)
+            raise DataError(f"{self.orderbook_path}, orderbook row {i}: {str(e).removeprefix('row: ')}") from e
         if code:
             self.rejected += 1
         if resynced:
@@ -203,7 +213,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     """Replay, reprice on every underlying tick, and time each stage; see the module docstring.
 
     `ticks` underlying ticks are replayed (0: the whole file). `progress(done, total)` is called
-    now and then. Raises BackendUnavailable if `backend` is "gpu" and no GPU is usable.
+    now and then. Raises BackendUnavailable if `backend` is "gpu" and no GPU is usable, and
+    DataError if the files cannot be read or replayed.
     """
     # Decided first: an unusable backend should fail before any data is read.
     n_opt = n_expiries * n_strikes * 2
@@ -212,10 +223,13 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
                 "greeks": dispatch.choose("greeks", n_opt, backend),
                 "implied_vol": dispatch.choose("implied_vol", n_opt, backend),
                 "signal": dispatch.choose("quant_mlp", 1, backend)}
-    data = tickgpu.read_lobster(str(message_path), str(orderbook_path) if orderbook_path else None)
+    try:
+        data = tickgpu.read_lobster(str(message_path), str(orderbook_path) if orderbook_path else None)
+    except (OSError, ValueError) as e:
+        raise DataError(str(e)) from e
+    if len(data) == 0:
+        raise DataError(f"{message_path}: no messages")
     feed = BookFeed(data)
-    if feed.n == 0:
-        raise ValueError(f"{message_path}: no messages")
 
     # The opening mid sets the listed strikes and the surface's moneyness axis: find it by
     # running the book until both sides are quoted, then start the replay from the top.
@@ -226,7 +240,7 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         if math.isfinite(open_mid):
             break
     if not math.isfinite(open_mid):
-        raise ValueError(f"{message_path}: the book never has both sides quoted")
+        raise DataError(f"{message_path}: the book never has both sides quoted")
     del probe
     chain = build_chain(open_mid, n_expiries, n_strikes)
     surface = build_surface()
@@ -499,8 +513,10 @@ def print_table(report: dict, console) -> None:
 
 def main(args) -> int:
     """`tickgpu demo` (arguments from cli.build_parser). 0 on success, 1 if the vol check failed,
-    3 if the asked backend is unavailable."""
+    2 if the input files are missing or cannot be replayed (a message, no traceback), 3 if the
+    asked backend is unavailable."""
     from rich.console import Console
+    from rich.markup import escape
 
     from tickgpu.app.report import write_report
     from tickgpu.errors import BackendUnavailable
@@ -509,7 +525,7 @@ def main(args) -> int:
     try:
         msg, ob = resolve_data(args.data, args.orderbook)
     except FileNotFoundError as e:
-        Console(stderr=True).print(f"[red]tickgpu demo: {e}[/red]")
+        Console(stderr=True).print(f"[red]tickgpu demo: {escape(str(e))}[/red]")
         return 2
     try:
         if args.quiet:
@@ -528,8 +544,11 @@ def main(args) -> int:
 
                 result = run_demo(msg, ob, backend=args.backend, ticks=args.ticks, n_strikes=args.strikes,
                                   n_expiries=args.expiries, progress=progress)
+    except DataError as e:
+        Console(stderr=True).print(f"[red]tickgpu demo: {escape(str(e))}[/red]")
+        return 2
     except BackendUnavailable as e:
-        Console(stderr=True).print(f"[red]tickgpu demo: {e}[/red]")
+        Console(stderr=True).print(f"[red]tickgpu demo: {escape(str(e))}[/red]")
         return 3
     jpath, hpath = write_report(args.out, result.report, result.samples_ns)
     print_table(result.report, console)

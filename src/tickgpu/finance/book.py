@@ -136,6 +136,43 @@ def _nonnegative_int(name: str, value) -> int:
     return int(value)
 
 
+def _level_count(name: str, value) -> int:
+    """A count of levels: the core takes it as an int32."""
+    value = _nonnegative_int(name, value)
+    if value >= 2**31:
+        raise ValueError(f"{name}: must be < 2**31, got {value}")
+    return value
+
+
+def _integers(values, bits: int, name: str, field: str | None = None) -> np.ndarray:
+    """`values` as an integer array whose every value fits int`bits`; else TypeError (not
+    integers) or ValueError (a value that does not fit) naming `name`, the `field` of a
+    structured array, and the first offending index (flat, C order).
+
+    NumPy's casts truncate floats and wrap integers silently; the core must never see either.
+    """
+    a = np.asarray(values)
+    label = f"{field} " if field else ""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if a.dtype == object:   # Python ints beyond 64 bits, or not numbers at all
+        for i, v in enumerate(a.ravel()):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}[{i}]: {label}must be an integer, got {v!r}")
+            if not lo <= v <= hi:
+                raise ValueError(f"{name}[{i}]: {label}{v} does not fit int{bits}")
+        return a.astype(np.int64)
+    if not np.issubdtype(a.dtype, np.integer):
+        what = f"field '{field}' " if field else ""
+        raise TypeError(f"{name}: {what}must hold integers, got dtype {a.dtype}")
+    if a.size and not np.can_cast(a.dtype, np.dtype(f"int{bits}")):
+        flat = a.ravel()
+        bad = flat > hi if np.iinfo(a.dtype).min >= 0 else (flat < lo) | (flat > hi)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name}[{i}]: {label}{flat[i]} does not fit int{bits}")
+    return a
+
+
 class Book:
     """Aggregated price levels per side for ``n_instruments`` instruments.
 
@@ -145,7 +182,8 @@ class Book:
         Instruments are addressed by index ``0 .. n_instruments - 1`` (the messages'
         ``instrument`` field).
     price_scale : int or float
-        Ticks per currency unit, used only to convert features (LOBSTER: 10,000).
+        Ticks per currency unit, used only to convert features (LOBSTER: 10,000); TypeError if
+        not a real number, ValueError if not finite and > 0.
     initial_levels, max_levels : int
         Levels preallocated per side, and the most a side may hold (a new level beyond it is
         rejected with ``MessageCode.TOO_DEEP``).
@@ -162,6 +200,9 @@ class Book:
             raise ValueError(
                 f"initial_levels, max_levels: need 1 <= initial_levels <= max_levels < 2**31, "
                 f"got {initial_levels}, {max_levels}")
+        if isinstance(price_scale, (bool, np.bool_)) or not isinstance(price_scale, (int, float, np.integer,
+                                                                                      np.floating)):
+            raise TypeError(f"price_scale: must be a real number, got {price_scale!r}")
         if not np.isfinite(price_scale) or price_scale <= 0:
             raise ValueError(f"price_scale: must be finite and > 0, got {price_scale!r}")
         out = ffi.new("tg_book **")
@@ -187,6 +228,9 @@ class Book:
         Parameters
         ----------
         messages : MESSAGE_DTYPE array (any shape; read in C order) or one record
+            Another structured dtype with the same field names is converted; a field holding
+            floats raises TypeError, a value that does not fit its C field ValueError (naming
+            the field and the index): nothing is truncated or wrapped.
         features : int
             If > 0, also compute the features over that many levels after every message.
         on_error : "raise" or "skip"
@@ -201,7 +245,7 @@ class Book:
         """
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error: must be 'raise' or 'skip', got {on_error!r}")
-        features = _nonnegative_int("features", features)
+        features = _level_count("features", features)
         msgs = self._as_messages(messages)
         n = msgs.size
         codes = np.zeros(n, np.int8)
@@ -295,19 +339,30 @@ class Book:
             self._row_status(status, row, "tg_book_step")
         return self._reused_result(buf), MessageCode(self._one_code[0]), bool(self._step_resynced[0])
 
-    def _as_messages(self, messages) -> np.ndarray:
+    def _as_messages(self, messages, name: str = "messages") -> np.ndarray:
+        """`messages` as a C-contiguous MESSAGE_DTYPE array. Another structured dtype is converted
+        field by field (missing ``instrument``, ``time``, ``order_id`` are 0): integer fields must
+        hold integers that fit the C field (TypeError / ValueError naming the field and index
+        otherwise), as for `apply_one`; ``time`` any real number."""
         if isinstance(messages, np.void):
             messages = np.array(messages)
         if not isinstance(messages, np.ndarray):
-            raise TypeError(f"messages: must be a MESSAGE_DTYPE array, got {type(messages).__name__}")
+            raise TypeError(f"{name}: must be a MESSAGE_DTYPE array, got {type(messages).__name__}")
         if messages.dtype != MESSAGE_DTYPE:
             names = messages.dtype.names or ()
             if set(MESSAGE_DTYPE.names) - {"instrument", "time", "order_id"} - set(names):
-                raise TypeError(f"messages: must have dtype MESSAGE_DTYPE, got {messages.dtype}")
+                raise TypeError(f"{name}: must have dtype MESSAGE_DTYPE, got {messages.dtype}")
             converted = np.zeros(messages.shape, MESSAGE_DTYPE)
-            for name in names:
-                if name in MESSAGE_DTYPE.names:
-                    converted[name] = messages[name]
+            for f in names:
+                if f not in MESSAGE_DTYPE.names:
+                    continue
+                if f == "time":
+                    dt = messages.dtype[f]
+                    if not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.floating)):
+                        raise TypeError(f"{name}: field 'time' must hold real numbers, got dtype {dt}")
+                    converted[f] = messages[f]
+                else:
+                    converted[f] = _integers(messages[f], 8 * MESSAGE_DTYPE[f].itemsize, name, f)
             messages = converted
         return np.ascontiguousarray(messages)
 
@@ -338,7 +393,7 @@ class Book:
         """The ``levels`` best levels: int64 array (levels, 4) of ask price, ask size, bid price,
         bid size per level, best first; prices in ticks; empty levels as LOBSTER encodes them
         (EMPTY_ASK_PRICE / EMPTY_BID_PRICE, size 0). ``.ravel()`` is a LOBSTER orderbook row."""
-        levels = _nonnegative_int("levels", levels)
+        levels = _level_count("levels", levels)
         instrument = self._instrument(instrument)
         out = np.empty((levels, 4), np.int64)
         p = ffi.from_buffer("int64_t[]", out)
@@ -353,7 +408,7 @@ class Book:
         overwrites on the next ``reuse=True`` call: no allocation, for tick-by-tick loops that read
         the values at once. Copy what must outlive the next call.
         """
-        levels = _nonnegative_int("levels", levels)
+        levels = _level_count("levels", levels)
         instrument = self._instrument(instrument)
         if reuse:
             buf = self._reused_buffer(levels)
@@ -396,20 +451,21 @@ class Book:
         row = np.asarray(row)
         if row.ndim != 1 or row.size % 4:
             raise ValueError(f"row: must be one row of 4 * levels values, got shape {row.shape}")
-        if not np.issubdtype(row.dtype, np.integer):
-            raise TypeError(f"row: must hold integers (ticks and shares), got {row.dtype}")
-        row = np.ascontiguousarray(row, np.int64)
+        row = np.ascontiguousarray(_integers(row, 64, "row"), np.int64)
         status = lib.tg_book_sync_row(self._book, instrument, row.size // 4, ffi.from_buffer("int64_t[]", row))
         self._row_status(status, row, "tg_book_sync_row")
 
     def set_side(self, direction: int, prices, sizes, instrument: int = 0) -> None:
         """Replace one side (1 bid, -1 ask) with levels best first (prices in ticks, size 0 marks an
-        empty level and only empty levels may follow it). Raises ValueError on an invalid side."""
+        empty level and only empty levels may follow it). Raises ValueError on an invalid side,
+        TypeError for prices or sizes that are not integers (a float is never truncated)."""
         instrument = self._instrument(instrument)
+        if isinstance(direction, (bool, np.bool_)) or not isinstance(direction, (int, np.integer)):
+            raise TypeError(f"direction: must be the integer 1 (bid) or -1 (ask), got {direction!r}")
         if direction not in (1, -1):
             raise ValueError(f"direction: must be 1 (bid) or -1 (ask), got {direction!r}")
-        prices = np.ascontiguousarray(prices, np.int64).reshape(-1)
-        sizes = np.ascontiguousarray(sizes, np.int64).reshape(-1)
+        prices = np.ascontiguousarray(_integers(prices, 64, "prices"), np.int64).reshape(-1)
+        sizes = np.ascontiguousarray(_integers(sizes, 64, "sizes"), np.int64).reshape(-1)
         if prices.shape != sizes.shape:
             raise ValueError(f"prices, sizes: lengths differ ({prices.size} and {sizes.size})")
         status = lib.tg_book_set_side(self._book, instrument, direction, prices.size,
@@ -451,17 +507,36 @@ class Book:
         level refilled from outside the window; a cancel beyond a full window) the book is set
         from row i and the resync counted; any other disagreement is a mismatch (also resynced,
         so the replay goes on). The book ends holding the last row's window. The messages'
-        ``instrument`` field is ignored.
+        ``instrument`` field is ignored. Zero messages replay nothing (``data.levels`` may then
+        be None: an empty orderbook file of unknown width).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Messages or orderbook values that are not integers fitting their C fields (never
+            truncated or wrapped); an orderbook shape other than (messages, 4 * levels); levels
+            not in 1 .. 2**31 - 1; an orderbook row that is not a valid book, or holds more than
+            ``max_levels`` levels on a side (naming the row; the rows before it stay replayed).
         """
         instrument = self._instrument(instrument)
         if getattr(data, "orderbook", None) is None:
             raise ValueError("data: replay needs the orderbook file (read_lobster(..., orderbook_path))")
-        msgs = self._as_messages(data.messages).reshape(-1)
-        book_rows = np.ascontiguousarray(data.orderbook, np.int64)
-        levels = int(data.levels)
+        msgs = self._as_messages(data.messages, "data.messages").reshape(-1)
+        book_rows = np.ascontiguousarray(_integers(data.orderbook, 64, "data.orderbook"), np.int64)
         n = msgs.size
+        if n == 0 and book_rows.shape[:1] == (0,):
+            # Nothing to replay, so no level count is needed.
+            return ReplayStats(0, 0, {r.name.lower(): 0 for r in _RESYNC_COUNTED}, 0,
+                               np.zeros(0, np.int64), np.zeros(0, np.int8))
+        levels = data.levels
+        if (isinstance(levels, (bool, np.bool_)) or not isinstance(levels, (int, np.integer))
+                or not 1 <= levels < 2**31):
+            raise ValueError(f"data.levels: must be an integer >= 1 and < 2**31 (levels per side of the "
+                             f"orderbook), got {levels!r}")
+        levels = int(levels)
         if book_rows.shape != (n, 4 * levels):
-            raise ValueError(f"data: orderbook shape {book_rows.shape}, expected ({n}, {4 * levels})")
+            raise ValueError(f"data: orderbook shape {book_rows.shape}, expected ({n}, {4 * levels}) for "
+                             f"levels={levels} (row i is the book after message i)")
         reasons = np.zeros(n, np.int8)
         stats = ffi.new("tg_replay_stats *")
         status = lib.tg_lobster_replay(
@@ -471,18 +546,26 @@ class Book:
         if status == lib.TG_EDATA:
             row = stats.first_mismatch
             raise ValueError(f"orderbook row {row}: not a valid book: {_explain_bad_row(book_rows[row])}")
+        if status == lib.TG_ERANGE:   # the instrument was checked: the row's levels
+            row = stats.first_mismatch
+            depth = max(np.count_nonzero(book_rows[row, 1::4]), np.count_nonzero(book_rows[row, 3::4]))
+            raise ValueError(f"orderbook row {row}: {depth} levels on a side, more than max_levels="
+                             f"{self.max_levels}")
         if status == lib.TG_ENOMEM:
             raise MemoryError("Book.replay_lobster: level growth failed")
         check(status, "tg_lobster_replay")
         return ReplayStats(
             messages=int(stats.messages),
             exact=int(stats.exact),
-            resyncs={r.name.lower(): int(stats.resyncs[r]) for r in
-                     (ResyncReason.INITIAL, ResyncReason.WINDOW_REFILL, ResyncReason.OUTSIDE_WINDOW)},
+            resyncs={r.name.lower(): int(stats.resyncs[r]) for r in _RESYNC_COUNTED},
             mismatches=int(stats.mismatches),
             mismatch_rows=np.flatnonzero(reasons == ResyncReason.MISMATCH),
             row_reasons=reasons,
         )
+
+
+# The resyncs ReplayStats counts by reason (a mismatch is counted on its own).
+_RESYNC_COUNTED = (ResyncReason.INITIAL, ResyncReason.WINDOW_REFILL, ResyncReason.OUTSIDE_WINDOW)
 
 
 class _FeatureBuffers:

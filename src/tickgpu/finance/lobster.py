@@ -28,6 +28,9 @@ _CSV_REASON = {
     lib.TG_CSV_NUMBER: "not a number",
     lib.TG_CSV_RANGE: "integer out of the int64 range",
 }
+_CSV_FLOAT_RANGE = "number beyond the float64 range"   # TG_CSV_RANGE in a float column (time)
+# The most levels per side: the native replay takes the count as an int32.
+_MAX_LEVELS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -65,20 +68,26 @@ def read_lobster(message_path, orderbook_path=None, *, levels: int | None = None
     ----------
     message_path, orderbook_path : str or Path
     levels : int, optional
-        Expected levels per side; checked against the orderbook's width. Without it the width
-        decides (or, for an empty orderbook file, the ``_orderbook_<L>`` in its name).
+        Expected levels per side (1 .. 2**31 - 1); checked against the orderbook's width.
+        Without it the width decides (or, for an empty orderbook file, the ``_orderbook_<L>`` in
+        its name; None when the name has none).
 
     Raises
     ------
     ValueError
-        Naming the file, line and column: a wrong number of fields, a non-numeric field, an
-        unknown message type, a direction other than 1/-1, a negative size; an orderbook width
-        that is not a multiple of 4 or disagrees with ``levels``; a message/orderbook row-count
-        mismatch. An empty file (or one holding only a header) gives zero rows.
+        Naming the file, line and column: a wrong number of fields, a non-numeric field (NaN
+        and inf included), a time beyond the float64 range, an unknown message type, a
+        direction other than 1/-1, a negative size; an orderbook width that is not a multiple
+        of 4 or disagrees with ``levels``; a message/orderbook row-count mismatch; an empty
+        orderbook file whose name gives a level count outside 1 .. 2**31 - 1. An empty file
+        (or one holding only a header) gives zero rows. The first non-blank line is a header
+        only when every field of it is a name (holds a letter and is no number); any other
+        line is data, and parsed as such.
     """
     if levels is not None:
-        if isinstance(levels, bool) or not isinstance(levels, (int, np.integer)) or levels < 1:
-            raise ValueError(f"levels: must be an integer >= 1, got {levels!r}")
+        if (isinstance(levels, bool) or not isinstance(levels, (int, np.integer))
+                or not 1 <= levels <= _MAX_LEVELS):
+            raise ValueError(f"levels: must be an integer >= 1 and < 2**31, got {levels!r}")
         levels = int(levels)
     message_path = Path(message_path)
     text, first_line = _read_body(message_path)
@@ -94,26 +103,28 @@ def read_lobster(message_path, orderbook_path=None, *, levels: int | None = None
     orderbook_path = Path(orderbook_path)
     text, first_line = _read_body(orderbook_path)
     width = _first_row_width(text)
-    if width is None:   # empty file
+    if width is None:
+        # No rows: the level count only shapes an empty array, so nothing is built per level
+        # (a name promising 10**9 levels costs nothing).
         if levels is None:
-            m = re.search(r"_orderbook_(\d+)\.csv$", orderbook_path.name)
-            levels = int(m.group(1)) if m else None
-        width = 4 * levels if levels else 0
-    if width % 4:
-        raise ValueError(f"{orderbook_path}, line {first_line}: {width} columns, not a multiple of 4 "
-                         "(ask price, ask size, bid price, bid size per level)")
-    if levels is not None and width != 4 * levels:
-        raise ValueError(f"{orderbook_path}, line {first_line}: {width} columns, expected "
-                         f"{4 * levels} for levels={levels}")
-    levels = width // 4 if width else levels
-    names = tuple(f"{k}_{lv}" for lv in range(1, width // 4 + 1)
-                  for k in ("ask_price", "ask_size", "bid_price", "bid_size"))
-    _, book = _parse(text, first_line, orderbook_path, names, np.zeros(width, np.uint8)) if width else \
-        (None, np.zeros((0, 0), np.int64))
+            levels = _levels_in_name(orderbook_path)
+        book = np.zeros((0, 4 * levels if levels else 0), np.int64)
+    else:
+        if width % 4:
+            raise ValueError(f"{orderbook_path}, line {first_line}: {width} columns, not a multiple of 4 "
+                             "(ask price, ask size, bid price, bid size per level)")
+        if levels is not None and width != 4 * levels:
+            raise ValueError(f"{orderbook_path}, line {first_line}: {width} columns, expected "
+                             f"{4 * levels} for levels={levels}")
+        levels = width // 4
+        # As many names as the first row has fields: bounded by the file's own size.
+        names = tuple(f"{k}_{lv}" for lv in range(1, levels + 1)
+                      for k in ("ask_price", "ask_size", "bid_price", "bid_size"))
+        _, book = _parse(text, first_line, orderbook_path, names, np.zeros(width, np.uint8))
     if len(book) != len(msgs):
         raise ValueError(f"{orderbook_path}: {len(book)} rows, but {message_path} has {len(msgs)} "
                          "(row i of the orderbook is the book after message i)")
-    if width:
+    if len(book):
         bad = book[:, 1::2] < 0
         if bad.any():
             row, col = np.argwhere(bad)[0]
@@ -122,19 +133,49 @@ def read_lobster(message_path, orderbook_path=None, *, levels: int | None = None
     return LobsterData(msgs, book, levels, message_path, orderbook_path)
 
 
+def _levels_in_name(path: Path) -> int | None:
+    """The L of a LOBSTER orderbook file name ``..._orderbook_<L>.csv``; None without one."""
+    m = re.search(r"_orderbook_(\d+)\.csv$", path.name)
+    if m is None:
+        return None
+    digits = m.group(1)
+    if len(digits) > 10 or not 1 <= int(digits) <= _MAX_LEVELS:
+        raise ValueError(f"{path}: no rows, and its name gives levels={digits} (must be >= 1 and < 2**31); "
+                         "pass levels=")
+    return int(digits)
+
+
 def _read_body(path: Path) -> tuple[bytes, int]:
     """The file's bytes without a header row, and the line number the body starts at."""
     data = path.read_bytes()
     if data.startswith(b"\xef\xbb\xbf"):   # a UTF-8 byte-order mark is not a header
         data = data[3:]
-    # The first non-blank line is a header when it does not start like a number.
     stripped = data.lstrip(b" \t\r\n")
-    if stripped and stripped[:1] not in b"0123456789+-.":
+    eol = stripped.find(b"\n")
+    first = stripped if eol < 0 else stripped[:eol]
+    if stripped and _is_header(first):
         skipped = data[: len(data) - len(stripped)].count(b"\n")
-        eol = stripped.find(b"\n")
         body = b"" if eol < 0 else stripped[eol + 1:]
         return body, skipped + 2
     return data, 1
+
+
+def _is_header(line: bytes) -> bool:
+    """Whether the first non-blank line is a header: every field a name (quoted or not). A line
+    with any field that is not a name -- a number, NaN, inf, a blank -- is data, so the parser
+    reports what is wrong with it instead of the row vanishing."""
+    for field in line.decode(errors="replace").split(","):
+        name = field.strip(" \t\r")
+        if len(name) >= 2 and name[0] == name[-1] == '"':
+            name = name[1:-1].strip(" \t")
+        if not any(ch.isalpha() for ch in name):
+            return False
+        try:
+            float(name)   # NaN, inf, infinity: letters, but numbers
+        except ValueError:
+            continue
+        return False
+    return True
 
 
 def _first_row_width(text: bytes) -> int | None:
@@ -167,8 +208,10 @@ def _parse(text: bytes, first_line: int, path: Path, names, is_float) -> tuple[n
             raise ValueError(f"{path}, line {line}: {err.fields} fields, expected {ncols} ({', '.join(names[:6])}"
                              f"{', ...' if ncols > 6 else ''})")
         col = err.column
+        reason = (_CSV_FLOAT_RANGE if err.kind == lib.TG_CSV_RANGE and is_float[col - 1]
+                  else _CSV_REASON.get(err.kind, "unreadable"))
         raise ValueError(f"{path}, line {line}, column {col} ({names[col - 1]}): "
-                         f"{_CSV_REASON.get(err.kind, 'unreadable')}: {_field(text, err.line, col)!r}")
+                         f"{reason}: {_field(text, err.line, col)!r}")
     check(status, "tg_csv_parse")
     n = n_rows[0]
     return flo[:n], ints[:n]
