@@ -29,6 +29,13 @@ def sources() -> list[str]:
     return sorted(str(p.relative_to(root)) for sub in ("cpu", "hot", "mem", "py") for p in (CSRC / sub).glob("*.c"))
 
 
+def headers() -> list[str]:
+    """Every header the sources include: setuptools rebuilds the extension when one changes
+    (without them an edited shared header, say cpu/greeks_kernel.h, leaves a stale build)."""
+    root = CSRC.parent
+    return sorted(str(p.relative_to(root)) for p in CSRC.rglob("*.h"))
+
+
 def extra_compile_args() -> list[str]:
     args = ["-O3", "-std=c11", "-fno-math-errno", "-Wall", "-Wextra", "-Wno-unused-parameter"]
     if os.environ.get("TICKGPU_NATIVE_DEBUG"):
@@ -42,6 +49,7 @@ ffibuilder.set_source(
     "tickgpu._tickgpu_native",
     '#include "tickgpu.h"\n',
     sources=sources(),
+    depends=headers(),
     include_dirs=[str(CSRC.relative_to(CSRC.parent))],
     extra_compile_args=extra_compile_args(),
     libraries=["m", "pthread"] + (["dl"] if sys.platform.startswith("linux") else []),

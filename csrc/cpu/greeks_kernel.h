@@ -27,33 +27,46 @@
 TG_GREEKS_FN void KERNEL_LIMIT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL w, REAL *o)
 {
     const REAL n0 = C(0.398942280401432677939946059934);    /* 1 / sqrt(2 pi) */
+    t = M(fabs)(t);     /* t = -0.0 is t = 0 (sqrt(-0.0) = -0.0 would flip the signs of 1/sqt) */
     REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
     REAL SDq = S * Dq, KDr = K * Dr;
     REAL m = w * (SDq - KDr);
     int atm = (m == 0);
     REAL itm = m > 0 ? C(1.0) : (atm ? C(0.5) : C(0.0));
     REAL sqt = M(sqrt)(t);
-    REAL drift = (r - q) + C(0.5) * sig * sig;
+    const REAL huge = (REAL)INFINITY;
+    /* At the money theta's time-decay term and charm's drift term diverge like 1/sqt: at
+       sqt == 0 they are infinities of known sign, set as such (x / 0 is NaN where the product x
+       has underflowed, as it does for tiny S, sigma in float32). drift_sig is
+       (r - q + sigma^2/2) / sigma, formed without squaring sigma (which overflows for huge
+       sigma in float32). */
+    REAL decay = sqt > 0 ? -SDq * n0 * sig / (C(2.0) * sqt) : -huge;
+    REAL drift_sig = (r - q) / sig + C(0.5) * sig;
+    REAL drift_term = sqt > 0 ? n0 * Dq * drift_sig / (C(2.0) * sqt) : M(copysign)(huge, drift_sig);
 
     o[0] = m > 0 ? m : C(0.0);
     o[1] = w * Dq * itm;
-    o[2] = atm ? (REAL)INFINITY : C(0.0);
+    o[2] = atm ? huge : C(0.0);
     o[3] = atm ? SDq * n0 * sqt : C(0.0);
-    /* sqt == 0 makes the time-decay term -inf, the true limit at the money. */
-    o[4] = (atm ? -SDq * n0 * sig / (C(2.0) * sqt) : C(0.0)) + w * (q * SDq - r * KDr) * itm;
-    o[5] = w * t * KDr * itm;
-    o[6] = -w * t * SDq * itm;
+    /* itm weights first: out of the money the terms are 0 even where t S or t K overflows. */
+    o[4] = (atm ? decay : C(0.0)) + w * (q * (SDq * itm) - r * (KDr * itm));
+    o[5] = w * t * (KDr * itm);
+    o[6] = -w * t * (SDq * itm);
     o[7] = C(0.0);
     o[8] = C(0.0);
     o[9] = w * q * Dq * itm;
-    if (atm && drift != 0)
-        o[9] -= n0 * Dq * drift / (C(2.0) * sig * sqt);
+    if (atm && drift_sig != 0)
+        o[9] -= drift_term;
 }
 
 /* One option: its ten outputs into o[0..9] (price, delta, gamma, vega, theta, rho, phi, vanna,
-   volga, charm; NaN in all ten when an input is invalid). Returns 1 when the option is valid but
-   its total variance is zero (1 / (sigma sqrt t) overflows): the caller then takes KERNEL_LIMIT's
-   values instead; 0 otherwise. */
+   volga, charm; NaN in all ten when the option is invalid or out of range). Returns 1 when the
+   option is valid but its total variance is zero (1 / (sigma sqrt t) overflows): the caller then
+   takes KERNEL_LIMIT's values instead; 0 otherwise.
+   Valid: S, K, sigma > 0, t >= 0 (-0.0 included), all finite. Out of range: the discounted spot
+   S e^{-qt} or strike K e^{-rt} is 0 or overflows in REAL (rate or dividend times t beyond what
+   REAL can discount) -- the option's value is then not a number of this type, and half its
+   outputs would be inf - inf; the implied-vol solver reports the same options as BAD_INPUT. */
 TG_GREEKS_FN int KERNEL_ELEMENT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q, REAL w, REAL *o)
 {
     const REAL inv_sqrt2 = C(0.707106781186547524400844362105);
@@ -64,17 +77,36 @@ TG_GREEKS_FN int KERNEL_ELEMENT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q
     /* Comparisons are false for NaN, so this also rejects NaN. */
     int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
               & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
+    /* t = -0.0 passes t >= 0 and must be t = +0.0: sqrt(-0.0) = -0.0 would make 1/sst = -inf,
+       which the zero-variance test below does not catch. (Invalid t < 0 gives NaN anyway.) */
+    t = M(fabs)(t);
 
     REAL sqt = M(sqrt)(t);
     REAL sst = sig * sqt;                       /* total vol sigma sqrt(t) */
     REAL inv_sst = C(1.0) / sst;
     REAL Dq = M(exp)(-q * t), Dr = M(exp)(-r * t);
     REAL SDq = S * Dq, KDr = K * Dr;
-    /* ln(S/K) as log1p((S - K)/K): near the money S - K is exact and the log keeps its
-       relative accuracy, where log(S / K) would carry the rounding of S / K (an absolute
-       error of one ulp of 1, amplified by 1/sst: visible in float32 vanna). */
-    REAL d1 = (M(log1p)((S - K) / K) + (r - q) * t) * inv_sst + C(0.5) * sst;
-    REAL d2 = d1 - sst;
+    valid &= (SDq > 0) & (SDq < huge) & (KDr > 0) & (KDr < huge);
+    /* ln(S/K). Near the money as log1p((S - K)/K): S - K is exact there (Sterbenz) and the log
+       keeps its relative accuracy, where log(S / K) would carry the rounding of S / K (an
+       absolute error of half an ulp of 1, amplified by 1/sst: visible in float32 vanna). Away
+       from it log(S / K): the same absolute error is under an ulp of |ln(S/K)| >= ln 2 (log1p
+       would lose the digits of S/K to (S - K)/K rounding towards -1, and give -inf once
+       S/K < eps). Where S / K leaves [2^-100, 2^100] it may be subnormal or overflow, so
+       log S - log K: |ln(S/K)| > 69 there and |ln S|, |ln K| < 745, so the cancellation costs
+       under 11 ulps. */
+    REAL ratio = S / K, lnSK;
+    if (ratio > C(0.5) && ratio < C(2.0))
+        lnSK = M(log1p)((S - K) / K);
+    else if (ratio > C(0x1p-100) && ratio < C(0x1p100))
+        lnSK = M(log)(ratio);
+    else
+        lnSK = M(log)(S) - M(log)(K);
+    /* d1 and d2 each from the shared part, not d2 = d1 - sst: that is inf - inf where sst
+       overflows, and one rounding fewer everywhere. */
+    REAL dm = (lnSK + (r - q) * t) * inv_sst, half_sst = C(0.5) * sst;
+    REAL d1 = dm + half_sst;
+    REAL d2 = dm - half_sst;
     /* N(w d) through erfc: no 1 - N cancellation in either tail. */
     REAL Nd1 = C(0.5) * M(erfc)(-w * d1 * inv_sqrt2);
     REAL Nd2 = C(0.5) * M(erfc)(-w * d2 * inv_sqrt2);
@@ -90,10 +122,15 @@ TG_GREEKS_FN int KERNEL_ELEMENT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q
     REAL theta = C(-0.5) * SDq * pdf * sig / sqt + w * (q * SDq_N1 - r * KDr_N2);
     REAL rho = w * t * KDr_N2;
     REAL phi = -w * t * SDq_N1;
-    REAL vanna = -Dq_pdf * d2 * inv_sig;
-    REAL volga = vega * d1 * d2 * inv_sig;
+    /* The density terms of vanna, volga and charm: pdf(d1) decays faster than any power of d1,
+       d2, 1/sigma or sst grows, so where it has underflowed to 0 the terms are 0 -- not
+       0 * inf = NaN, which they would be where d1 or d2 is infinite (sst overflowing, or
+       ln(S/K) / sst overflowing for a tiny sigma) or sst d2 overflows (a huge sigma). */
+    int dense = pdf > 0;
+    REAL vanna = dense ? -Dq_pdf * d2 * inv_sig : C(0.0);
+    REAL volga = dense ? vega * d1 * d2 * inv_sig : C(0.0);
     REAL charm = w * q * Dq * Nd1
-               - Dq_pdf * (C(2.0) * (r - q) * t - d2 * sst) * inv_sst / (C(2.0) * t);
+               - (dense ? Dq_pdf * (C(2.0) * (r - q) * t - d2 * sst) * inv_sst / (C(2.0) * t) : C(0.0));
 
     o[0] = valid ? price : nan;
     o[1] = valid ? delta : nan;
@@ -116,7 +153,6 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
 {
     const greeks_ctx *ctx = (const greeks_ctx *)ctx_;
     const tg_bsm_inputs *in = ctx->in;
-    const REAL huge = (REAL)INFINITY;
     REAL scratch[TG_GREEKS_BLOCK];
 
     for (int64_t b0 = begin; b0 < end; b0 += TG_GREEKS_BLOCK) {
@@ -125,6 +161,7 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
         for (int k = 0; k < 10; k++)
             o[k] = ctx->out[k] ? (REAL *)ctx->out[k] + b0 : scratch;
         int64_t nlimit = 0;
+        unsigned char limit[TG_GREEKS_BLOCK];   /* KERNEL_ELEMENT's verdict: 1 = take the limit */
 
         for (int64_t j = 0; j < len; j++) {
             int64_t i = b0 + j;
@@ -137,7 +174,8 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
             REAL w = TG_AT(uint8_t, in->call, in->s_call, i) ? C(1.0) : C(-1.0);
 
             REAL v[10];
-            nlimit += KERNEL_ELEMENT(S, K, t, r, sig, q, w, v);
+            limit[j] = (unsigned char)KERNEL_ELEMENT(S, K, t, r, sig, q, w, v);
+            nlimit += limit[j];
             for (int k = 0; k < 10; k++)
                 o[k][j] = v[k];
         }
@@ -145,6 +183,8 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
         /* Zero total variance is rare: fix those elements up after the block rather than
            branching for them inside the loop above. */
         for (int64_t j = 0; nlimit > 0 && j < len; j++) {
+            if (!limit[j])
+                continue;
             int64_t i = b0 + j;
             REAL S = TG_AT(REAL, in->spot, in->s_spot, i);
             REAL K = TG_AT(REAL, in->strike, in->s_strike, i);
@@ -153,10 +193,6 @@ static void KERNEL_RANGE(void *ctx_, int64_t begin, int64_t end)
             REAL sig = TG_AT(REAL, in->vol, in->s_vol, i);
             REAL q = TG_AT(REAL, in->div, in->s_div, i);
             REAL w = TG_AT(uint8_t, in->call, in->s_call, i) ? C(1.0) : C(-1.0);
-            int valid = (S > 0) & (S < huge) & (K > 0) & (K < huge) & (t >= 0) & (t < huge)
-                      & (sig > 0) & (sig < huge) & (M(fabs)(r) < huge) & (M(fabs)(q) < huge);
-            if (!valid || C(1.0) / (sig * M(sqrt)(t)) < huge)
-                continue;
             REAL lim[10];
             KERNEL_LIMIT(S, K, t, r, sig, q, w, lim);
             for (int k = 0; k < 10; k++)

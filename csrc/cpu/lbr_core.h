@@ -306,9 +306,20 @@ TG_HD static inline double tg_lbr_rational_cubic_r(double xl, double xr, double 
 
 /* ---- the solver ----------------------------------------------------------------------------- */
 
+/* How far, relative to s, the root may lie outside its branch's bracket. The bracket ends are
+   where b takes the values b_l, b_c, b_u that chose the branch, and those are known to the
+   rounding of b there: a price within a few ulps of one of them has its root on either side of
+   the end, up to ~1e4 eps (at |x| = 700; ~100 eps for ordinary x) beyond it. 2^-32 covers that
+   with room to spare and is still far below any step that needs the halving safeguard. */
+#define TG_LBR_BRACKET_SLACK 0x1p-32
+
 /* One Householder(3) step s -> s + nu (1 + h2 nu / 2) / (1 + nu (h2 + h3 nu / 6)), falling back to
    Newton where the higher-order factor is not finite or not positive; then kept inside the bracket
-   (lo, hi) by halving the distance to the bracket end it would cross. */
+   [lo, hi], widened by TG_LBR_BRACKET_SLACK, by halving the distance to the bracket end it would
+   cross. The bracket is closed and slack because the root may be an end exactly, or an ulp or so
+   beyond it (a price on a branch boundary): a step that lands there must stay there, where halving
+   would leave the second iteration short of the root. Only s = 0 and s = inf, where b has no
+   objective to evaluate, are excluded. */
 TG_HD static inline double tg_lbr_householder_step(double s, double nu, double h2, double h3,
                                                    double lo, double hi)
 {
@@ -317,9 +328,9 @@ TG_HD static inline double tg_lbr_householder_step(double s, double nu, double h
     if (!(num > 0.0 && den > 0.0) || !isfinite(step))
         step = nu;
     double next = s + step;
-    if (!(next > lo))
+    if (!(next >= lo * (1.0 - TG_LBR_BRACKET_SLACK) && next > 0.0))
         next = 0.5 * (s + lo);
-    else if (!(next < hi))
+    else if (!(next <= hi * (1.0 + TG_LBR_BRACKET_SLACK) && next < INFINITY))
         next = hi < INFINITY ? 0.5 * (s + hi) : 2.0 * s;
     return next;
 }
@@ -474,7 +485,17 @@ TG_HD static inline void tg_lbr_otm_guess_from(const tg_lbr_otm_pivot *pv, tg_lb
             hi = INFINITY;
         }
     }
-    if (!(s > lo && s < hi))
+    /* The guess interpolates s(beta) between the bracket ends, so at a branch boundary (beta = b_l,
+       b_c or b_u, exactly or within the rounding of the interpolant) it is that end or an ulp
+       beyond it, and so is the root: snap it onto the closed bracket rather than restart from
+       the middle, from where two iterations do not get back (see TG_LBR_BRACKET_SLACK). Only a
+       guess with nothing to say (NaN, or one at s = 0 or s = inf, where b has no objective)
+       restarts from inside. */
+    if (s < lo)
+        s = lo;
+    else if (s > hi)
+        s = hi;
+    if (!(s > 0.0 && s < INFINITY))
         s = hi < INFINITY ? 0.5 * (lo + hi) : 2.0 * lo;
 iterate:
     st->beta = beta;
@@ -582,7 +603,11 @@ TG_HD static inline int tg_lbr_solve_setup(double price, double fwd, double stri
         *vol = 0.0;
         return 0;
     }
-    if (price < intrinsic) {
+    /* float32: a price less than its resolution below the intrinsic value can be the correct
+       rounding of one at or above it, so it is PRECISION (below), not BELOW_INTRINSIC: the float32
+       counterpart of the band above, wide enough for float32 rounding. */
+    double resolution = float32_resolution ? 0x1p-21 * fmax(fwd, strike) : 0.0;
+    if (price < intrinsic && !(intrinsic - price < resolution)) {
         *status = TG_IV_BELOW_INTRINSIC;
         *vol = NAN;
         return 0;
@@ -593,7 +618,7 @@ TG_HD static inline int tg_lbr_solve_setup(double price, double fwd, double stri
         return 0;
     }
     if (float32_resolution) {
-        double resolution = 0x1p-21 * fmax(fwd, strike);
+        /* time values below the resolution, negative ones included (see above) */
         if ((intrinsic > 0.0 && price - intrinsic < resolution) || cap - price < resolution) {
             *status = TG_IV_PRECISION;
             *vol = NAN;
@@ -735,11 +760,13 @@ TG_HD static inline double tg_lbr_implied_vol_bsm(double price, double S, double
 
 /* float32 inputs, solved in double, narrowed. Status PRECISION (NaN) where float32 inputs cannot
    resolve the option's distance to a no-arbitrage bound: with scale = max(S e^{-qt}, K e^{-rt}),
-   when the option is in the money and its time value (price - intrinsic) is below 2^-21 scale, or
-   when the room below the maximum (maximum - price) is below 2^-21 scale. 2^-21 is 4 float32 unit
-   roundoffs (2 to 4 ulps): each of price, S and K carries half an ulp of rounding, so a smaller
-   difference has no correct digit. Out-of-the-money prices carry their own relative precision and
-   are never flagged for their size. */
+   when the option is in the money and its time value (price - intrinsic) is below 2^-21 scale in
+   magnitude (either side of the intrinsic value: a price that far below it is not known to be
+   below it; only prices further below are BELOW_INTRINSIC, and those within TG_LBR_INTRINSIC_BAND
+   remain AT_INTRINSIC as in double), or when the room below the maximum (maximum - price) is below
+   2^-21 scale. 2^-21 is 4 float32 unit roundoffs (2 to 4 ulps): each of price, S and K carries
+   half an ulp of rounding, so a smaller difference has no correct digit. Out-of-the-money prices
+   carry their own relative precision and are never flagged for their size. */
 TG_HD static inline float tg_lbr_implied_vol_bsm_f32(float price, float S, float K, float t,
                                                      float r, float q, float theta, int *status)
 {

@@ -10,6 +10,8 @@
  *
  * A query with a non-finite strike or t, or t < 0, gives NaN. At t == 0 the variance is 0
  * and the vol is its limit (the first expiry's, in mode 0).
+ * Strikes may span more than DBL_MAX (k[0] = -1e308, k[1] = 1e308): the interpolation weight is
+ * then formed from halved differences (strike_weights).
  */
 #include <math.h>
 
@@ -57,7 +59,13 @@ static inline void strike_weights(const tg_surface *s, double K, int32_t *j, dou
         return;
     }
     *j = interval(k, nk, K);
-    *u = (K - k[*j]) / (k[*j + 1] - k[*j]);
+    double lo = k[*j], hi = k[*j + 1], span = hi - lo;
+    /* Strikes of both signs near +-DBL_MAX: the span (and K - lo with it) overflows, and the
+       weight would be 0; halved, both differences are exact and finite. */
+    if (span == INFINITY)
+        *u = (0.5 * K - 0.5 * lo) / (0.5 * hi - 0.5 * lo);
+    else
+        *u = (K - lo) / span;
 }
 
 /* The vol of expiry row `it` at the strike given by (j, u), interpolated linearly in vol. */
@@ -125,9 +133,13 @@ static void surface_range(void *ctx_, int64_t begin, int64_t end)
         if (!(isfinite(K) && isfinite(t) && t >= 0)) {
             r = NAN;
         } else if (s->mode == 0) {
-            if (t == 0) {
-                /* variance 0; the vol is the limit of sqrt(w / t) as t -> 0: the first row's. */
-                r = c->what ? 0.0 : sqrt(variance_mode0(s, K, s->expiries[0]) / s->expiries[0]);
+            double T0 = s->expiries[0];
+            if (t <= T0) {
+                /* Before the first expiry the variance is linear in t from 0, so the vol is the
+                   first row's for every t (and its limit at t = 0), taken from that row: from
+                   w(t) / t it would carry w's rounding, and for subnormal t (w(t) underflowing)
+                   come out 0 or garbage. */
+                r = c->what ? variance_mode0(s, K, t) : sqrt(variance_mode0(s, K, T0) / T0);
             } else {
                 double w = variance_mode0(s, K, t);
                 r = c->what ? w : sqrt(w / t);

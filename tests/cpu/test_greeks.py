@@ -412,6 +412,144 @@ def test_valid_inputs_over_a_wide_domain_never_give_nan(rng, dtype):
         assert np.isfinite(v[live]).all(), name
 
 
+# ---- edges of the domain: -0.0, float32 conversion, discounting, extreme moneyness and vols ----
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_t_minus_zero_is_t_zero(dtype):
+    """t = -0.0 passes t >= 0 and must give exactly the t = +0.0 values (the t -> 0 limits):
+    sqrt(-0.0) = -0.0 once made 1/(sigma sqrt t) = -inf and the price 0, gamma/theta NaN."""
+    S = np.array([110.0, 90.0, 100.0] * 2)
+    call = np.array([True] * 3 + [False] * 3)
+    plus = tickgpu.greeks(S, 100.0, 0.0, 0.05, 0.2, 0.01, call, dtype=dtype)
+    minus = tickgpu.greeks(S, 100.0, -0.0, 0.05, 0.2, 0.01, call, dtype=dtype)
+    for name in NAMES:
+        assert getattr(minus, name).tobytes() == getattr(plus, name).tobytes(), name
+    np.testing.assert_array_equal(minus.price, [10.0, 0.0, 0.0, 0.0, 10.0, 0.0])
+    assert float(tickgpu.greeks(110.0, 100.0, -0.0, 0.05, 0.2, dtype=dtype).price) == 10.0
+    # strict accepts it too
+    tickgpu.greeks(110.0, 100.0, -0.0, 0.05, 0.2, dtype=dtype, strict=True)
+
+
+@pytest.mark.parametrize("arg, value, message", [
+    ("spot", 1e39, "spot[1]: must be finite, got 1e+39 (inf in float32)"),
+    ("strike", 1e-50, "strike[1]: must be > 0, got 1e-50 (0.0 in float32)"),
+    ("vol", 1e-50, "vol[1]: must be > 0, got 1e-50 (0.0 in float32)"),
+    ("rate", -1e39, "rate[1]: must be finite, got -1e+39 (-inf in float32)"),
+    ("t", 1e39, "t[1]: must be finite, got 1e+39 (inf in float32)"),
+])
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+def test_strict_judges_values_after_the_float32_cast(arg, value, message):
+    """strict raises for what the float32 kernel would turn into NaN: values that overflow or
+    underflow in the cast. float64 takes the same values (they are valid doubles)."""
+    args = dict(spot=[100.0, 100.0], strike=[100.0, 100.0], t=[1.0, 1.0], rate=[0.05, 0.05],
+                vol=[0.2, 0.2], div=[0.0, 0.0])
+    args[arg] = [args[arg][0], value]
+    with pytest.raises(ValueError) as e:
+        tickgpu.greeks(**args, dtype=np.float32, strict=True)
+    assert message in str(e.value)
+    g = tickgpu.greeks(**args, dtype=np.float32)
+    for name in NAMES:
+        v = getattr(g, name)
+        assert np.isnan(v[1]) and not np.isnan(v[0]), name
+    if arg in ("spot", "strike", "vol"):   # valid doubles (t = 1e39, rate = -1e39 cannot discount)
+        assert not np.isnan(tickgpu.greeks(**args, strict=True).price).any()
+    # a float32 subnormal vol is still > 0: valid
+    tickgpu.greeks(100.0, 100.0, 1.0, 0.05, 1e-40, dtype=np.float32, strict=True)
+
+
+@pytest.mark.parametrize("dtype, rate, div", [
+    (np.float64, -1000.0, 0.0), (np.float64, 1000.0, 0.0), (np.float64, 0.0, -800.0),
+    (np.float64, 0.0, 800.0), (np.float32, -100.0, 0.0), (np.float32, 0.0, 120.0),
+])
+def test_discounting_out_of_range_is_nan_in_every_output(dtype, rate, div):
+    """strike e^{-rt} or spot e^{-qt} that is 0 or overflows in the dtype: the option is out of
+    range, NaN in all ten outputs (not NaN in some and 0 in others); strict names rate or div,
+    the index and the discounted value; implied_vol calls the same options BAD_INPUT."""
+    r, q = np.array([0.05, rate]), np.array([0.0, div])
+    g = tickgpu.greeks(100.0, 100.0, 1.0, r, 0.2, q, dtype=dtype)
+    for name in NAMES:
+        v = getattr(g, name)
+        assert np.isnan(v[1]) and np.isfinite(v[0]), name
+    name = "rate" if rate else "div"
+    with pytest.raises(ValueError, match=rf"^{name}\[1\]: {name} \* t beyond what {np.dtype(dtype)} can "
+                                         rf"discount: (strike|spot) \* exp"):
+        tickgpu.greeks(100.0, 100.0, 1.0, r, 0.2, q, dtype=dtype, strict=True)
+    if dtype == np.float64:
+        st = tickgpu.implied_vol(5.0, 100.0, 100.0, 1.0, r, q, return_status=True)[1]
+        assert list(st) == [tickgpu.IVStatus.OK, tickgpu.IVStatus.BAD_INPUT]
+    else:   # float32 greeks discount in float32; the same rates are fine in float64
+        assert np.isfinite(tickgpu.greeks(100.0, 100.0, 1.0, r, 0.2, q).price).all()
+
+
+NON_REAL = ["100", None, 100 + 1j, ["100"], np.array([100.0 + 0j])]
+
+
+@pytest.mark.parametrize("value", NON_REAL, ids=repr)
+def test_inputs_must_be_real_numbers(value):
+    """Strings are not parsed, complex is not truncated, None is not NaN: TypeError naming the
+    argument, with or without strict."""
+    for strict in (False, True):
+        with pytest.raises(TypeError, match=r"^spot: must be a real number"):
+            tickgpu.greeks(value, 100.0, 1.0, 0.05, 0.2, strict=strict)
+        with pytest.raises(TypeError, match=r"^vol: must be a real number"):
+            tickgpu.greeks(100.0, 100.0, 1.0, 0.05, value, strict=strict, dtype=np.float32)
+
+
+def mp_greeks(S, K, t, r, sig, q, call):
+    """The ten outputs from Haug's formulas in 60-digit mpmath (QuantLib's units)."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 60
+    S, K, t, r, sig, q = (mp.mpf(float(x)) for x in (S, K, t, r, sig, q))
+    w = 1 if call else -1
+    # mpmath's ncdf cannot take |x| ~ 1e300; there N is 0 or 1 and the density 0 to any precision
+    N = lambda x: mp.mpf(0) if x < -1e8 else mp.mpf(1) if x > 1e8 else mp.ncdf(x)  # noqa: E731
+    n = lambda x: mp.mpf(0) if abs(x) > 1e8 else mp.npdf(x)  # noqa: E731
+    sst = sig * mp.sqrt(t)
+    d1 = (mp.log(S / K) + (r - q) * t) / sst + sst / 2
+    d2 = d1 - sst
+    Dq, Dr = mp.exp(-q * t), mp.exp(-r * t)
+    vega = S * Dq * n(d1) * mp.sqrt(t)
+    return dict(
+        price=w * (S * Dq * N(w * d1) - K * Dr * N(w * d2)),
+        delta=w * Dq * N(w * d1),
+        gamma=Dq * n(d1) / (S * sst),
+        vega=vega,
+        theta=-S * Dq * n(d1) * sig / (2 * mp.sqrt(t)) + w * (q * S * Dq * N(w * d1) - r * K * Dr * N(w * d2)),
+        rho=w * t * K * Dr * N(w * d2),
+        phi=-w * t * S * Dq * N(w * d1),
+        vanna=-Dq * n(d1) * d2 / sig,
+        volga=vega * d1 * d2 / sig,
+        charm=w * q * Dq * N(w * d1) - Dq * n(d1) * (2 * (r - q) * t - d2 * sst) / (2 * t * sst),
+    )
+
+
+def test_extreme_moneyness_and_vols_against_mpmath():
+    """S/K from 1e-600 to 1e600 and vols from 1e-308 to 1e200 (the review's cases among them: a
+    vanishing spot, where log1p((S - K)/K) was -inf; sigma 1e-308, where d1 is inf; sigma 1e200,
+    where sst d2 overflows): no NaN, and every output within 1e-11 of the 60-digit value. The
+    absolute slack, 1e-280 of the inputs' scale, only admits results that underflow on the way
+    (a price of 1e-215 from S N(d1) with N(d1) below 1e-308)."""
+    cases = [(1e-15, 100.0, 1.0, 0.05, 0.2, 0.0), (1e6, 1.0, 1.0, 0.0, 1e-308, 0.0),
+             (100.0, 100.0, 1.0, 0.05, 1e200, 0.0), (1.0, 1e10, 1.0, 0.0, 5.0, 0.0)]
+    for S in (1e-300, 1e-15, 1e-8, 1.0, 100.0, 1e8, 1e300):
+        for K in (1e-300, 1e-10, 1.0, 100.0, 1e10, 1e300):
+            for sig in (1e-308, 1e-3, 0.2, 5.0, 1e200):
+                cases.append((S, K, 1.5, 0.05, sig, 0.02))
+    a = np.array(cases).T
+    checked = 0
+    for call in (True, False):
+        g = tickgpu.greeks(*a, call)
+        for i, c in enumerate(cases):
+            ref = mp_greeks(*c, call)
+            scale = 1e-280 * max(1.0, c[0], c[1], 1.0 / c[0])
+            for name in NAMES:
+                got, want = float(getattr(g, name)[i]), ref[name]
+                assert not np.isnan(got), (name, c, call)
+                assert abs(got - want) <= 1e-11 * abs(want) + scale, (name, c, call, got, float(want))
+                checked += abs(want) > 1e-250
+    assert checked > 1500
+
+
 # ---- threads and the C entry point -------------------------------------------------------------
 
 def run_native(arrays, call, n, nthreads, outputs=NAMES):

@@ -240,6 +240,105 @@ def test_deep_out_of_the_money_tiny_prices():
                 assert abs(float(vol) - true) / true <= 2e-14, (price, strike, t)
 
 
+def branch_boundaries(x):
+    """The solver's branch boundaries s_l < s_c < s_u at x < 0, computed the way it computes them
+    (Jaeckel's: s_c = sqrt(2|x|), the tangent at s_c meeting 0 and b_max), so that the prices
+    b(x, s) at these s are its b_l, b_c and b_u to the last bit or nearly."""
+    s_c = math.sqrt(-2.0 * x)
+    b_max = math.exp(0.5 * x)
+    v_c = b_max / math.sqrt(2.0 * math.pi)
+    b_c = lib.tg_normalised_black(x, s_c, 1.0)
+    return s_c - b_c / v_c, s_c, s_c + (b_max - b_c) / v_c
+
+
+def test_prices_on_the_branch_boundaries_against_mpmath():
+    """beta = b(x, s) at s = s_l, s_c, s_u, and a few ulps either side: the initial guess is then
+    the bracket's end and the root is that end, or just beyond it where the rounding of b put
+    beta on the other side of the boundary. Solved to what b's own rounding (of the exponent
+    (h^2 + t^2)/2) and the conditioning b / (s b') allow, against the root of the 40-digit
+    b(x, s) = beta."""
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    st = ffi.new("int *")
+
+    def b_mp(X, S):
+        phi = lambda z: mp.erfc(-z / mp.sqrt(2)) / 2  # noqa: E731
+        return mp.e ** (X / 2) * phi(X / S + S / 2) - mp.e ** (-X / 2) * phi(X / S - S / 2)
+
+    for x in -np.exp(np.linspace(np.log(1e-8), np.log(60.0), 120)):
+        x = float(x)
+        for s in branch_boundaries(x):
+            b0 = lib.tg_normalised_black(x, s, 1.0)
+            X = mp.mpf(x)
+            root = mp.findroot(lambda v: b_mp(X, v) - mp.mpf(b0), mp.mpf(s))
+            h, t = x / s, 0.5 * s
+            exponent = 0.5 * (h * h + t * t)
+            vega = math.exp(-exponent) / math.sqrt(2.0 * math.pi)
+            tol = 8 * EPS * (1 + b0 / (s * vega)) * (1 + exponent)
+            for k in (-7, -3, -1, 0, 1, 3, 7):
+                beta = b0 + k * float(np.spacing(b0))
+                # The root moves by (beta - b0) / b' (first order: the rest is ~1e-30 of s).
+                true = float(root + (mp.mpf(beta) - mp.mpf(b0)) / vega)
+                # The out-of-the-money call at x and the out-of-the-money put at -x: one problem.
+                for xx, theta in ((x, 1.0), (-x, -1.0)):
+                    got = lib.tg_normalised_implied_vol(beta, xx, theta, st)
+                    assert st[0] == IVStatus.OK
+                    assert abs(got - true) / true <= tol, (x, s, k, got, true)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_round_trips_on_the_branch_boundaries(rng, dtype):
+    """Premiums from `greeks` at the vols where sigma sqrt(t) is s_l, s_c or s_u, calls and puts in
+    and out of the money: round-off puts their normalised prices on, or an ulp either side of, the
+    solver's branch boundaries (a tenth of them came back wrong, status OK, when the guess on a
+    bracket end was thrown away). float32 solves the float32-rounded premium; its vol is compared
+    with float64's within what that rounding allows."""
+    n = 6000
+    spot = 100.0
+    strike = spot * np.exp(rng.uniform(-2.0, 2.0, n))
+    t = np.exp(rng.uniform(np.log(0.02), np.log(5.0), n))
+    rate, div = rng.uniform(-0.02, 0.08, n), rng.uniform(0.0, 0.05, n)
+    call = rng.random(n) < 0.5
+    x = np.log(spot / strike) + (rate - div) * t
+    s = np.array([branch_boundaries(-abs(xi))[k] for k, xi in zip(rng.integers(0, 3, n), x)])
+    sigma = s / np.sqrt(t)
+    args = dict(spot=spot, strike=strike, t=t, rate=rate, div=div, call=call)
+    price = tickgpu.greeks(vol=sigma, **args, dtype=dtype, backend="cpu").price
+    vol, status = tickgpu.implied_vol(price, **args, dtype=dtype, return_status=True, backend="cpu")
+    ok = status == IVStatus.OK
+    assert ok.mean() > 0.95
+    if dtype == np.float64:
+        # Backward error: the vol found reprices the premium (in the independent float64 formula)
+        # to a few ulps, cancel of them where its two terms cancel and d^2 / 2 more for the
+        # rounding of d inside the normal CDF. (The forward error would also measure `greeks`.)
+        repriced, _, cancel, _, _ = reference_price(args, np.where(ok, vol, sigma))
+        d = np.abs(x) / s + s / 2
+        tol = 32 * EPS * cancel * (1 + 0.5 * d * d)
+        err = np.abs(repriced - price) / price
+    else:
+        # Half a float32 ulp of each of price, spot and strike, through vega.
+        _, vega, _, fwd, disc_strike = reference_price(args, sigma)
+        tol = 1e-6 + 2.0**-22 * (price + fwd + disc_strike) / (vega * sigma)
+        err = np.abs(vol - sigma) / sigma
+    assert np.all((err <= tol)[ok]), np.max((err / tol)[ok])
+
+
+def test_branch_boundary_repros_match_py_vollib():
+    """Two prices exactly on the boundary b_c (sigma sqrt(t) = sqrt(2 |ln F/K|))."""
+    vollib = pytest.importorskip("py_vollib.black_scholes_merton.implied_volatility")
+    sigma = 0.06484146962970626
+    price = float(tickgpu.greeks(100.0, 99.79, 1.0, 0.0, sigma, call=False).price)
+    assert price == 2.4799888542453985
+    vol, st = tickgpu.implied_vol(price, 100.0, 99.79, 1.0, 0.0, call=False, return_status=True)
+    theirs = vollib.implied_volatility(price, 100.0, 99.79, 1.0, 0.0, 0.0, "p")
+    assert st == IVStatus.OK
+    assert abs(vol - theirs) <= 1e-12 * theirs and abs(vol - sigma) <= 1e-12 * sigma
+    # x = -2, s_c = 2: the true vol is 2 to the precision of the price.
+    vol = tickgpu.implied_vol(0.04491750967012714, math.exp(-2), 1.0, 1.0, 0.0)
+    theirs = vollib.implied_volatility(0.04491750967012714, math.exp(-2), 1.0, 1.0, 0.0, 0.0, "c")
+    assert abs(vol - 2.0) <= 1e-13 and abs(vol - theirs) <= 1e-12
+
+
 # ---- statuses at the bounds and on bad input -------------------------------------------------
 
 
@@ -368,6 +467,63 @@ def test_extreme_inputs_give_an_answer_or_a_status(price, spot, strike, t, r, q)
     assert time.perf_counter() - start < 1.0
 
 
+@pytest.mark.parametrize("call, error, message", [
+    ("put", TypeError, "call: must be bool or an array of bool"),
+    (None, TypeError, "call: must be bool or an array of bool"),
+    (2, ValueError, "call: must be True/False (or 1/0), got 2"),
+    (np.array([0.5]), TypeError, "call: must be bool or an array of bool, got float64"),
+    ([1, 3], ValueError, "call[1]: must be True/False (or 1/0), got 3"),
+])
+def test_call_flags_are_checked_as_in_greeks(call, error, message):
+    """Anything but booleans (or 0/1 integers) raises, with greeks' error, instead of being read
+    as a call because it is truthy."""
+    for fn in (lambda c: tickgpu.greeks(100.0, 100.0, 1.0, 0.0, 0.2, 0.0, c),
+               lambda c: tickgpu.implied_vol(5.0, 100.0, 100.0, 1.0, 0.0, 0.0, c)):
+        with pytest.raises(error) as e:
+            fn(call)
+        assert message in str(e.value)
+    # What is accepted: bools, numpy bools, 0/1 integers, bool and uint8 arrays, all read alike.
+    put = float(tickgpu.implied_vol(3.0, 100.0, 110.0, 1.0, 0.0, 0.0, False))
+    call_ = float(tickgpu.implied_vol(3.0, 100.0, 110.0, 1.0, 0.0, 0.0, True))
+    for flags, want in ((np.bool_(False), put), (0, put), ([0, 1], [put, call_]),
+                        (np.array([0, 1], np.uint8), [put, call_]), (np.array([False, True]), [put, call_])):
+        np.testing.assert_array_equal(tickgpu.implied_vol(3.0, 100.0, 110.0, 1.0, 0.0, 0.0, flags), want)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
+@pytest.mark.parametrize("arg, value, message", [
+    ("spot", 1e39, "spot[1]: must be finite, got 1e+39 (inf in float32)"),
+    ("t", 1e-50, "t[1]: must be > 0, got 1e-50 (0.0 in float32)"),
+    ("price", 1e39, "price[1]: must be finite, got 1e+39 (inf in float32)"),
+])
+def test_strict_names_the_argument_after_the_float32_cast(arg, value, message):
+    args = dict(price=[5.0, 5.0], spot=[100.0, 100.0], strike=[100.0, 100.0], t=[1.0, 1.0], rate=0.0)
+    args[arg] = [args[arg][0], value]
+    with pytest.raises(ValueError) as e:
+        tickgpu.implied_vol(**args, dtype=np.float32, strict=True)
+    assert message in str(e.value)
+    assert tickgpu.implied_vol(**args, dtype=np.float32, return_status=True)[1][1] == IVStatus.BAD_INPUT
+
+
+def test_strict_bad_input_names_rate_or_div():
+    """Discounting beyond a double: the message names rate (or div) and the index, not the price."""
+    with pytest.raises(ValueError, match=r"^rate\[1\]: BAD_INPUT: rate \* t beyond what float64 can "
+                                         r"discount: strike \* exp\(-rate \* t\) = inf .*got -1000.0$"):
+        tickgpu.implied_vol(5.0, 100.0, 100.0, 1.0, np.array([0.0, -1e3]), strict=True)
+    with pytest.raises(ValueError, match=r"^div: BAD_INPUT: div \* t beyond .* spot \* exp\(-div \* t\) "
+                                         r"= 0.0 .*got 800.0$"):
+        tickgpu.implied_vol(5.0, 100.0, 100.0, 1.0, 0.0, 800.0, strict=True)
+
+
+@pytest.mark.parametrize("value", ["5.0", None, 5 + 0j, ["5.0"]], ids=repr)
+def test_inputs_must_be_real_numbers(value):
+    for strict in (False, True):
+        with pytest.raises(TypeError, match=r"^price: must be a real number"):
+            tickgpu.implied_vol(value, 100.0, 100.0, 1.0, 0.0, strict=strict)
+        with pytest.raises(TypeError, match=r"^strike: must be a real number"):
+            tickgpu.implied_vol(5.0, 100.0, value, 1.0, 0.0, strict=strict, dtype=np.float32)
+
+
 # ---- shapes, dtypes, backends ------------------------------------------------------------------
 
 
@@ -424,11 +580,14 @@ def test_float32_follows_float64(rng):
                for k, v in o.items()}
     price32 = price.astype(np.float32).astype(np.float64)
     v64r, st64r = tickgpu.implied_vol(price32, **rounded, return_status=True, backend="cpu")
-    # The PRECISION rule, recomputed from the docstring on the float32 values.
+    # The PRECISION rule, recomputed from the docstring on the float32 values: a time value below
+    # the resolution in magnitude (so a price a rounding below the intrinsic value too, where
+    # float64 says BELOW_INTRINSIC), or a room below the maximum under it.
     intrinsic, cap, scale = bounds(rounded)
-    flagged = (((intrinsic > 0) & (price32 - intrinsic < 2.0**-21 * scale))
+    flagged = (((intrinsic > 0) & (np.abs(price32 - intrinsic) < 2.0**-21 * scale))
                | (cap - price32 < 2.0**-21 * scale))
-    assert np.array_equal(st32 == IVStatus.PRECISION, flagged & (st64r == IVStatus.OK))
+    assert np.array_equal(st32 == IVStatus.PRECISION,
+                          flagged & np.isin(st64r, [IVStatus.OK, IVStatus.BELOW_INTRINSIC]))
     ok = st32 == IVStatus.OK
     assert np.array_equal(ok, (st64r == IVStatus.OK) & ~flagged)
     assert ok.mean() > 0.9
@@ -469,6 +628,39 @@ def test_float32_precision_status():
     with pytest.raises(ValueError, match=r"price: PRECISION"):
         tickgpu.implied_vol(np.float32(20.0 + 4 * ulp20), S, K, 0.5, 0.0, dtype=np.float32,
                             strict=True)
+
+
+def test_float32_prices_rounded_below_intrinsic_are_precision(rng):
+    """A correctly rounded float32 premium may land just below the intrinsic value (the rounding of
+    price, spot and strike): within 2^-21 max(S e^{-qt}, K e^{-rt}) below it the status is
+    PRECISION, as just above it, not BELOW_INTRINSIC; further below, BELOW_INTRINSIC."""
+    n = 50_000
+    o, sigma = random_options(rng, n, t=(1e-3, 3.0))
+    o = {k: (v.astype(np.float32).astype(np.float64) if v.dtype != bool else v) for k, v in o.items()}
+    sigma = sigma.astype(np.float32).astype(np.float64)
+    price32 = reference_price(o, sigma)[0].astype(np.float32)   # the float64 price, rounded once
+    _, st = tickgpu.implied_vol(price32, **o, dtype=np.float32, return_status=True, backend="cpu")
+    assert not np.any(st == IVStatus.BELOW_INTRINSIC)
+    assert np.mean(st == IVStatus.PRECISION) > 0.05          # the case is common, not contrived
+    # The review's example: float64 on the unrounded inputs says AT_INTRINSIC.
+    args = (4.723861217498779, 2.7935664653778076, 0.15625156462192535, -0.013916019350290298,
+            0.026435257866978645, True)
+    v, st = tickgpu.implied_vol(np.float32(1.9047419086366473), *args, dtype=np.float32,
+                                return_status=True)
+    assert st == IVStatus.PRECISION and np.isnan(v)
+    assert tickgpu.implied_vol(1.9047419086366473, *args, return_status=True)[1] \
+        == IVStatus.AT_INTRINSIC
+    # The band's edges, r = q = 0: intrinsic 20 exactly, resolution 2^-21 * 100 = 25 ulps of 20.
+    ulp = float(np.spacing(np.float32(20.0)))
+    for k, expect in ((-1, IVStatus.PRECISION), (-24, IVStatus.PRECISION),
+                      (-25, IVStatus.BELOW_INTRINSIC), (-1000, IVStatus.BELOW_INTRINSIC)):
+        v, st = tickgpu.implied_vol(np.float32(20.0 + k * ulp), np.float32(100.0), np.float32(80.0),
+                                    0.5, 0.0, dtype=np.float32, return_status=True)
+        assert st == expect, k
+        assert np.isnan(v)
+    # float64 keeps its own, far narrower band: one float32 ulp below is below.
+    assert tickgpu.implied_vol(20.0 - ulp, 100.0, 80.0, 0.5, 0.0, return_status=True)[1] \
+        == IVStatus.BELOW_INTRINSIC
 
 
 # ---- threads and the C entry points ------------------------------------------------------------

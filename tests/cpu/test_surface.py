@@ -147,6 +147,54 @@ def test_bad_queries_give_nan_or_raise_with_strict():
         s.vol(100.0, 1.0, backend="fpga")
 
 
+def test_vol_before_the_first_expiry_for_every_positive_t():
+    """Variance mode: for every t in (0, T_first], subnormal included, the vol is the first expiry's
+    (the variance is linear in t from 0), taken from the grid, not from w(t) / t, which
+    underflowed to 0 for t = 5e-324."""
+    s = tickgpu.VolSurface([90.0, 100.0], [0.25, 1.0], [[0.3, 0.2], [0.25, 0.2]])
+    first = np.sqrt(0.5 * 0.3**2 + 0.5 * 0.2**2)      # at 95, halfway in variance
+    assert first == pytest.approx(0.2549509756796392, rel=1e-15)
+    t = np.array([5e-324, 1e-320, 2.2250738585072014e-308, 1e-300, 1e-100, 1e-9, 0.1, 0.25, 0.0])
+    np.testing.assert_allclose(s.vol(95.0, t), first, rtol=1e-15)
+    np.testing.assert_allclose(s.variance(95.0, t[3:]), first**2 * t[3:], rtol=1e-14)
+    assert s.variance(95.0, 5e-324) <= 5e-324
+    by_vol = tickgpu.VolSurface([90.0, 100.0], [0.25, 1.0], [[0.3, 0.2], [0.25, 0.2]], interpolation="vol")
+    np.testing.assert_allclose(by_vol.vol(95.0, t), 0.25, rtol=1e-15)
+
+
+@pytest.mark.filterwarnings("error")
+def test_strikes_spanning_more_than_the_largest_double():
+    """k[1] - k[0] overflows for strikes -1e308 and 1e308: the weight is still (K - k0) / (k1 - k0),
+    halfway at K = 0 (vol 0.3 bilinear in vol, sqrt((0.04 + 0.16) / 2) in variance)."""
+    by_vol = tickgpu.VolSurface([-1e308, 1e308], [1.0], [[0.2, 0.4]], interpolation="vol")
+    np.testing.assert_allclose(by_vol.vol([0.0, -1e308, 1e308, 5e307, -1.5e308, 1.7e308], 1.0),
+                               [0.3, 0.2, 0.4, 0.35, 0.2, 0.4], rtol=1e-15)
+    by_var = tickgpu.VolSurface([-1e308, 1e308], [1.0], [[0.2, 0.4]])
+    assert by_var.vol(0.0, 1.0) == pytest.approx(np.sqrt(0.1), rel=1e-15)
+    assert by_var.variance(0.0, 2.0) == pytest.approx(0.2, rel=1e-15)
+    three = tickgpu.VolSurface([-1.5e308, 0.0, 1.5e308], [1.0], [[0.2, 0.3, 0.4]], interpolation="vol")
+    np.testing.assert_allclose(three.vol([-0.75e308, 0.75e308], 1.0), [0.25, 0.35], rtol=1e-15)
+
+
+@pytest.mark.parametrize("kwargs, name", [
+    (dict(vols=[["0.2", "0.2"], ["0.2", "0.2"]]), "vols"),
+    (dict(vols=[[0.2, 0.2 + 0j], [0.2, 0.2]]), "vols"),
+    (dict(strikes=["90", "110"]), "strikes"),
+    (dict(expiries=[0.5, None]), "expiries"),
+])
+def test_grid_values_must_be_real_numbers(kwargs, name):
+    args = dict(strikes=[90.0, 110.0], expiries=[0.5, 1.0], vols=[[0.2, 0.2], [0.2, 0.2]])
+    args.update(kwargs)
+    with pytest.raises(TypeError, match=rf"^{name}: must be a real number"):
+        tickgpu.VolSurface(**args)
+    s = tickgpu.VolSurface([90.0, 110.0], [1.0], [[0.2, 0.3]])
+    for strict in (False, True):
+        with pytest.raises(TypeError, match=r"^strike: must be a real number"):
+            s.vol("100", 1.0, strict=strict)
+        with pytest.raises(TypeError, match=r"^t: must be a real number"):
+            s.variance(100.0, [None], strict=strict)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(strikes=[100.0, 90.0]), r"strikes\[1\]: must be > strikes\[0\] \(strictly increasing\), got 90.0"),
     (dict(strikes=[90.0, np.nan]), r"strikes\[1\]: must be finite"),

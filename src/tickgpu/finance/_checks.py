@@ -132,29 +132,70 @@ def _index(a: np.ndarray, flat: int):
     return int(flat) if a.ndim <= 1 else tuple(int(i) for i in np.unravel_index(flat, a.shape))
 
 
-def require(name: str, a, ok: np.ndarray, reason: str) -> None:
-    """Raise ValueError at the first element of `a` where `ok` is False."""
+# dtype kinds that are real numbers: bool, signed and unsigned integers, floats.
+_REAL_KINDS = frozenset("biuf")
+
+
+def real_array(name: str, a) -> np.ndarray:
+    """`a` as an ndarray of real numbers (not converted further), or TypeError naming `name`.
+
+    NumPy would parse strings ("100"), drop the imaginary part of complex numbers (with a
+    warning only) and turn None into NaN on the way to float; none of those is a price.
+    """
+    arr = a if type(a) is _ndarray else np.asarray(a)
+    if arr.dtype.kind not in _REAL_KINDS:
+        what = f"an array of {arr.dtype}" if isinstance(a, (np.ndarray, list, tuple)) else type(a).__name__
+        raise TypeError(f"{name}: must be a real number or an array of real numbers, got {what}")
+    return arr
+
+
+def require(name: str, a, ok: np.ndarray, reason: str, seen: np.ndarray | None = None) -> None:
+    """Raise ValueError at the first element of `a` where `ok` is False.
+
+    `seen`, when given, is `a` as the computation sees it (converted to its dtype); where that
+    changed the offending value (1e39 -> inf, 1e-50 -> 0.0 in float32) the message shows both.
+    """
     if not np.all(ok):
         a = np.asarray(a)
         flat = int(np.flatnonzero(~np.broadcast_to(ok, a.shape).ravel())[0])
         value = a.ravel()[flat].item()   # a Python number: "got -0.1", not "np.float64(-0.1)"
         where = f"{name}[{_index(a, flat)}]" if a.ndim else name
-        raise ValueError(f"{where}: {reason}, got {value!r}")
+        detail = ""
+        if seen is not None:
+            converted = np.broadcast_to(seen, a.shape).ravel()[flat]
+            if converted.item() != value and value == value:    # NaN stays NaN: nothing to add
+                detail = f" ({converted.item()!r} in {converted.dtype})"
+        raise ValueError(f"{where}: {reason}, got {value!r}{detail}")
 
 
-def require_finite(name: str, a) -> np.ndarray:
-    a = np.asarray(a, dtype=np.float64)
-    require(name, a, np.isfinite(a), "must be finite")
+def _seen(a: np.ndarray, dtype) -> np.ndarray:
+    """`a` (float64) as the kernel of `dtype` reads it: float32 rounds, overflows to inf and
+    underflows to 0."""
+    if dtype is None or np.dtype(dtype) == _F64:
+        return a
+    with np.errstate(over="ignore", under="ignore"):
+        return a.astype(dtype)
+
+
+def require_finite(name: str, a, dtype=None) -> np.ndarray:
+    """`a` as float64, or ValueError at its first element that is not finite as `dtype`."""
+    a = np.asarray(real_array(name, a), dtype=np.float64)
+    seen = _seen(a, dtype)
+    require(name, a, np.isfinite(seen), "must be finite", seen)
     return a
 
 
-def require_positive(name: str, a) -> np.ndarray:
-    a = require_finite(name, a)
-    require(name, a, a > 0, "must be > 0")
+def require_positive(name: str, a, dtype=None) -> np.ndarray:
+    """`a` as float64, or ValueError at its first element that is not finite and > 0 as `dtype`."""
+    a = require_finite(name, a, dtype)
+    seen = _seen(a, dtype)
+    require(name, a, seen > 0, "must be > 0", seen)
     return a
 
 
-def require_nonnegative(name: str, a) -> np.ndarray:
-    a = require_finite(name, a)
-    require(name, a, a >= 0, "must be >= 0")
+def require_nonnegative(name: str, a, dtype=None) -> np.ndarray:
+    """`a` as float64, or ValueError at its first element that is not finite and >= 0 as `dtype`."""
+    a = require_finite(name, a, dtype)
+    seen = _seen(a, dtype)
+    require(name, a, seen >= 0, "must be >= 0", seen)
     return a

@@ -76,17 +76,27 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     ValueError
         Shapes that do not broadcast (always). With ``strict=True``, also the first bad element,
         naming the argument, its index and the reason (non-finite, spot <= 0, strike <= 0, t < 0,
-        vol <= 0), e.g. ``"vol[3]: must be > 0, got -0.1"``.
+        vol <= 0, judged on the values as converted to `dtype`; then rate or div out of range),
+        e.g. ``"vol[3]: must be > 0, got -0.1"``, ``"vol: must be > 0, got 1e-50 (0.0 in
+        float32)"``.
     TypeError
-        A `dtype` other than float64 / float32, or a `call` that is not boolean.
+        A `dtype` other than float64 / float32, a `call` that is not boolean, or an input that is
+        not real numbers (strings, complex, None).
 
     Notes
     -----
     Without ``strict``, an element with a non-finite input, spot <= 0, strike <= 0, t < 0 or
-    vol <= 0 gives NaN in all ten outputs, and the other elements are unaffected. At t == 0 the
+    vol <= 0 (after conversion to `dtype`: float32 overflows beyond ~3.4e38 and underflows below
+    ~1e-45) gives NaN in all ten outputs, and the other elements are unaffected. So does an
+    element out of range, where the discounted spot ``spot * exp(-div * t)`` or the discounted
+    strike ``strike * exp(-rate * t)``, computed in `dtype`, is 0 or overflows (``rate * t`` or
+    ``div * t`` beyond what the dtype can discount, e.g. ``rate * t < -709`` in float64, ``< -88``
+    in float32): `implied_vol` reports the same options as BAD_INPUT. At t == 0 (or -0.0) the
     result is the intrinsic value with the limit greeks: in the money delta = +-1 and theta =
     -/+(r K - q S); out of the money everything 0; gamma, vega, vanna, volga 0; exactly at the
-    money delta = +-1/2, gamma = +inf, theta = -inf (the limits as t -> 0). See csrc/tickgpu.h.
+    money delta = +-1/2, gamma = +inf, theta = -inf (the limits as t -> 0). Where the normal
+    density at d1 underflows (far from the money, a tiny or a huge vol) vanna, volga and the
+    density part of charm are 0, their limits. See csrc/tickgpu.h.
     """
     dt = _checks.check_dtype(dtype)
     if backend not in _BACKENDS:
@@ -97,7 +107,7 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
         call = _call_flags(call)
         values = (spot, strike, t, rate, vol, div, call)
     if strict:
-        _check_elements(spot, strike, t, rate, vol, div)
+        _check_elements(spot, strike, t, rate, vol, div, dt)
     n = 1
     for d in shape:
         n *= d
@@ -145,11 +155,12 @@ def _greeks_of(arrays) -> Greeks:
 _new = object.__new__
 
 
-def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch) -> list:
+def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch, names) -> list:
     """Point `pointers[i]` / `strides[i]` (views of a native input struct) at each of `values`.
 
     A Python scalar goes into `scratch[i]` (stride 0); an array already of `shape`, `dt` and
-    C-contiguous is read in place (stride 1); anything else is converted once (`as_input`).
+    C-contiguous is read in place (stride 1); anything else is converted once (`as_input`), after
+    a TypeError naming the argument (`names`, in the order of `values`) if it is not real numbers.
     Returns the converted arrays, which must stay alive until the native call returns.
     """
     keep = []
@@ -166,7 +177,9 @@ def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch) -> list
             pointers[i] = scratch + k
             strides[i + 1] = 0
         else:
-            arr, stride = as_input(v, shape, dt)
+            # real_array converts a non-array once, as as_input would, and refuses what would
+            # only become a number by parsing ("100"), truncation (complex) or as NaN (None).
+            arr, stride = as_input(_checks.real_array(names[i >> 1], v), shape, dt)
             keep.append(arr)
             pointers[i] = _from_buffer(arr)
             strides[i + 1] = stride
@@ -239,7 +252,8 @@ def _greeks_cpu(values: tuple, dt: np.dtype, shape, n: int) -> Greeks:
     pointers, strides = fr.pointers, fr.strides
     f64 = dt is _F64
     # Every converted array stays referenced until the call returns: the C core reads in place.
-    keep = bind_inputs(pointers, strides, values[:6], dt, shape, fr.scratch64 if f64 else fr.scratch32)
+    keep = bind_inputs(pointers, strides, values[:6], dt, shape, fr.scratch64 if f64 else fr.scratch32,
+                       _ARG_NAMES)
     flags = bind_flags(pointers, strides, 6, values[6], shape, fr.flag)
     if n <= _SMALL:
         # Small results share one block: one allocation instead of ten (rows are independent
@@ -306,14 +320,38 @@ def _call_flags(call):
     raise TypeError(f"call: must be bool or an array of bool, got {flags.dtype}")
 
 
-def _check_elements(spot, strike, t, rate, vol, div) -> None:
-    """strict=True: raise at the first bad element, argument by argument."""
-    _checks.require_positive("spot", _host(spot))
-    _checks.require_positive("strike", _host(strike))
-    _checks.require_nonnegative("t", _host(t))
-    _checks.require_finite("rate", _host(rate))
-    _checks.require_positive("vol", _host(vol))
-    _checks.require_finite("div", _host(div))
+def _check_elements(spot, strike, t, rate, vol, div, dt: np.dtype) -> None:
+    """strict=True: raise at the first bad element, argument by argument, judging the values as
+    the kernel reads them (converted to `dt`); then the discounting rule (see `greeks`)."""
+    spot = _checks.require_positive("spot", _host(spot), dt)
+    strike = _checks.require_positive("strike", _host(strike), dt)
+    t = _checks.require_nonnegative("t", _host(t), dt)
+    rate = _checks.require_finite("rate", _host(rate), dt)
+    _checks.require_positive("vol", _host(vol), dt)
+    div = _checks.require_finite("div", _host(div), dt)
+    require_discountable(spot, strike, t, rate, div, dt)
+
+
+def require_discountable(spot, strike, t, rate, div, dt: np.dtype, status: str = "") -> None:
+    """ValueError naming rate (or div) and the index of the first element whose discounted strike
+    ``strike * exp(-rate * t)`` (or spot ``spot * exp(-div * t)``), computed in `dt` as the kernels
+    do, is 0 or not finite: rate * t (div * t) beyond what `dt` can discount. `status` (e.g.
+    "BAD_INPUT") goes after the argument's name in the message."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        S, K, T, R, Q = (np.asarray(a, dtype=np.float64).astype(dt) for a in (spot, strike, t, rate, div))
+        T = np.abs(T)   # t = -0.0 is 0
+        shape = np.broadcast_shapes(S.shape, K.shape, T.shape, R.shape, Q.shape)
+        for name, rt, base, what in (("rate", R, K, "strike"), ("div", Q, S, "spot")):
+            disc = np.broadcast_to(base * np.exp(-rt * T), shape)
+            bad = ~((disc > 0) & (disc < np.inf))
+            if bad.any():
+                flat = int(np.flatnonzero(bad.ravel())[0])
+                index = flat if len(shape) <= 1 else tuple(int(i) for i in np.unravel_index(flat, shape))
+                where = f"{name}[{index}]" if shape else name
+                at = lambda a: np.broadcast_to(a, shape).ravel()[flat].item()  # noqa: E731
+                raise ValueError(f"{where}: {status + ': ' if status else ''}{name} * t beyond what {dt} can "
+                                 f"discount: {what} * exp(-{name} * t) "
+                                 f"= {at(disc)!r} (t {at(T)!r}, {what} {at(base)!r}), got {at(rt)!r}")
 
 
 def _is_device_array(x) -> bool:

@@ -43,13 +43,16 @@ class VolSurface:
     Extrapolation: the vol is held flat in strike outside [strikes[0], strikes[-1]] (QuantLib's
     ``ConstantExtrapolation`` on both sides) and flat in t beyond the last expiry (QuantLib's
     rule: w(t) = w(T_last) t / T_last). Calendar arbitrage (total variance decreasing in t) is not
-    checked.
+    checked. Any finite strikes are accepted, also a grid spanning more than the largest double
+    (e.g. -1e308 and 1e308): the interpolation weights are formed without overflow.
 
     Raises
     ------
     ValueError
         A grid that breaks the rules above, naming the argument, the index and the reason, e.g.
         ``"expiries[2]: must be > expiries[1] (strictly increasing), got 0.5"``.
+    TypeError
+        Grid values, strikes or times that are not real numbers (strings, complex, None).
     """
 
     __slots__ = ("_strikes", "_expiries", "_vols", "_interpolation", "_native")
@@ -59,7 +62,7 @@ class VolSurface:
             raise ValueError(f"interpolation: must be 'variance' or 'vol', got {interpolation!r}")
         strikes = _axis("strikes", strikes, positive=False)
         expiries = _axis("expiries", expiries, positive=True)
-        vols = np.array(vols, dtype=np.float64)
+        vols = np.array(_checks.real_array("vols", vols), dtype=np.float64)
         if vols.shape != (len(expiries), len(strikes)):
             raise ValueError(
                 f"vols: must have shape (len(expiries), len(strikes)) = "
@@ -100,8 +103,10 @@ class VolSurface:
         """Black vol per sqrt(year) at (strike, t), broadcast; float64.
 
         t is in years. Without `strict`, a non-finite strike or t, or t < 0, gives NaN; with
-        it, the first such element raises ValueError naming the argument and index. At t == 0
-        the vol is its limit as t -> 0 (the first expiry's vol at that strike).
+        it, the first such element raises ValueError naming the argument and index. With
+        ``interpolation="variance"``, for every t up to the first expiry (subnormal t included)
+        the vol is the first expiry's vol at that strike, and at t == 0 that is its limit as
+        t -> 0.
         """
         return self._eval(strike, t, _VOL, strict, backend)
 
@@ -144,7 +149,7 @@ class VolSurface:
             elif tv is np.ndarray and v.dtype is _F64 and v.shape == shape and v.flags.c_contiguous:
                 ptrs.append((ffi.cast("double *", ffi.from_buffer(v)), 1 if v.size != 1 else 0))
             else:
-                a, stride = as_input(v, shape, np.float64)
+                a, stride = as_input(_checks.real_array(_ARG_NAMES[i], v), shape, np.float64)
                 keep.append(a)
                 ptrs.append((ffi.cast("double *", ffi.from_buffer(a)), stride))
         out = np.empty(shape, dtype=np.float64)
@@ -156,13 +161,14 @@ class VolSurface:
 
 
 def _axis(name: str, values, *, positive: bool) -> np.ndarray:
-    a = np.array(values, dtype=np.float64)
+    a = np.array(_checks.real_array(name, values), dtype=np.float64)
     if a.ndim != 1 or a.size < 1:
         raise ValueError(f"{name}: must be a 1-D array of at least one value, got shape {a.shape}")
     _checks.require_positive(name, a) if positive else _checks.require_finite(name, a)
-    step = np.diff(a)
-    if np.any(step <= 0):
-        i = int(np.flatnonzero(step <= 0)[0]) + 1
+    # Compared, not differenced: the difference of strikes near -1e308 and 1e308 overflows.
+    down = a[1:] <= a[:-1]
+    if np.any(down):
+        i = int(np.flatnonzero(down)[0]) + 1
         raise ValueError(f"{name}[{i}]: must be > {name}[{i - 1}] (strictly increasing), "
                          f"got {float(a[i])!r} after {float(a[i - 1])!r}")
     return a
