@@ -193,3 +193,130 @@ def test_running_models_imports_neither_torch_nor_triton():
             "assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- values past float32 (and float16) -----------------------------------------------------------
+
+@pytest.mark.parametrize("build,match", [
+    (lambda: QuantLinear(np.array([[1e41, 1.0]])), r"weight\[0, 0\]: beyond float32's range"),
+    (lambda: QuantLinear(np.array([[1.0, -1e39]]), scheme="w16a8"), r"weight\[0, 1\]: beyond float32"),
+    (lambda: QuantLinear(np.array([[1e39, 1.0]]), scheme="fp32"), r"weight\[0, 0\]: beyond float32"),
+    (lambda: QuantLinear(np.eye(2), np.array([0.0, 1e39])), r"bias\[1\]: beyond float32's range"),
+    (lambda: QuantLinear(np.eye(2), np.array([0.0, 7e4]), scheme="fp16"), r"bias\[1\]: beyond float16's range"),
+    (lambda: QuantLinear(np.full((2, 2), 7e4), scheme="fp16"), r"weight\[0, 0\]: beyond float16's range"),
+    (lambda: QuantMLP([(np.eye(2), None)], layernorm=(np.array([1e39, 1.0]), np.zeros(2))),
+     r"layernorm: gamma\[0\]: beyond float32's range"),
+    (lambda: QuantMLP([(np.eye(2), None)], layernorm=(np.ones(2), np.array([0.0, -1e39]))),
+     r"layernorm: beta\[1\]: beyond float32's range"),
+    (lambda: QuantMLP([(np.eye(2), None)], layernorm=(np.ones(2), np.zeros(2), np.inf)), "eps"),
+])
+def test_parameters_beyond_float32_are_refused(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int16"])
+def test_quantize_weight_refuses_weights_beyond_float32(fmt):
+    from tickgpu.quant import quantize_weight
+
+    with pytest.raises(ValueError, match=r"weight\[0, 1\]: beyond float32's range.*1e\+300"):
+        quantize_weight(np.array([[1.0, 1e300], [0.0, 0.0]]), fmt)
+    w = np.array([[3.4e38, -3.4e38, 1.0]])           # the edge itself is fine
+    q = quantize_weight(w, fmt)
+    assert np.isfinite(q.scale).all() and np.allclose(q.dequantize()[0, :2], w[0, :2], rtol=1e-2)
+
+
+def test_float64_input_beyond_float32_names_the_range(rng):
+    lin = QuantLinear(np.eye(2))
+    with pytest.raises(ValueError, match=r"x\[0, 1\]: beyond float32's range \(\+-3.403e\+38\), got 1e\+39"):
+        lin(np.array([1.0, 1e39]))
+    with pytest.raises(ValueError, match=r"x\[0, 1\]: must be finite, got .*inf"):
+        lin(np.array([1.0, np.inf]))
+
+
+# -- float16 hidden activations ------------------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["w8a16", "fp16"])
+def test_hidden_float16_overflow_raises_naming_the_layer(scheme):
+    layers = [(np.full((2, 2), 300.0), None), (np.eye(2), None), (np.eye(2), None)]
+    mlp = QuantMLP(layers, scheme=scheme)
+    x = np.array([[1.0, 1.0], [200.0, 200.0]])
+    with pytest.raises(ValueError, match=r"layers\[0\] output\[1, 0\] \(after GELU; the input of layers\[1\]\): "
+                                         r"exceeds float16's range \(65504\).*got 120000\.0"):
+        mlp(x)
+    y = mlp(x, check=False)                        # documented: NaN for that row
+    assert np.isnan(y[1]).all() and np.isfinite(y[0]).all()
+    for int_scheme in ("w8a8", "w16a16"):          # float32 hidden activations: no overflow
+        np.testing.assert_allclose(QuantMLP(layers, scheme=int_scheme)(x[1]), [120000.0] * 2, rtol=1e-3)
+    # a LayerNorm whose output leaves float16 (the raw input is never rounded to float16 then)
+    ln = QuantMLP([(np.eye(2), None)], layernorm=(np.full(2, 1e5), np.zeros(2)), scheme=scheme)
+    with pytest.raises(ValueError, match=r"layernorm output\[0, 0\] \(the input of layers\[0\]\): exceeds float16"):
+        ln(np.array([1.0, 2.0]))
+    assert np.isnan(ln(np.array([1.0, 2.0]), check=False)).all()
+    ok = QuantMLP([(np.eye(2), None)], layernorm=(np.full(2, 6e4), np.zeros(2)), scheme=scheme)
+    np.testing.assert_allclose(ok(np.array([1e6, 3e6])), [-6e4, 6e4], rtol=2e-3)
+
+
+# -- state dicts: unsupported modules, key order, dtypes -------------------------------------------
+
+def _sd(rng, n_linear=2, ln=True, width=4):
+    sd, i = {}, 0
+    if ln:
+        sd["0.weight"], sd["0.bias"] = rng.uniform(0.5, 1.5, width), rng.standard_normal(width)
+        i = 1
+    for _ in range(n_linear):
+        sd[f"{i}.weight"], sd[f"{i}.bias"] = rng.standard_normal((width, width)), rng.standard_normal(width)
+        i += 2
+    return sd
+
+
+def test_state_dict_modules_are_taken_in_index_order(rng):
+    sd = _sd(rng, n_linear=6, ln=False)             # indices 0, 2, ..., 10
+    assert "10.weight" in sd
+    x = rng.standard_normal((3, 4))
+    want = QuantMLP.from_state_dict(sd, scheme="fp32")(x)
+    layers = [(sd[f"{i}.weight"], sd[f"{i}.bias"]) for i in range(0, 12, 2)]
+    np.testing.assert_array_equal(want, QuantMLP(layers, scheme="fp32")(x))
+    shuffled = dict(sorted(sd.items()))             # "10." before "2."
+    np.testing.assert_array_equal(QuantMLP.from_state_dict(shuffled, scheme="fp32")(x), want)
+    nested = {f"net.{k}": v for k, v in reversed(list(sd.items()))}
+    np.testing.assert_array_equal(QuantMLP.from_state_dict(nested, scheme="fp32")(x), want)
+
+
+@pytest.mark.parametrize("extra,match", [
+    ({"1.weight_scale": np.ones(1)}, r"key '1.weight_scale': unsupported entry 'weight_scale'"),
+    ({"0.running_mean": np.zeros(4)}, r"key '0.running_mean'"),
+    ({"weight": np.ones((2, 4))}, r"key 'weight' has no module index"),
+    ({"a.0.weight": np.ones((2, 4))}, "more than one module container"),
+])
+def test_state_dict_rejects_unknown_keys(rng, extra, match):
+    with pytest.raises(ValueError, match=match):
+        QuantMLP.from_state_dict({**_sd(rng), **extra})
+
+
+def test_state_dict_rejects_batchnorm_and_normless_layernorm(rng):
+    torch = pytest.importorskip("torch")
+    bn = torch.nn.Sequential(torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2)).eval()
+    with pytest.raises(ValueError, match=r"'0.running_mean'.*BatchNorm"):
+        QuantMLP.from_state_dict(bn.state_dict())
+    plain = torch.nn.Sequential(torch.nn.LayerNorm(4, elementwise_affine=False), torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"module '1' is a Linear, expected at index 0.*elementwise_affine=False"):
+        QuantMLP.from_state_dict(plain.state_dict())
+    gap = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.GELU(), torch.nn.Dropout(), torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"module '3' is a Linear, expected at index 2"):
+        QuantMLP.from_state_dict(gap.state_dict())
+    no_bias = torch.nn.Sequential(torch.nn.LayerNorm(4, bias=False), torch.nn.Linear(4, 2))
+    with pytest.raises(ValueError, match=r"module '0' has a 1-D weight and no bias"):
+        QuantMLP.from_state_dict(no_bias.state_dict())
+
+
+def test_bfloat16_state_dict(rng):
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(int(rng.integers(1 << 31)))
+    model = torch.nn.Sequential(torch.nn.LayerNorm(6), torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    sd16 = {k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}
+    exact = {k: v.float().numpy() for k, v in sd16.items()}   # bfloat16 -> float32 is exact
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    for scheme in ("fp32", "w8a8"):
+        np.testing.assert_array_equal(QuantMLP.from_state_dict(sd16, scheme=scheme)(x),
+                                      QuantMLP.from_state_dict(exact, scheme=scheme)(x))

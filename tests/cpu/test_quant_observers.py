@@ -249,3 +249,246 @@ def test_standardizer_values(rng):
         d = x[t] - mean
         mean = mean + 0.1 * d
         var = 0.9 * (var + 0.1 * d * d)
+
+
+# -- check_causal must not pass what it did not check -----------------------------------------------
+
+def test_check_causal_catches_a_leak_written_into_a_reused_buffer(rng):
+    # the baseline and the perturbed run return the same array: it must be copied as it comes back
+    series = _series(rng)
+    buf = np.empty_like(series)
+
+    def leaky_into_buffer(s):
+        buf[:] = s - s.mean(axis=0)    # a global normalization
+        return buf
+
+    with pytest.raises(CausalityError, match="depends on the future"):
+        check_causal(leaky_into_buffer, series, cuts=4)
+    scales = {"scale": np.empty(len(series))}
+
+    def leaky_dict(s):
+        scales["scale"][:] = np.abs(s).max()
+        return scales
+
+    with pytest.raises(CausalityError, match="'scale'"):
+        check_causal(leaky_dict, series, cuts=4)
+
+
+def test_check_causal_perturbs_past_empty_batches(rng):
+    # a list series whose last tick had no trades: the cuts before it must still be checked
+    batches = [rng.standard_normal((3, 2)) for _ in range(100)]
+    batches[-1] = np.zeros((0, 2))
+    batches[40] = np.zeros((0, 2))
+
+    def leaky(ticks):
+        g = np.mean(np.concatenate([t for t in ticks if t.size]))   # global mean, future included
+        return np.array([t.mean() - g if t.size else 0.0 for t in ticks])
+
+    with pytest.raises(CausalityError, match="depends on the future"):
+        check_causal(leaky, batches, cuts=8)
+    # an empty batch at the cut (40) or after it (99) is left alone, the others are perturbed
+    causal = check_causal(lambda s: AbsMaxObserver(axis=-1).trace(s), batches, cuts=[40, 98])
+    assert causal.checks == 2 * 4 * 4 and causal.skipped == []
+    only_empty = check_causal(lambda s: AbsMaxObserver().trace(s)["scale"], batches, cuts=[41, 99])
+    assert only_empty.skipped == [f"{k}@99" for k in ("noise", "outliers", "zeros", "nan")]
+
+
+def test_check_causal_raises_when_nothing_was_compared(rng):
+    series = _series(rng)
+    with pytest.raises(ValueError, match="cuts: must be >= 1.*nothing would be compared"):
+        check_causal(_leaky_global_max, series, cuts=0)
+    with pytest.raises(ValueError, match="cuts: must hold at least one.*nothing would be compared"):
+        check_causal(_leaky_global_max, series, cuts=[])
+    with pytest.raises(ValueError, match="perturbations: must name at least one"):
+        check_causal(_leaky_global_max, series, perturbations=())
+    with pytest.raises(ValueError, match="perturbations: must be among"):
+        check_causal(_leaky_global_max, series, perturbations=("noise", "typo"))
+    with pytest.raises(ValueError, match="fn: returned no outputs"):
+        check_causal(lambda s: {}, series, cuts=3)
+    ints = rng.integers(0, 10, (50, 2))
+    with pytest.raises(ValueError, match=r"nothing was compared.*'nan' does not apply to int64"):
+        check_causal(lambda s: s - s.mean(), ints, perturbations=("nan",))
+    batches = [rng.standard_normal((2, 2)), np.zeros((0, 2)), np.zeros((0, 2))]
+    with pytest.raises(ValueError, match="nothing was compared.*every batch from the cut on is empty"):
+        check_causal(lambda s: np.zeros(len(s)), batches, cuts=[1, 2])
+
+
+def _sparse_one_tick_ahead(s):
+    out = s[:, 0].copy()
+    out[:-1:50] = s[1::50, 0]      # every 50th tick peeks at the next one
+    return out
+
+
+def _lone_peek_at_150(s):
+    out = s[:, 0].copy()
+    out[150] = s[151, 0]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_check_causal_default_catches_a_sparse_one_tick_lookahead(rng, seed):
+    series = rng.standard_normal((1000, 1))
+    with pytest.raises(CausalityError) as caught:
+        check_causal(_sparse_one_tick_ahead, series, seed=seed)
+    import re
+    tick, cut = map(int, re.search(r"at tick (\d+) changed when ticks >= (\d+)", str(caught.value)).groups())
+    assert tick % 50 == 0 and cut == tick + 1    # the one cut that reveals it
+    # a long series: the blocks of consecutive cuts each hold a tick that peeks
+    with pytest.raises(CausalityError):
+        check_causal(_sparse_one_tick_ahead, rng.standard_normal((20_000, 1)), seed=seed)
+    report = check_causal(lambda s: np.cumsum(s, axis=0), series[:257], seed=seed)
+    assert report.cuts == list(range(1, 257)) and report.checks == 256 * 4
+    with pytest.raises(CausalityError) as caught:     # every cut of a short series: one lone peek
+        check_causal(_lone_peek_at_150, series[:257], seed=seed)
+    assert "at tick 150 changed when ticks >= 151" in str(caught.value)
+
+
+def test_check_causal_default_cuts_on_long_series():
+    from tickgpu.quant.causal import ALL_CUTS_MAX, CUT_BLOCKS
+
+    report = check_causal(lambda s: np.cumsum(s, axis=0), np.zeros((5000, 1)), perturbations=("zeros", "nan"))
+    cuts = np.array(report.cuts)
+    width = ALL_CUTS_MAX // CUT_BLOCKS
+    assert len(cuts) == ALL_CUTS_MAX and cuts[0] == 1 and cuts[-1] == 4999
+    runs = np.split(cuts, np.flatnonzero(np.diff(cuts) != 1) + 1)
+    assert len(runs) == CUT_BLOCKS and all(len(r) == width for r in runs)
+
+
+# -- scheduled scales: bad windows, bad initial parameters, frozen means frozen ----------------------
+
+def test_scheduled_update_from_an_all_nan_window_keeps_the_scales(rng):
+    sched = ScheduledScales(lambda: AbsMaxObserver(alpha=None), window=5, every=5)
+    good = rng.standard_normal((10, 4))
+    for x in good:
+        sched.observe(x)
+    before = sched.current
+    assert before.version == 2 and before.scale[0] == np.float32(np.abs(good[5:]).max() / 127)
+    for _ in range(5):
+        sched.observe(np.full(4, np.nan))          # a halted feed
+    assert sched.current is before                 # not the floor scale, and no new version
+    x = rng.standard_normal(4)
+    assert np.abs(np.rint(x / sched.current.scale[0])).max() < 127 * 4
+    for x in good[:5]:
+        sched.observe(x)
+    assert sched.current.version == 3 and sched.current.window == (15, 20)
+
+
+def test_scheduled_update_keeps_the_channels_without_data(rng):
+    sched = ScheduledScales(lambda: AbsMaxObserver(axis=-1, alpha=None), window=5, every=5)
+    first = rng.standard_normal((5, 3))
+    for x in first:
+        sched.observe(x)
+    for _ in range(5):
+        sched.observe(np.array([np.nan, 1.0, -2.0]))   # channel 0 goes dark
+    cur = sched.current
+    assert cur.version == 2
+    assert cur.scale[0] == np.float32(np.abs(first[:, 0]).max() / 127)      # kept
+    assert list(cur.scale[1:]) == [np.float32(1 / 127), np.float32(2 / 127)]
+    # no usable earlier scales (the unready initial ones are per tensor): nothing is installed
+    dark = ScheduledScales(lambda: AbsMaxObserver(axis=-1), window=5, every=5)
+    for _ in range(5):
+        dark.observe(np.array([np.nan, 1.0, -2.0]))
+    assert dark.current.version == 0
+
+
+@pytest.mark.parametrize("initial,match", [
+    ((0.0, 0), r"scale\[0\]: must be finite and > 0"), ((np.nan, 0), r"scale\[0\]: must be finite"),
+    ((np.inf, 0), r"scale\[0\]"), ((-1.0, 0), r"scale\[0\]"), (([1.0, 1e39], 0), r"scale\[1\].*1e\+39"),
+    ((1e-50, 0), r"scale\[0\]"), ((1.0, 0.5), r"zero_point\[0\]: must be an int32 integer"),
+    ((1.0, [0, 128]), r"zero_point\[1\]: must lie in \[-127, 127\]"),
+    (([1.0, 2.0], [0, 0, 0]), r"scale, zero_point: shapes \(2,\) and \(3,\) do not broadcast")])
+def test_scheduled_scales_validate_initial(initial, match):
+    with pytest.raises(ValueError, match="initial: " + match):
+        ScheduledScales(lambda: AbsMaxObserver(), window=5, every=5, initial=initial)
+
+
+def test_frozen_scales_cannot_be_changed_in_place():
+    mine = np.array([1.0, 2.0])
+    sched = ScheduledScales(lambda: AbsMaxObserver(axis=-1), window=2, every=2, initial=(mine, 0))
+    cur = sched.current
+    mine[0] = 99.0                                 # the caller's array is copied...
+    assert cur.scale[0] == 1.0
+    with pytest.raises(ValueError, match="read-only"):
+        cur.scale[0] = 123.0                       # ...and the live one is read-only
+    with pytest.raises(ValueError, match="read-only"):
+        cur.zero_point[:] = 5
+    assert cur.scale.dtype == np.float32 and cur.zero_point.dtype == np.int32
+    with pytest.raises(ValueError, match=r"scale\[0\]"):
+        FrozenScales(np.array([0.0]), np.array([0]), 1, (0, 1))
+
+
+# -- ranges past float32: zero points, clamping, channel counts --------------------------------------
+
+def _representable(scale, zp, bits=8):
+    qmin, qmax = (-128, 127) if bits == 8 else (-32768, 32767)
+    s = float(scale)
+    return (qmin - int(zp)) * s, (qmax - int(zp)) * s
+
+
+@pytest.mark.parametrize("lo,hi", [(-1e300, 1e300), (-np.inf, np.inf), (-1.7e308, 1.7e308),
+                                   (-1e43, 3e43), (-3e43, 1e43), (-1.0, 1e300), (-1e300, 1.0)])
+@pytest.mark.parametrize("bits", [8, 16])
+def test_capped_scale_keeps_the_zero_point_where_the_range_puts_it(lo, hi, bits):
+    s, z = qparams_from_range(lo, hi, bits=bits)
+    assert s == np.finfo(np.float32).max
+    rlo, rhi = _representable(s, z, bits)
+    assert rlo <= 0 <= rhi
+    # 0 sits at the same fraction of the grid as of the range (to half a code)
+    frac_range = -max(min(lo, 0), -1.79e308) / 2 / (min(hi, 1.79e308) / 2 - max(lo, -1.79e308) / 2)
+    steps = 255 if bits == 8 else 65535
+    assert abs((int(z) - (-128 if bits == 8 else -32768)) - frac_range * steps) <= 0.5 + 1e-9
+    if lo < -1 and hi > 1:
+        assert rlo < 0 < rhi                       # both signs representable
+    # an uncapped range is untouched: the exact formula
+    s2, z2 = qparams_from_range(-1.0, 3.0, bits=bits)
+    assert z2 == (-128 if bits == 8 else -32768) - np.rint(-1.0 / np.float64(s2))
+
+
+def test_symmetric_huge_range_has_its_zero_point_in_the_middle():
+    s, z = qparams_from_range(np.array([-1e300, -1.0]), np.array([1e300, 1.0]))
+    assert z[0] == 0 and np.all(np.isfinite(s))
+    assert z[1] == -128 - np.rint(-1.0 / np.float64(s[1]))
+
+
+def test_ema_of_float64_extremes_does_not_overflow():
+    big = np.finfo(np.float64).max
+    o = MinMaxObserver()
+    for _ in range(3):
+        o.update(np.array([-big, big]))
+    lo, hi = o.range
+    assert np.isfinite(lo).all() and np.isfinite(hi).all() and hi[0] == np.finfo(np.float32).max
+    s, z = o.qparams()
+    assert np.isfinite(s).all() and z[0] == 0   # symmetric data: zero point in the middle
+    o = MinMaxObserver(strict=True)
+    o.update(np.array([-1.0, 1e39]))              # finite float64: observed (clamped), not an error
+    assert o.n_nonfinite == 0 and o.range[1][0] == np.finfo(np.float32).max
+
+
+def test_per_channel_observer_refuses_a_new_channel_count():
+    o = MinMaxObserver(axis=-1)
+    o.update(np.array([[5.0]]))
+    with pytest.raises(ValueError, match=r"tick 1.*3 channels along axis -1 \(shape \(1, 3\)\).*has 1"):
+        o.update(np.array([[1.0, 2.0, 3.0]]))
+    o = AbsMaxObserver(axis=-1)
+    o.update(np.zeros((0, 4)))                    # an empty batch still fixes the channel count
+    o.update(np.ones((2, 4)))
+    assert o.ready
+    with pytest.raises(ValueError, match="5 channels"):
+        o.update(np.ones((2, 5)))
+
+
+def test_standardizer_warmup_and_arguments():
+    x = np.array([[1.0], [1.001], [np.nan], [1.002], [0.9]])
+    assert EmaStandardizer().transform(x[:2])[1, 0] == pytest.approx(1e9)   # the documented hazard
+    z = EmaStandardizer(alpha=0.5, warmup=3).transform(x)
+    assert z[0, 0] == 0 and z[1, 0] == 0 and np.isnan(z[2, 0]) and z[3, 0] == 0
+    ref = EmaStandardizer(alpha=0.5).transform(x)
+    assert z[4, 0] == ref[4, 0] != 0                # same statistics, only the output is held back
+    with pytest.raises(ValueError, match="warmup"):
+        EmaStandardizer(warmup=0)
+    with pytest.raises(ValueError, match="floor"):
+        EmaStandardizer(floor=0.0)
+    st = EmaStandardizer()
+    st.transform(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="series: has 3 features.*built on 2"):
+        st.transform(np.ones((3, 3)))

@@ -720,3 +720,53 @@ def test_gpu_steps_import_neither_torch_nor_triton(tmp_path):
             "assert not bad, bad\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("layernorm", [False, True])
+def test_gpu_w8a16_hidden_float16_overflow_raises_like_the_cpu(kr, mock, rng, layernorm):
+    """W8A16's hidden activations are float16 on the GPU too: with check=True the GPU call (staged
+    or general path) and a bound step raise the CPU reference's error naming the layer; with
+    check=False they give its NaN rows."""
+    w0 = np.zeros((4, 3))
+    w0[:, 2] = 300.0
+    layers = [(w0, None), (np.eye(4), None), (rng.standard_normal((2, 4)), None)]
+    ln = (np.full(3, 200.0), np.zeros(3)) if layernorm else None   # a constant row normalizes to 0
+    gpu = QuantMLP(layers, layernorm=ln, scheme="w8a16", backend="gpu")
+    cpu = QuantMLP(layers, layernorm=ln, scheme="w8a16", backend="cpu")
+    x = np.full((3, 3), 0.01)
+    x[1] = [1.0, 2.0, 300.0] if not layernorm else [1.0, 2.0, 3.0]  # 300 * 300, 300 * 245 > 65504
+    with pytest.raises(ValueError) as want:
+        cpu(x)
+    assert str(want.value).startswith("layers[0] output[1, 0] (after GELU; the input of layers[1]): exceeds float16")
+    for arr in (x, x.astype(np.float32)):
+        with pytest.raises(ValueError) as got:
+            gpu(arr)
+        assert str(got.value) == str(want.value)
+        lax = gpu(arr, check=False)
+        assert np.isnan(lax[1]).all() and np.array_equal(lax, cpu(arr, check=False), equal_nan=True)
+    fine = np.full((2, 3), 0.01)
+    before = len(mock.launches)
+    assert np.array_equal(gpu(fine), cpu(fine))
+    assert len(mock.launches) > before             # the GPU path, not a CPU fallback
+    if layernorm:                                   # bound steps read float32 only with a LayerNorm
+        xb = np.ascontiguousarray(x, np.float32)
+        strict, lax = gpu.bind(xb), gpu.bind(xb, check=False)
+        with pytest.raises(ValueError) as bound:
+            strict()
+        assert str(bound.value) == str(want.value)
+        assert np.isnan(lax()[1]).all()
+        xb[1] = 0.01
+        assert np.array_equal(strict(), cpu(xb))
+
+
+def test_gpu_paths_name_a_float64_value_beyond_float32(kr, mock, rng):
+    mlp = QuantMLP([(rng.standard_normal((5, 4)), None), (rng.standard_normal((2, 5)), None)],
+                   layernorm=(np.ones(4), np.zeros(4)), scheme="w8a8", backend="gpu")
+    x = rng.standard_normal((3, 4))
+    x[2, 1] = 1e39
+    for call in (lambda: mlp(x), lambda: mlp.bind(x)(), lambda: mlp.bind(x[2].copy())()):
+        with pytest.raises(ValueError, match=r"x\[\d, 1\]: beyond float32's range \(\+-3.403e\+38\), got 1e\+39"):
+            call()
+    x[2, 1] = np.inf
+    with pytest.raises(ValueError, match=r"x\[2, 1\]: must be finite"):
+        mlp.bind(x)()

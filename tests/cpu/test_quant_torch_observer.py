@@ -71,3 +71,17 @@ def test_usable_in_a_qconfig():
     obs = qc.activation()
     obs(torch.randn(8, 3))
     assert obs.averaging_constant == 0.05
+
+
+def test_finite_float64_beyond_float32_is_clamped_not_masked():
+    obs = SafeMinMaxObserver()
+    obs(torch.tensor([1e39, -1e300, 2.0, float("nan")], dtype=torch.float64))
+    limit = float(torch.finfo(torch.float32).max) / 2
+    assert int(obs.n_nonfinite) == 1                       # only the NaN
+    assert float(obs.min_val) == -limit and float(obs.max_val) == limit
+    s, _ = obs.calculate_qparams()
+    assert torch.isfinite(s).all() and (s > 0).all()
+    for dtype in (torch.float16, torch.bfloat16, torch.int32):   # narrower inputs still work
+        obs = SafeMinMaxObserver()
+        obs(torch.tensor([1, -2, 3]).to(dtype))
+        assert (float(obs.min_val), float(obs.max_val), int(obs.n_nonfinite)) == (-2.0, 3.0, 0)

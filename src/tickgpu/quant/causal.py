@@ -1,9 +1,12 @@
 """check_causal: prove by experiment that a calibration or model never looks at the future.
 
 A function of a time series is causal when its output at tick t depends only on ticks up to t. The
-check runs the function once on the series, then again with everything from a random cut point on
+check runs the function once on the series, then again with everything from a cut point c on
 replaced by something else (noise, huge outliers, zeros, NaN), and demands that every output before
-the cut be bit-identical. A function that peeks even one tick ahead fails at some cut.
+the cut be bit-identical. A cut c tests every dependence that straddles it: an output at a tick
+t < c on a tick s >= c. By default every cut of a series of up to :data:`ALL_CUTS_MAX` + 1 ticks is
+checked, so a function whose output at some tick depends on any later tick fails, as long as one of
+the perturbations changes that output (see :func:`check_causal` for longer series).
 """
 from __future__ import annotations
 
@@ -12,6 +15,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 PERTURBATIONS = ("noise", "outliers", "zeros", "nan")
+# The default checks every cut of a series with at most this many cuts (ticks - 1): 4 runs of fn a
+# cut. Longer series get this many cuts in CUT_BLOCKS evenly spaced blocks of consecutive cuts.
+# (1024 runs of fn at most: a per-tick Python loop over a few hundred ticks checks in seconds.)
+ALL_CUTS_MAX = 256
+CUT_BLOCKS = 16
 
 
 class CausalityError(AssertionError):
@@ -36,13 +44,14 @@ def _outputs(result) -> dict[str, np.ndarray]:
         items = [(f"output[{i}]", r) for i, r in enumerate(result)]
     else:
         items = [("output", result)]
-    return {str(k): np.asarray(v) for k, v in items}
+    # Copies: fn may return (or write into) the same buffer on every call, and a baseline that is
+    # overwritten by the perturbed run would compare equal to it whatever fn does.
+    return {str(k): np.array(v, copy=True) for k, v in items}
 
 
 def _perturb(x: np.ndarray, kind: str, gen: np.random.Generator) -> np.ndarray | None:
-    """A replacement for the future part x (same shape and dtype), or None where not applicable."""
-    if x.size == 0:
-        return None
+    """A replacement for the future part x (same shape and dtype, not empty), or None where the kind
+    does not apply to x's dtype (NaN for integers)."""
     if np.issubdtype(x.dtype, np.integer):
         info = np.iinfo(x.dtype)
         if kind == "noise":
@@ -70,21 +79,47 @@ def _perturb(x: np.ndarray, kind: str, gen: np.random.Generator) -> np.ndarray |
     raise ValueError(f"perturbation: must be one of {PERTURBATIONS}, got {kind!r}")
 
 
-def _replace_future(series, cut: int, kind: str, gen):
+def _copy_series(series):
     if isinstance(series, np.ndarray):
+        return series.copy()
+    return [b.copy() for b in series]
+
+
+def _replace_future(series, cut: int, kind: str, gen):
+    """A copy of series with the ticks from ``cut`` on perturbed, or (None, why) where nothing could be."""
+    if isinstance(series, np.ndarray):
+        if series[cut:].size == 0:
+            return None, "the ticks from the cut on hold no values"
         new = _perturb(series[cut:], kind, gen)
         if new is None:
-            return None
+            return None, f"{kind!r} does not apply to {series.dtype} ticks"
         out = series.copy()
         out[cut:] = new
-        return out
-    out = [np.array(b, copy=True) for b in series]
+        return out, ""
+    out = _copy_series(series)
+    changed = False
     for t in range(cut, len(out)):
+        # An empty batch (a tick without trades) has nothing to perturb: leave it, perturb the rest.
+        if out[t].size == 0:
+            continue
         new = _perturb(out[t], kind, gen)
         if new is None:
-            return None
+            return None, f"{kind!r} does not apply to {out[t].dtype} ticks"
         out[t] = new
-    return out
+        changed = True
+    if not changed:
+        return None, "every batch from the cut on is empty"
+    return out, ""
+
+
+def _default_cuts(n: int) -> list[int]:
+    """Every cut in [1, n) when there are at most ALL_CUTS_MAX, else CUT_BLOCKS evenly spaced blocks
+    of ALL_CUTS_MAX // CUT_BLOCKS consecutive cuts, the first starting at 1 and the last ending at n - 1."""
+    if n - 1 <= ALL_CUTS_MAX:
+        return list(range(1, n))
+    width = ALL_CUTS_MAX // CUT_BLOCKS
+    starts = np.linspace(1, n - width, CUT_BLOCKS).round().astype(np.int64)
+    return sorted({int(c) for a in starts for c in range(a, a + width)})
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -92,27 +127,48 @@ def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
         np.ascontiguousarray(a).tobytes() == np.ascontiguousarray(b).tobytes())
 
 
-def check_causal(fn, series, *, cuts: int | list[int] = 8,
+def check_causal(fn, series, *, cuts: int | list[int] | None = None,
                  perturbations: tuple[str, ...] = PERTURBATIONS, seed: int = 0,
                  strict: bool = False) -> CausalReport:
     """Assert that ``fn(series)`` up to each cut point does not change when the future changes.
+
+    A cut c compares the outputs at ticks t < c (t <= c with ``strict``) of a run on the series with
+    those of runs in which the ticks from c on are perturbed, so it catches any dependence of such an
+    output on a tick s >= c. A leak is therefore found exactly when some checked cut lies in
+    (t, s] (in (t - 1, s] with ``strict``) and some perturbation changes the output at t:
+
+    - default (``cuts=None``): every cut of a series of up to ``ALL_CUTS_MAX + 1`` (257) ticks,
+      so any look-ahead, even of one tick at one tick, fails. A longer series gets 256 cuts in 16
+      evenly spaced blocks of 16 consecutive cuts (the first block at the start, the last at the
+      end): a look-ahead fails when it reaches into a block, which every look-ahead that recurs at
+      least once every 16 ticks, or that spans more than the gap between blocks, does; a one-off
+      look-ahead elsewhere can pass. Pass ``cuts=list(range(1, T))`` to check them all.
+    - an int n: n random cuts, which catch a global or frequent leak but can miss a sparse one.
+    - a list: those cuts.
+
+    Each cut runs ``fn`` once per perturbation, on a fresh copy of the series: the default costs up
+    to 1024 runs of ``fn`` over the whole series, so check a slow function on a prefix of its
+    series, or pass an int for a quick spot check.
 
     Parameters
     ----------
     fn : callable
         ``fn(series)`` returns an array, a tuple/list of arrays or a dict of arrays, each with one row
         per tick along axis 0 (e.g. scales, zero points and quantized outputs at each tick). It must
-        build any state it needs from scratch on each call.
+        build any state it needs from scratch on each call. Its outputs are copied as they come
+        back, so a function that returns (or writes into) one buffer on every call is still checked.
     series : ndarray or list of ndarray
-        Ticks along axis 0 (or a list of per-tick batches, which may differ in shape).
-    cuts : int or list of int
-        Number of random cut points in [1, T), or the cut points themselves.
+        Ticks along axis 0 (or a list of per-tick batches, which may differ in shape; an empty batch
+        is left as it is and the non-empty ones after the cut are perturbed).
+    cuts : None, int or list of int
+        None (default): all cuts, or the blocks above for long series; an int >= 1: that many
+        random cut points in [1, T); a list: the cut points themselves.
     perturbations : tuple of str
         What replaces ticks from the cut on: "noise" (Gaussian, ten times the series' spread),
         "outliers" (+-1e30 at random places), "zeros", "nan" (NaN at random places; skipped for
         integer series).
     seed : int
-        Seed of the cut points and perturbations.
+        Seed of the random cut points and of the perturbations.
     strict : bool
         Also require the output *at* the cut to be unchanged, i.e. that the output at tick t uses
         ticks strictly before t (what scales frozen for live inference must satisfy).
@@ -120,13 +176,17 @@ def check_causal(fn, series, *, cuts: int | list[int] = 8,
     Returns
     -------
     CausalReport
+        ``checks`` (outputs compared) is always > 0; ``skipped`` lists the "kind@cut" pairs that
+        could not be run (NaN on integers; only empty batches after the cut).
 
     Raises
     ------
     CausalityError
         Naming the output, the cut, the perturbation and the first tick whose output changed.
     ValueError
-        ``series`` has fewer than 2 ticks or ``fn``'s outputs do not have one row per tick.
+        ``series`` has fewer than 2 ticks, ``fn``'s outputs do not have one row per tick, ``cuts``
+        or ``perturbations`` are empty or invalid, or nothing at all was compared (every
+        perturbation skipped, or no outputs): a check that compared nothing proves nothing.
     """
     if isinstance(series, np.ndarray):
         n = series.shape[0] if series.ndim else 0
@@ -135,25 +195,41 @@ def check_causal(fn, series, *, cuts: int | list[int] = 8,
         n = len(series)
     if n < 2:
         raise ValueError(f"series: needs at least 2 ticks, got {n}")
+    perturbations = tuple(perturbations)
+    if not perturbations:
+        raise ValueError("perturbations: must name at least one perturbation, got none: nothing would be compared")
+    unknown = [k for k in perturbations if k not in PERTURBATIONS]
+    if unknown:
+        raise ValueError(f"perturbations: must be among {PERTURBATIONS}, got {unknown}")
     gen = np.random.default_rng(seed)
-    if isinstance(cuts, int):
+    if cuts is None:
+        cut_list = _default_cuts(n)
+    elif isinstance(cuts, (int, np.integer)) and not isinstance(cuts, bool):
+        if cuts < 1:
+            raise ValueError(f"cuts: must be >= 1 (or None for the default), got {cuts}: nothing would be compared")
         pool = np.arange(1, n)
-        cut_list = sorted(int(c) for c in gen.choice(pool, size=min(cuts, pool.size), replace=False))
+        cut_list = sorted(int(c) for c in gen.choice(pool, size=min(int(cuts), pool.size), replace=False))
     else:
         cut_list = [int(c) for c in cuts]
+        if not cut_list:
+            raise ValueError("cuts: must hold at least one cut point, got none: nothing would be compared")
         bad = [c for c in cut_list if not 1 <= c < n]
         if bad:
             raise ValueError(f"cuts: must lie in [1, {n}), got {bad}")
-    base = _outputs(fn(series))
+    base = _outputs(fn(_copy_series(series)))
+    if not base:
+        raise ValueError("fn: returned no outputs: nothing would be compared")
     for name, arr in base.items():
         if arr.ndim == 0 or arr.shape[0] != n:
             raise ValueError(f"fn: output {name!r} must have one row per tick ({n}), got shape {arr.shape}")
-    report = CausalReport(cut_list, tuple(perturbations), list(base))
+    report = CausalReport(cut_list, perturbations, list(base))
+    why_skipped: dict[str, None] = {}
     for cut in cut_list:
         for kind in perturbations:
-            changed = _replace_future(series, cut, kind, gen)
+            changed, why = _replace_future(series, cut, kind, gen)
             if changed is None:
                 report.skipped.append(f"{kind}@{cut}")
+                why_skipped[why] = None
                 continue
             got = _outputs(fn(changed))
             keep = cut + 1 if strict else cut
@@ -169,4 +245,8 @@ def check_causal(fn, series, *, cuts: int | list[int] = 8,
                         f"{kind}: it depends on the future" + (" (or on its own tick)" if strict else "")
                     )
                 report.checks += 1
+    if report.checks == 0:
+        raise ValueError(
+            f"check_causal: nothing was compared: all {len(report.skipped)} (perturbation, cut) pairs "
+            f"were skipped ({'; '.join(why_skipped)}), so causality is unproven")
     return report

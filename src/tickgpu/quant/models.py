@@ -32,6 +32,7 @@ from tickgpu.quant import _gpu
 
 from tickgpu.quant import gemm
 from tickgpu.quant.schemes import (
+    F32_MAX,
     OUT_DTYPES,
     QuantizedWeight,
     cast_output,
@@ -79,8 +80,8 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
         if not math.isfinite(peak):
             bad = ~np.isfinite(arr)
             m, j = np.argwhere(bad)[0]
-            _not_finite(m, j, arr[m, j])
-        if scheme in ("w8a16", "fp16") and peak > 65504:
+            _not_finite(m, j, arr[m, j], np.asarray(x).reshape(arr.shape))
+        if scheme in _F16_ACT and peak > 65504:
             big = np.abs(arr) > 65504
             if big.any():
                 m, j = np.argwhere(big)[0]
@@ -91,10 +92,42 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _max = np.maximum.reduce
+F16_MAX = 65504.0
+# Schemes whose activations are float16 (hidden ones too, between layers)
+_F16_ACT = ("w8a16", "fp16")
 
 
-def _not_finite(m, j, value):
+def _not_finite(m, j, value, src=None):
+    """Raise the error of x[m, j] not finite as float32; ``src`` (the caller's array, 2-D) tells a
+    finite float64 value past float32's range, which the cast turned into inf, from a real inf."""
+    if src is not None:
+        orig = src[m, j]
+        if np.isfinite(orig):
+            raise ValueError(f"x[{m}, {j}]: beyond float32's range (+-{F32_MAX:.4g}), got {float(orig)!r} "
+                             "(check=False gives NaN for that row)")
     raise ValueError(f"x[{m}, {j}]: must be finite, got {value!r} (check=False gives NaN for that row)")
+
+
+def _float_param(values, name: str, shape: tuple, limit: float = F32_MAX, why: str = "") -> np.ndarray:
+    """A float parameter (bias, gamma, beta, float weight) as float32, checked: shape, finite, and
+    within +-limit (float32's max; float16's where the scheme rounds it to float16), which a
+    float64 value can exceed and then turn into inf."""
+    v = np.asarray(values)
+    if not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
+        raise TypeError(f"{name}: must be a real float array, got {v.dtype}")
+    v = v.astype(np.float64)
+    if v.shape != shape:
+        raise ValueError(f"{name}: must have shape {shape}, got {v.shape}")
+    bad = ~np.isfinite(v)
+    if bad.any():
+        i = tuple(int(a) for a in np.argwhere(bad)[0])
+        raise ValueError(f"{name}[{', '.join(map(str, i))}]: must be finite, got {float(v[i])!r}")
+    big = np.abs(v) > limit
+    if big.any():
+        i = tuple(int(a) for a in np.argwhere(big)[0])
+        rng = f"float32's range (+-{F32_MAX:.4g})" if limit == F32_MAX else f"float16's range (+-{limit:g}){why}"
+        raise ValueError(f"{name}[{', '.join(map(str, i))}]: beyond {rng}, got {float(v[i])!r}")
+    return v.astype(np.float32)
 
 
 def _gpu_step(model, x, check: bool):
@@ -117,9 +150,11 @@ def _gpu_step(model, x, check: bool):
         return None             # (more rows: not a graph step, so the general path)
     if _choose_backend(model.op_name, model.backend, model.scheme, x.shape[0]) != "gpu":
         return None
-    y = _gpu.plan_for(model).run_staged(x, check, _not_finite)
+    y = _gpu.plan_for(model).run_staged(x, check, lambda i, j, v: _not_finite(i, j, v, x))
     if y is None:
         return None
+    if check and model._f16_hidden:
+        _check_hidden(model, x, y)
     return y[0] if single else y
 
 
@@ -132,7 +167,51 @@ def _bind(model, x, check: bool) -> "_gpu.BoundStep":
     if not model._stages_f32:
         raise ValueError(f"bind: scheme {model.scheme!r} without a LayerNorm reads float16 input; "
                          "call the model instead")
-    return _gpu.BoundStep(model, x, check, _not_finite)
+    src = x.reshape(-1, model.in_features) if isinstance(x, np.ndarray) and x.ndim == 1 else x
+    not_finite = lambda i, j, v: _not_finite(i, j, v, src)  # noqa: E731
+    if check and model._f16_hidden:
+        return _CheckedStep(model, x, check, not_finite)
+    return _gpu.BoundStep(model, x, check, not_finite)
+
+
+class _CheckedStep(_gpu.BoundStep):
+    """A bound step of a model with float16 hidden activations that, like ``model(x)``, raises when
+    one overflowed (check=True): the output is looked at, the reference rerun only if it is not finite."""
+
+    def __init__(self, model, x, check, not_finite):
+        super().__init__(model, x, check, not_finite)
+        self._model = model
+
+    def __call__(self) -> np.ndarray:
+        y = super().__call__()
+        _check_hidden(self._model, self.x, y)
+        return y
+
+
+def _check_hidden(model, x, y) -> None:
+    """With check=True: raise the error of a hidden float16 overflow (see QuantMLP) behind a
+    non-finite GPU output y for the finite input x; return quietly otherwise (an output past
+    float16's range with out_dtype "float16" is inf and no error). Costs one look at y."""
+    if math.isfinite(float(np.add.reduce(y, None, np.float64))):
+        return
+    x32 = np.asarray(x).reshape(-1, model.in_features).astype(np.float32)
+    model.forward_cpu(x32, check=True)
+
+
+def _host_array(value, key: str) -> np.ndarray:
+    """A state-dict value as a NumPy array: torch tensors through ``.detach().cpu()`` (bfloat16,
+    which NumPy lacks, through ``.float()``, exact), without importing torch."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+            value = value.float()
+        value = value.numpy()
+    arr = np.asarray(value)
+    if arr.dtype.name == "bfloat16":   # ml_dtypes' NumPy bfloat16
+        arr = arr.astype(np.float32)
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise TypeError(f"state_dict: {key!r} must hold real numbers, got dtype {arr.dtype}")
+    return arr
 
 
 def _choose_backend(op: str, backend: str, scheme: str, m: int) -> str:
@@ -150,8 +229,10 @@ class QuantLinear:
     Parameters
     ----------
     weight : array_like, shape (out_features, in_features)
-        Float weights (``torch.nn.Linear.weight`` layout). Must be finite.
+        Float weights (``torch.nn.Linear.weight`` layout). Must be finite and within float32's
+        range (float16's, 65504, for ``fp16``, which rounds them to float16).
     bias : array_like, shape (out_features,), optional
+        Within the same range.
     scheme : str
         One of :data:`SCHEMES` (see the module docstring).
     gelu : bool
@@ -164,8 +245,9 @@ class QuantLinear:
     Raises
     ------
     ValueError
-        Bad shapes, non-finite weights, or in_features > :data:`tickgpu.quant.gemm.K_MAX`
-        (:data:`~tickgpu.quant.gemm.K_MAX_A16` for ``w16a16``): int32 accumulation could overflow.
+        Bad shapes, a weight or bias that is not finite or out of range (named by its index), or
+        in_features > :data:`tickgpu.quant.gemm.K_MAX` (:data:`~tickgpu.quant.gemm.K_MAX_A16` for
+        ``w16a16``): int32 accumulation could overflow.
     """
 
     op_name = "quant_linear"
@@ -180,22 +262,18 @@ class QuantLinear:
         self.gelu = bool(gelu)
         # Its GPU step reads float32 input (W8A16 reads float16): see _gpu_step.
         self._stages_f32 = self.scheme in _INT_ACT
+        self._f16_hidden = False   # one layer: no hidden activations (see QuantMLP)
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"weight: must be 2-D (out_features, in_features), got shape {w.shape}")
         self.out_features, self.in_features = w.shape
         gemm.check_k(self.in_features, act16=self.scheme == "w16a16")
+        # fp16 rounds its weights and bias to float16: past 65504 they would be inf.
+        limit, why = (F16_MAX, " for scheme 'fp16'") if self.scheme == "fp16" else (F32_MAX, "")
         if bias is None:
             self.bias = np.zeros(self.out_features, np.float32)
         else:
-            b = np.asarray(bias, np.float64)
-            if b.shape != (self.out_features,):
-                raise ValueError(f"bias: must have shape ({self.out_features},), got {b.shape}")
-            bad = ~np.isfinite(b)
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"bias[{i}]: must be finite, got {b[i]!r}")
-            self.bias = b.astype(np.float32)
+            self.bias = _float_param(bias, "bias", (self.out_features,), limit, why)
         self.weight_q: QuantizedWeight | None = None
         self.weight_float: np.ndarray | None = None
         if scheme in ("w8a8", "w8a16"):
@@ -203,12 +281,7 @@ class QuantLinear:
         elif scheme in ("w16a8", "w16a16"):
             self.weight_q = quantize_weight(w, "int16")
         else:
-            wf = np.asarray(w, np.float64)
-            bad = ~np.isfinite(wf)
-            if bad.any():
-                n, k = np.argwhere(bad)[0]
-                raise ValueError(f"weight[{n}, {k}]: must be finite, got {wf[n, k]!r}")
-            self.weight_float = wf.astype(np.float32)
+            self.weight_float = _float_param(w, "weight", w.shape, limit, why)
 
     def forward_cpu(self, x: np.ndarray, *, gelu: bool | None = None, out_dtype: str | None = None):
         """The reference result for float32 (M, K) activations (no input checks)."""
@@ -268,10 +341,16 @@ class QuantMLP:
         between consecutive layers (not after the last).
     layernorm : (gamma, beta) or (gamma, beta, eps), optional
         A LayerNorm over the input features, computed in float32 precision (float64 internally,
-        rounded once) before the first layer; eps defaults to 1e-5 as in PyTorch.
+        rounded once) before the first layer; eps defaults to 1e-5 as in PyTorch. gamma and beta
+        must be finite and within float32's range, eps finite and > 0.
     scheme, out_dtype, backend
         As for :class:`QuantLinear`; ``out_dtype`` applies to the final output (hidden activations
         are float32, float16 for ``w8a16`` and ``fp16``).
+
+    With ``w8a16`` and ``fp16`` the LayerNorm's output and the hidden activations travel as float16:
+    one past 65504 would become inf and the output NaN. Calls with ``check=True`` (the default)
+    raise ValueError naming the layer, token and feature instead; with ``check=False`` the rows
+    concerned come out NaN (or inf). The integer schemes carry hidden activations in float32.
     """
 
     op_name = "quant_mlp"
@@ -305,37 +384,85 @@ class QuantMLP:
             if g.shape != (self.in_features,) or bt.shape != (self.in_features,):
                 raise ValueError(f"layernorm: gamma and beta must have shape ({self.in_features},), "
                                  f"got {g.shape} and {bt.shape}")
-            if not (np.isfinite(g).all() and np.isfinite(bt).all() and eps > 0):
-                raise ValueError("layernorm: gamma, beta must be finite and eps > 0")
-            self.layernorm = (g.astype(np.float32), bt.astype(np.float32), eps)
+            if not (math.isfinite(eps) and eps > 0):
+                raise ValueError(f"layernorm: eps must be finite and > 0, got {eps!r}")
+            self.layernorm = (_float_param(g, "layernorm: gamma", g.shape),
+                              _float_param(bt, "layernorm: beta", bt.shape), eps)
         # Its GPU step reads float32 input, but for W8A16 without a LayerNorm (float16): see _gpu_step.
         self._stages_f32 = self.scheme in _INT_ACT or (self.scheme == "w8a16" and self.layernorm is not None)
+        # float16 between stages (see the class docstring): what check=True must watch
+        self._f16_hidden = self.scheme in _F16_ACT and (len(self.layers) > 1 or self.layernorm is not None)
 
     @classmethod
     def from_state_dict(cls, state_dict, *, layernorm_eps: float = 1e-5, **kwargs) -> "QuantMLP":
         """Build from the state dict of ``nn.Sequential(LayerNorm?, Linear, GELU, ..., Linear)``.
 
-        Entries are read in order and grouped by module prefix ("0.weight", "0.bias", ...): a 2-D
-        weight is a Linear, a 1-D weight with a bias before the first Linear is the LayerNorm. Values
-        may be NumPy arrays or torch tensors (converted with ``.detach().cpu().numpy()``).
+        Keys are ``"<i>.weight"`` and ``"<i>.bias"``, ``i`` the module's index in the Sequential
+        (a common prefix before it, as in ``"net.0.weight"``, is allowed). Modules are taken in the
+        order of their index, whatever the order of the keys (a sorted dict puts "10." before "2.").
+        A module with a 2-D weight (and optionally a bias) is a Linear; a 1-D weight *and* bias at
+        index 0 is the LayerNorm. The Linear layers must then sit at every other index (GELU, which
+        has no parameters, between them): at 0, 2, 4, ... without a LayerNorm, 1, 3, 5, ... after it.
+        Values may be NumPy arrays or torch tensors (``.detach().cpu()``; bfloat16 through
+        ``.float()``); torch is never imported.
+
+        Raises
+        ------
+        ValueError
+            Naming the key or module: an unknown leaf (a BatchNorm's ``running_mean``, a quantized
+            module's ``weight_scale``, ...), a key without a module index, a module that is neither
+            a Linear nor the leading LayerNorm, or a gap in the indices. A gap at index 0 before a
+            Linear at 1 is a module without parameters there, such as
+            ``LayerNorm(elementwise_affine=False)``: it is rejected, not dropped (build it with
+            ``QuantMLP(layers, layernorm=(np.ones(n), np.zeros(n)))``); so is a 1-D weight
+            without a bias (``LayerNorm(bias=False)`` and ``RMSNorm`` cannot be told apart).
+            Modules without parameters after the last Linear cannot be seen in a state dict at all.
         """
-        groups: dict[str, dict[str, np.ndarray]] = {}
+        groups: dict[int, dict[str, np.ndarray]] = {}
+        prefixes = set()
         for key, value in state_dict.items():
-            prefix, _, leaf = key.rpartition(".")
-            if hasattr(value, "detach"):
-                value = value.detach().cpu().numpy()
-            groups.setdefault(prefix, {})[leaf] = np.asarray(value)
+            path, _, leaf = str(key).rpartition(".")
+            head, _, index = path.rpartition(".")
+            if not index.isdigit():
+                raise ValueError(f"state_dict: key {key!r} has no module index (expected '<i>.weight' or "
+                                 "'<i>.bias' of an nn.Sequential)")
+            if leaf not in ("weight", "bias"):
+                raise ValueError(f"state_dict: key {key!r}: unsupported entry {leaf!r} (only the weight and "
+                                 "bias of LayerNorm and Linear modules are read; a BatchNorm, a quantized or "
+                                 "other module is not supported)")
+            prefixes.add(head)
+            groups.setdefault(int(index), {})[leaf] = _host_array(value, key)
+        if not groups:
+            raise ValueError("state_dict: is empty")
+        if len(prefixes) > 1:
+            raise ValueError(f"state_dict: keys of more than one module container {sorted(prefixes)}")
+        head = next(iter(prefixes))
+        name = (lambda i: f"{head}.{i}") if head else str
         layers, layernorm = [], None
-        for prefix, g in groups.items():
+        for index in sorted(groups):
+            g = groups[index]
             if "weight" not in g:
-                raise ValueError(f"state_dict: module {prefix!r} has no weight (keys {sorted(g)})")
-            if g["weight"].ndim == 2:
-                layers.append((g["weight"], g.get("bias")))
-            elif g["weight"].ndim == 1 and not layers and layernorm is None and "bias" in g:
-                layernorm = (g["weight"], g["bias"], layernorm_eps)
+                raise ValueError(f"state_dict: module {name(index)!r} has no weight (keys {sorted(g)})")
+            w = g["weight"]
+            if w.ndim == 2:
+                first = 0 if layernorm is None else 1
+                want = first + 2 * len(layers)
+                if index != want:
+                    raise ValueError(f"state_dict: module {name(index)!r} is a Linear, expected at index "
+                                     f"{want} ([LayerNorm,] Linear, GELU, Linear, ...): modules without "
+                                     "parameters that the state dict cannot describe (a LayerNorm("
+                                     "elementwise_affine=False), Dropout, another activation) sit before it")
+                layers.append((w, g.get("bias")))
+            elif w.ndim == 1 and index == 0:
+                if "bias" not in g:
+                    raise ValueError(f"state_dict: module {name(index)!r} has a 1-D weight and no bias: "
+                                     "LayerNorm(bias=False) and RMSNorm are not supported")
+                layernorm = (w, g["bias"], layernorm_eps)
             else:
-                raise ValueError(f"state_dict: module {prefix!r} is neither the leading LayerNorm nor "
-                                 f"a Linear (weight shape {g['weight'].shape})")
+                raise ValueError(f"state_dict: module {name(index)!r} is neither the leading LayerNorm nor "
+                                 f"a Linear (weight shape {w.shape})")
+        if not layers:
+            raise ValueError("state_dict: holds no Linear layer (no 2-D weight)")
         return cls(layers, layernorm=layernorm, **kwargs)
 
     def normalize_cpu(self, x: np.ndarray) -> np.ndarray:
@@ -348,27 +475,48 @@ class QuantMLP:
         var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
         return (((x64 - mean) / np.sqrt(var + eps)) * g + b).astype(np.float32)
 
-    def forward_cpu(self, x: np.ndarray) -> np.ndarray:
-        """The reference result for float32 (M, in_features) inputs (no input checks)."""
+    def forward_cpu(self, x: np.ndarray, *, check: bool = False) -> np.ndarray:
+        """The reference result for float32 (M, in_features) inputs (no input checks).
+
+        With ``check``, a LayerNorm output or hidden activation past float16's range in a
+        ``w8a16`` / ``fp16`` model raises ValueError (see the class docstring).
+        """
         h = self.normalize_cpu(x)
-        for lin in self.layers:
+        if check and self._f16_hidden and self.layernorm is not None:
+            self._check_f16(h, "layernorm output", " (the input of layers[0])")
+        for i, lin in enumerate(self.layers):
             h = lin.forward_cpu(h)
-            if lin is not self.layers[-1] and self.scheme in ("w8a16", "fp16"):
+            if lin is not self.layers[-1] and self.scheme in _F16_ACT:
+                if check:
+                    self._check_f16(h, f"layers[{i}] output", f" (after GELU; the input of layers[{i + 1}])")
                 # hidden activations travel as float16 between these layers on the GPU
                 h = cast_output(h, "float16").astype(np.float32)
         return h
+
+    def _check_f16(self, h: np.ndarray, name: str, where: str) -> None:
+        # not (|h| <= max) also catches an inf or NaN that float32 arithmetic made on its own
+        over = ~(np.abs(h) <= F16_MAX)
+        if over.any():
+            m, j = (int(a) for a in np.argwhere(over)[0])
+            raise ValueError(f"{name}[{m}, {j}]{where}: exceeds float16's range ({F16_MAX:g}), in which "
+                             f"scheme {self.scheme!r} carries it, got {float(h[m, j])!r} "
+                             "(check=False gives NaN for that row)")
 
     def __call__(self, x, *, check: bool = True) -> np.ndarray:
         """Run the model on (M, in_features) or (in_features,) inputs; see :meth:`QuantLinear.__call__`."""
         y = _gpu_step(self, x, check)
         if y is not None:
             return y
+        # With a LayerNorm the raw input is never rounded to float16 (the LayerNorm's output is,
+        # and forward_cpu checks that one).
         x32, single = _check_input(x, self.in_features, check,
                                    "fp32" if self.layernorm is not None else self.scheme)
         if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
             y = _gpu.plan_for(self).run(x32)
+            if check and self._f16_hidden:
+                _check_hidden(self, x32, y)
         else:
-            y = self.forward_cpu(x32)
+            y = self.forward_cpu(x32, check=check)
         return y[0] if single else y
 
     def bind(self, x, *, check: bool = True) -> "_gpu.BoundStep":
@@ -379,7 +527,9 @@ class QuantMLP:
         x's current contents and returns the GPU step's result (``model(x, check=check)`` on
         backend "gpu"; "auto" is not consulted), to the bit, as a new array: one native pass
         stages x into the step's mapped input, one graph replay runs the step, the output is
-        copied out. The binding holds x (NumPy refuses to resize it).
+        copied out. The binding holds x (NumPy refuses to resize it). With ``check=True`` a step
+        raises what ``model(x)`` raises, a hidden float16 overflow of ``w8a16`` included (looked for
+        only when the output is not finite).
 
         Raises
         ------

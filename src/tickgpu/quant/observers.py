@@ -9,8 +9,9 @@ perturbing the future and comparing bit for bit.
 Degenerate data never gives a zero, infinite or NaN scale: every range is floored at
 :data:`tickgpu.quant.schemes.EPS` (2**-100). Non-finite values (NaN, +-inf) are *masked*: they are left
 out of the statistics and counted in ``n_nonfinite``; with ``strict=True`` they raise ValueError naming
-the tick and index instead. Before the first finite value an observer is not ``ready`` and reports the
-floor scale.
+the tick and index instead. Finite values beyond float32's range (|x| > 3.4e38, possible in float64
+input) count as +-float32 max, so a statistic never overflows. Before the first finite value an
+observer is not ``ready`` and reports the floor scale.
 
 For live inference the scales are frozen; :class:`ScheduledScales` refreshes them on a schedule from a
 closed window of past ticks and swaps them in atomically.
@@ -26,6 +27,7 @@ import numpy as np
 from tickgpu.quant.schemes import EPS
 
 _EPS64 = float(EPS)
+_F32MAX = float(np.finfo(np.float32).max)
 
 
 def calibration_noise(x: np.ndarray, sigma: float, seed: int, step: int) -> np.ndarray:
@@ -52,21 +54,36 @@ def qparams_from_range(lo, hi, *, bits: int = 8, symmetric: bool = False):
 
     Symmetric: ``s = max(max(|lo|, |hi|), EPS) / qmax``, ``z = 0`` (qmax = 127 or 32767).
     Asymmetric: the range is widened to hold 0, ``s = max(hi - lo, EPS) / (qmax - qmin)``,
-    ``z = clip(qmin - rint(lo / s), qmin, qmax)``. Non-finite bounds are treated as 0.
+    ``z = clip(qmin - rint(lo / s), qmin, qmax)``. NaN bounds are treated as 0 and infinite ones as
+    +-float64 max.
+
+    A scale past float32's max (a range wider than about 8.7e40 for 8 bits) is capped there; the
+    grid then covers only part of the range, and the zero point keeps 0 at the same relative place
+    in it: ``z = qmin + rint((qmax - qmin) * -lo / (hi - lo))`` (the middle for a symmetric range), so
+    values on both sides of 0 stay representable.
     """
     qmin, qmax = _qrange(bits, symmetric)
-    lo = np.nan_to_num(np.asarray(lo, np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-    hi = np.nan_to_num(np.asarray(hi, np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    big = np.finfo(np.float64).max
+    lo = np.nan_to_num(np.asarray(lo, np.float64), nan=0.0, posinf=big, neginf=-big)
+    hi = np.nan_to_num(np.asarray(hi, np.float64), nan=0.0, posinf=big, neginf=-big)
+    f32max = float(np.finfo(np.float32).max)
     if symmetric:
         a = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), _EPS64)
         # float32 rounding of a huge float64 range must not give inf: cap at float32's max.
-        scale = np.minimum(a / qmax, np.finfo(np.float32).max).astype(np.float32)
+        scale = np.minimum(a / qmax, f32max).astype(np.float32)
         return scale, np.zeros(scale.shape, np.int32)
     lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)
-    scale = np.minimum(np.maximum(hi - lo, _EPS64) / (qmax - qmin), np.finfo(np.float32).max)
-    scale = scale.astype(np.float32)
-    zp = np.clip(qmin - np.rint(lo / scale.astype(np.float64)), qmin, qmax).astype(np.int32)
-    return scale, zp
+    with np.errstate(over="ignore"):
+        wide = np.maximum(hi - lo, _EPS64) / (qmax - qmin)   # inf where hi - lo overflows float64
+        scale = np.minimum(wide, f32max).astype(np.float32)
+        zp = np.clip(qmin - np.rint(lo / scale.astype(np.float64)), qmin, qmax)
+    capped = wide > f32max
+    if np.any(capped):
+        # -lo / s no longer fits the grid: place 0 at its fraction of the range instead (taken on
+        # halves, which cannot overflow).
+        half = np.where(capped, hi / 2 - lo / 2, 1.0)
+        zp = np.where(capped, qmin + np.rint((qmax - qmin) * ((-lo / 2) / half)), zp)[()]
+    return scale, zp.astype(np.int32)
 
 
 class Observer:
@@ -122,6 +139,10 @@ class Observer:
             red = tuple(i for i in range(x.ndim) if i != ax)
         lo = np.min(np.where(finite, x, np.inf), axis=red, initial=np.inf)
         hi = np.max(np.where(finite, x, -np.inf), axis=red, initial=-np.inf)
+        # Clamped to float32's range (only float64 input reaches past it): an EMA of values near
+        # float64's max would overflow to inf, and no float32 scale could cover them anyway.
+        lo = np.clip(lo, -_F32MAX, _F32MAX)
+        hi = np.clip(hi, -_F32MAX, _F32MAX)
         return np.atleast_1d(lo), np.atleast_1d(hi), np.atleast_1d(np.any(finite, axis=red))
 
     def _merge(self, old, new, has, extreme):
@@ -135,8 +156,20 @@ class Observer:
         return np.where(fresh, new, np.where(has, merged, old))
 
     def update(self, x) -> "Observer":
-        """Observe tick t's batch (any shape; float). Returns self."""
+        """Observe tick t's batch (any shape; float). Returns self.
+
+        Raises ValueError (naming the tick and both shapes) when a per-channel observer gets a
+        batch with a different number of channels than the batches before.
+        """
         x = np.asarray(x, dtype=np.float64)
+        if self.axis is not None and self._lo is not None:
+            if x.ndim == 0:
+                raise ValueError(f"x (tick {self.step}): a per-channel observer (axis={self.axis}) needs "
+                                 f"at least 1-D batches, got a scalar")
+            n = x.shape[self.axis % x.ndim]
+            if n != self._lo.shape[0]:
+                raise ValueError(f"x (tick {self.step}): has {n} channels along axis {self.axis} (shape "
+                                 f"{x.shape}), the observer has {self._lo.shape[0]} from earlier ticks")
         bad = ~np.isfinite(x)
         if bad.any():
             if self.strict:
@@ -155,6 +188,13 @@ class Observer:
     def ready(self) -> bool:
         """True once every channel has seen at least one finite value."""
         return self._lo is not None and not np.isnan(self._lo).any()
+
+    @property
+    def seen(self) -> np.ndarray:
+        """bool per channel (shape (1,) per tensor): whether it has seen a finite value."""
+        if self._lo is None:
+            return np.zeros(1, bool)
+        return ~np.isnan(self._lo)
 
     @property
     def range(self) -> tuple[np.ndarray, np.ndarray]:
@@ -207,24 +247,41 @@ class AbsMaxObserver(Observer):
 class EmaStandardizer:
     """Causal feature standardization: tick t is scaled by the EMA mean and std of ticks < t.
 
-    ``z_t = (x_t - mean_{t-1}) / max(std_{t-1}, floor)``; the first tick (no past) gives 0.
-    Statistics are per feature (last axis), updated after the tick is transformed, so z_t never
-    depends on x_t's own value or on anything later. Non-finite features give NaN and are not
-    added to the statistics.
+    ``z_t = (x_t - mean_{t-1}) / max(std_{t-1}, floor)``; a feature's first ``warmup`` finite
+    values give 0 (the first always: it has no past). Statistics are per feature (last axis),
+    updated after the tick is transformed, so z_t never depends on x_t's own value or on anything
+    later. Non-finite features give NaN and are not added to the statistics.
+
+    The floor is absolute. Right after the first value the variance is 0 (and stays tiny while a
+    feature barely moves), so with the default ``warmup=1`` a change of 1e-3 at tick 1 gives
+    z = 1e9: pass a warm-up of a few times ``1 / (1 - alpha)`` ticks, or clip z, where that
+    matters. (The default is what the shipped signal model was trained with and what the native
+    core's ``tg_signal_update`` computes.)
+
+    Raises ValueError for alpha outside [0, 1), a floor that is not finite and > 0, a warm-up < 1,
+    and a series whose feature count differs from the one the statistics were built on.
     """
 
-    def __init__(self, alpha: float = 0.99, floor: float = 1e-12):
+    def __init__(self, alpha: float = 0.99, floor: float = 1e-12, warmup: int = 1):
         if not (0.0 <= alpha < 1.0):
             raise ValueError(f"alpha: must be in [0, 1), got {alpha!r}")
-        self.alpha, self.floor = float(alpha), float(floor)
+        if not (np.isfinite(floor) and floor > 0):
+            raise ValueError(f"floor: must be finite and > 0, got {floor!r}")
+        if int(warmup) != warmup or warmup < 1:
+            raise ValueError(f"warmup: must be an integer >= 1, got {warmup!r}")
+        self.alpha, self.floor, self.warmup = float(alpha), float(floor), int(warmup)
         self.mean = None
         self.var = None
+        self.count = None  # finite values seen, per feature
 
     def transform(self, series) -> np.ndarray:
         """Standardize a (T, F) series tick by tick (one row per tick); returns float64 (T, F)."""
         x = np.asarray(series, np.float64)
         if x.ndim != 2:
             raise ValueError(f"series: must be 2-D (ticks, features), got shape {x.shape}")
+        if self.mean is not None and x.shape[1] != self.mean.shape[0]:
+            raise ValueError(f"series: has {x.shape[1]} features (shape {x.shape}), the statistics "
+                             f"were built on {self.mean.shape[0]}")
         out = np.zeros_like(x)
         a = self.alpha
         for t in range(x.shape[0]):
@@ -234,10 +291,13 @@ class EmaStandardizer:
                 out[t] = np.where(ok, 0.0, np.nan)
                 self.mean = np.where(ok, row, np.nan)
                 self.var = np.where(ok, 0.0, np.nan)
+                self.count = ok.astype(np.int64)
                 continue
             std = np.maximum(np.sqrt(np.nan_to_num(self.var, nan=0.0)), self.floor)
             z = (row - np.nan_to_num(self.mean, nan=0.0)) / std
-            out[t] = np.where(ok & ~np.isnan(self.mean), z, np.where(ok, 0.0, np.nan))
+            warm = self.count >= self.warmup   # (>= 1 means the mean is not NaN)
+            out[t] = np.where(ok & warm, z, np.where(ok, 0.0, np.nan))
+            self.count = self.count + ok
             fresh = ok & np.isnan(self.mean)
             d = row - self.mean
             new_mean = self.mean + (1 - a) * d
@@ -251,14 +311,45 @@ class EmaStandardizer:
 class FrozenScales:
     """Quantization parameters frozen for live use: immutable, swapped as one object.
 
-    ``window`` is the half-open tick range [start, end) they were computed from; ``version`` counts
-    updates (0 for the initial parameters).
+    ``scale`` (float32) and ``zero_point`` (int32) are read-only 1-D copies of what was passed, so
+    neither the caller nor a reader can change parameters that are live. ``window`` is the half-open
+    tick range [start, end) they were computed from; ``version`` counts updates (0 for the initial
+    parameters).
+
+    Raises
+    ------
+    ValueError
+        A scale that is not finite and > 0 after rounding to float32 (naming its index), a zero
+        point that is not an integer in int32's range, or shapes that do not broadcast.
     """
 
     scale: np.ndarray
     zero_point: np.ndarray
     version: int
     window: tuple[int, int]
+
+    def __post_init__(self):
+        scale = np.atleast_1d(np.array(self.scale, np.float64, copy=True))
+        zp = np.atleast_1d(np.array(self.zero_point, np.float64, copy=True))
+        if scale.ndim != 1 or zp.ndim != 1:
+            raise ValueError(f"scale, zero_point: must be scalars or 1-D, got shapes {scale.shape} and {zp.shape}")
+        if zp.shape[0] not in (1, scale.shape[0]) and scale.shape[0] != 1:
+            raise ValueError(f"scale, zero_point: shapes {scale.shape} and {zp.shape} do not broadcast")
+        with np.errstate(over="ignore"):
+            s32 = scale.astype(np.float32)
+        bad = ~(np.isfinite(s32) & (s32 > 0))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"scale[{i}]: must be finite and > 0 as a float32, got {float(scale[i])!r}")
+        bad = ~np.isfinite(zp) | (zp != np.rint(zp)) | (np.abs(zp) > 2**31 - 1)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"zero_point[{i}]: must be an int32 integer, got {float(zp[i])!r}")
+        z32 = zp.astype(np.int32)
+        s32.flags.writeable = False
+        z32.flags.writeable = False
+        object.__setattr__(self, "scale", s32)
+        object.__setattr__(self, "zero_point", z32)
 
 
 class ScheduledScales:
@@ -277,8 +368,20 @@ class ScheduledScales:
     window, every : int
         Window length and update period, in ticks (>= 1).
     initial : (scale, zero_point), optional
-        Parameters before the first update; without them, the floor scale of an unready observer
-        (so live code should check ``current.version > 0`` or pass ``initial``).
+        Parameters before the first update: scales finite and > 0, zero points integers on the
+        observer's grid. Without them, the floor scale of an unready observer (so live code should
+        check ``current.version > 0`` or pass ``initial``).
+
+    A scheduled update whose window holds no finite value in some channel (a NaN gap, a halted
+    feed) would give that channel the floor scale, which quantizes normal data to +-qmax. Such an
+    update keeps the previous parameters of that channel; when no channel can be updated (or the
+    previous parameters have another shape, as the unready initial ones of a per-channel observer
+    do) the previous :class:`FrozenScales` stays in force, version unchanged.
+
+    Raises
+    ------
+    ValueError
+        window or every < 1; bad ``initial`` (naming the element and the reason).
     """
 
     def __init__(self, make_observer, *, window: int, every: int, initial=None):
@@ -286,11 +389,20 @@ class ScheduledScales:
             raise ValueError(f"window and every: must be >= 1, got window={window}, every={every}")
         self.make_observer = make_observer
         self.window, self.every = int(window), int(every)
+        probe = make_observer()
         if initial is None:
-            initial = make_observer().qparams()
+            initial = probe.qparams()
         s, z = initial
-        self._current = FrozenScales(np.atleast_1d(np.array(s, np.float32)),
-                                     np.atleast_1d(np.array(z, np.int32)), 0, (0, 0))
+        try:
+            self._current = FrozenScales(s, z, 0, (0, 0))
+        except ValueError as e:
+            raise ValueError(f"initial: {e}") from None
+        qmin, qmax = _qrange(probe.bits, probe.symmetric)
+        zp = self._current.zero_point
+        if zp.min() < qmin or zp.max() > qmax:
+            i = int(np.flatnonzero((zp < qmin) | (zp > qmax))[0])
+            raise ValueError(f"initial: zero_point[{i}]: must lie in [{qmin}, {qmax}] (the observer's "
+                             f"{probe.bits}-bit grid), got {int(zp[i])}")
         self._past: list[np.ndarray] = []
         self.step = 0
         self._lock = threading.Lock()
@@ -309,15 +421,27 @@ class ScheduledScales:
             self.apply(self.compute(self.step))
 
     def compute(self, end: int) -> FrozenScales:
-        """Scales from the window [end - window, end) of recorded ticks (all strictly in the past)."""
+        """Scales from the window [end - window, end) of recorded ticks (all strictly in the past).
+
+        Channels without a finite value in the window keep the current parameters; with none to
+        update, the current :class:`FrozenScales` itself is returned (see the class docstring).
+        """
         obs = self.make_observer()
         for x in self._past:
             obs.update(x)
         s, z = obs.qparams()
+        seen = obs.seen
+        prev = self._current
+        if not seen.all():
+            if not seen.any() or prev.scale.shape != s.shape or prev.zero_point.shape != z.shape:
+                return prev
+            s = np.where(seen, s, prev.scale)
+            z = np.where(seen, z, prev.zero_point)
         start = max(end - len(self._past), 0)
-        return FrozenScales(s, z, self._current.version + 1, (start, end))
+        return FrozenScales(s, z, prev.version + 1, (start, end))
 
     def apply(self, frozen: FrozenScales) -> None:
+        """Make ``frozen`` the current parameters (one reference swap, under the lock)."""
         with self._lock:
             self._current = frozen
 

@@ -57,6 +57,7 @@ INT16_MIN, INT16_MAX = -32768, 32767
 INT16_STEPS = 65534
 
 WEIGHT_FORMATS = ("int8", "int16")
+F32_MAX = float(np.finfo(np.float32).max)
 
 
 def _rint(x: np.ndarray) -> np.ndarray:
@@ -125,6 +126,11 @@ def _check_weight(weight, name: str) -> np.ndarray:
     if bad.any():
         n, k = np.argwhere(bad)[0]
         raise ValueError(f"{name}[{n}, {k}]: must be finite, got {w[n, k]!r}")
+    # Scales are float32: a weight past float32's max (possible in float64) would give an inf scale.
+    big = np.abs(w) > F32_MAX
+    if big.any():
+        n, k = np.argwhere(big)[0]
+        raise ValueError(f"{name}[{n}, {k}]: beyond float32's range (+-{F32_MAX:.4g}), got {float(w[n, k])!r}")
     return w
 
 
@@ -145,7 +151,8 @@ def quantize_weight(weight, format: str = "int8", *, name: str = "weight") -> Qu
     Raises
     ------
     ValueError
-        Not 2-D, empty, or a non-finite element (named by its index); unknown format.
+        Not 2-D, empty, or an element that is not finite or beyond float32's range (named by its
+        index); unknown format.
     """
     if format not in WEIGHT_FORMATS:
         raise ValueError(f"format: must be one of {WEIGHT_FORMATS}, got {format!r}")

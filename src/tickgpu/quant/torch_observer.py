@@ -9,7 +9,9 @@ Compared with ``torch.ao.quantization.MovingAverageMinMaxObserver`` it
   ``n_nonfinite`` buffer); a batch with no finite value leaves the state unchanged;
 - floors scales at ``2**-100`` instead of float32's machine epsilon (1.2e-7), so a feature whose whole
   range is 1e-8 still gets its 255 levels instead of quantizing to a single code;
-- keeps min/max within +-float32max / 2, so the range and the scale cannot overflow to inf.
+- keeps min/max within +-float32max / 2, so the range and the scale cannot overflow to inf: a
+  finite value beyond that (float64 input up to 1.8e308) is clamped to it, not counted as
+  non-finite.
 
 The EMA is the same recursion: ``averaging_constant`` is ``1 - alpha`` of tickgpu's observers (0.01 by
 default, i.e. alpha = 0.99). Like every observer it only ever sees batches up to the current one.
@@ -36,12 +38,16 @@ class SafeMinMaxObserver(MovingAverageMinMaxObserver):
     def forward(self, x_orig):
         if x_orig.numel() == 0:
             return x_orig
-        x = x_orig.detach().to(self.min_val.dtype)
+        x = x_orig.detach()
+        # float64 (and integer) input is checked and clamped before it is narrowed: a float64 1e39
+        # is finite, and cast to float32 first it would turn into inf and be dropped as non-finite.
+        # Narrower floats widen to float32 first (float16 cannot hold the clamp bounds).
+        x = x.to(torch.float64) if x.dtype == torch.float64 or not x.is_floating_point() else x.to(self.min_val.dtype)
         finite = torch.isfinite(x)
         self.n_nonfinite += (~finite).sum()
         if not bool(finite.any()):
             return x_orig
-        cur_min, cur_max = torch.aminmax(x[finite].clamp(-_LIMIT, _LIMIT))
+        cur_min, cur_max = torch.aminmax(x[finite].clamp(-_LIMIT, _LIMIT).to(self.min_val.dtype))
         if self.min_val == float("inf") and self.max_val == float("-inf"):
             new_min, new_max = cur_min, cur_max
         else:
