@@ -18,13 +18,20 @@ def bsm_greeks(S, K, t, r, sig, q, call):
     S, K, t, r, sig, q = (np.asarray(a, dtype=np.float64) for a in (S, K, t, r, sig, q))
     call = np.asarray(call).astype(bool)
     S, K, t, r, sig, q, call = np.broadcast_arrays(S, K, t, r, sig, q, call)
+    t_given = t
+    t = np.abs(t)                           # t = -0.0 is t = 0
     with np.errstate(all="ignore"):
         sqt = np.sqrt(t)
         sst = sig * sqt
-        d1 = (np.log(S / K) + (r - q + 0.5 * sig**2) * t) / sst
+        ratio = S / K
+        # ln(S/K), also where S/K overflows or is subnormal
+        ln_sk = np.where((ratio > 2.0**-1000) & (ratio < np.inf), np.log(ratio), np.log(S) - np.log(K))
+        d1 = (ln_sk + (r - q) * t) / sst + 0.5 * sst
         d2 = d1 - sst
         Dq, Dr = np.exp(-q * t), np.exp(-r * t)
         pdf = INV_SQRT_2PI * np.exp(-0.5 * d1**2)
+        # Where the density has underflowed its terms are 0 (it decays faster than d1, d2 grow).
+        dense = pdf > 0
         Nd1, Nd2, Nmd1, Nmd2 = ndtr(d1), ndtr(d2), ndtr(-d1), ndtr(-d2)
         dd1_dT = (2 * (r - q) * t - d2 * sst) / (2 * t * sst)
         decay = S * Dq * pdf * sig / (2 * sqt)
@@ -48,12 +55,12 @@ def bsm_greeks(S, K, t, r, sig, q, call):
         s["rho"] = np.abs(v["rho"])
         v["phi"] = np.where(call, -t * S * Dq * Nd1, t * S * Dq * Nmd1)
         s["phi"] = np.abs(v["phi"])
-        v["vanna"] = -Dq * pdf * d2 / sig
+        v["vanna"] = np.where(dense, -Dq * pdf * d2 / sig, 0.0)
         # d2 = d1 - sigma sqrt(t) cancels near d1 = sigma sqrt(t): scale by the parts.
         s["vanna"] = Dq * pdf * (np.abs(d1) + sst) / sig
-        v["volga"] = v["vega"] * d1 * d2 / sig
+        v["volga"] = np.where(dense, v["vega"] * d1 * d2 / sig, 0.0)
         s["volga"] = v["vega"] * np.abs(d1) * (np.abs(d1) + sst) / sig
-        v["charm"] = np.where(call, q * Dq * Nd1, -q * Dq * Nmd1) - Dq * pdf * dd1_dT
+        v["charm"] = np.where(call, q * Dq * Nd1, -q * Dq * Nmd1) - np.where(dense, Dq * pdf * dd1_dT, 0.0)
         s["charm"] = (np.abs(q * Dq) + Dq * pdf * (np.abs(2 * (r - q) * t) + np.abs(d2) * sst + sst)
                       / (2 * t * sst))
 
@@ -87,7 +94,10 @@ def bsm_greeks(S, K, t, r, sig, q, call):
                 s[g] = np.where(limit, np.abs(lim[g]) + np.abs(S) + np.abs(K), s[g])
 
     finite = np.isfinite(S) & np.isfinite(K) & np.isfinite(t) & np.isfinite(r) & np.isfinite(sig) & np.isfinite(q)
-    valid = finite & (S > 0) & (K > 0) & (t >= 0) & (sig > 0)
+    valid = finite & (S > 0) & (K > 0) & (t_given >= 0) & (sig > 0)
+    # Out of range: the discounted spot or strike vanishes or overflows (float64).
+    with np.errstate(all="ignore"):
+        valid &= (S * Dq > 0) & (S * Dq < np.inf) & (K * Dr > 0) & (K * Dr < np.inf)
     for g in GREEKS:
         v[g] = np.where(valid, v[g], np.nan)
     return v, s, np.where(valid & ~limit, d1, 0.0)

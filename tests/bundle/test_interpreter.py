@@ -272,6 +272,16 @@ EDGE_INPUTS = [
     (39.5, 1, 1.0, 0.0, 0.1, 0.0),
     # d1 = -4.8e158: d1^2 overflows (exp(-d1^2/2) must be 0, not inf * 0)
     (100, 110, 1.0, 0.05, 1e-160, 0.0),
+    # t = -0.0 is t = 0 (in, out of and at the money)
+    (110, 100, -0.0, 0.05, 0.2, 0.0), (90, 100, -0.0, 0.05, 0.2, 0.0), (100, 100, -0.0, 0.05, 0.2, 0.01),
+    # S/K far from 1 (log1p((S - K)/K) would be -inf, S/K would overflow); S/K just under 1/16
+    (1e-15, 100, 1.0, 0.05, 0.2, 0.0), (1.0, 100, 1.0, 0.05, 0.5, 0.0), (6.2, 100, 0.5, 0.01, 0.3, 0.0),
+    (1e300, 1e-10, 1.0, 0.05, 0.2, 0.0), (1e-300, 1e10, 1.0, 0.05, 0.2, 0.0),
+    # d1 infinite (a subnormal sigma), a huge sigma (pdf 0: vanna, volga, charm 0, not NaN)
+    (1e6, 1, 1.0, 0.0, 1e-308, 0.0), (100, 100, 1.0, 0.05, 1e200, 0.0), (100, 100, 1.0, 0.05, 1e30, 0.0),
+    # discounting out of range (NaN) and in range at large r t, q t
+    (100, 100, 1.0, -1000.0, 0.2, 0.0), (100, 100, 1.0, 800.0, 0.2, 0.0), (100, 100, 1.0, 0.0, 0.2, -1000.0),
+    (100, 100, 2.0, 200.0, 0.2, 0.0), (100, 100, 2.0, 30.0, 0.2, 25.0), (100, 100, 1.0, -60.0, 0.2, -60.0),
 ]
 
 
@@ -295,18 +305,24 @@ def test_greeks_kernel_agrees_with_cpu_backend(greeks_mod, rng, dtype):
 
 
 @pytest.mark.parametrize("programs,switches", [(1, {"PERSISTENT": True}), (3, {"PERSISTENT": True}),
-                                               (None, {"FAST_PATH": False}), (None, {"STREAM": False})])
+                                               (None, {"FAST_PATH": False}), (None, {"STREAM": False}),
+                                               (None, {"FAST_PATH": False, "CDF": 2})])
 def test_greeks_kernel_switches(greeks_mod, rng, programs, switches):
     """The tuning switches change nothing in the results: a persistent grid (fewer programs than
     tiles, each stepping through them), no fast path, no cache hints; bad inputs and limits
-    included, mixed into tiles of ordinary options."""
+    included, mixed into tiles of ordinary options. Bit for bit, except the fast path under CDF=3
+    (the default), whose tiles near the money form e^{-qt} as e^{-rt} e^{(r-q)t}: within the
+    float64 tolerance of the general path there."""
     chain = np.column_stack(random_chain(rng, 1000)[:6])
     X = np.concatenate([chain, np.array(EDGE_INPUTS, dtype=np.float64)])
     X = X[rng.permutation(len(X))]
     call = rng.integers(0, 2, len(X)).astype(bool)
     cols = [X[:, i] for i in range(6)]
-    want = run_greeks(greeks_mod, np.float64, *cols, call, block=128)
+    want = run_greeks(greeks_mod, np.float64, *cols, call, block=128, **{k: v for k, v in switches.items() if k == "CDF"})
     got = run_greeks(greeks_mod, np.float64, *cols, call, block=128, programs=programs, **switches)
+    if switches.get("FAST_PATH") is False and "CDF" not in switches:
+        assert_greeks_close(got, *cols, call, want=want, **F64)
+        return
     for g in ref.GREEKS:
         np.testing.assert_array_equal(got[g], want[g], err_msg=g)
 
@@ -435,6 +451,30 @@ def test_surface_kernel_agrees_with_cpu_backend(surface_mod, rng, interpolation,
             got = run_surface(surface_mod, strikes, expiries, vols, mode, k, t, what)
             np.testing.assert_array_equal(np.isnan(got), np.isnan(cpu))
             np.testing.assert_allclose(got, cpu, rtol=1e-14, atol=1e-300, err_msg=f"{interpolation} what={what}")
+
+
+@pytest.mark.parametrize("interpolation,mode", [("variance", 0), ("vol", 1)])
+def test_surface_kernel_edges_agree_with_cpu_backend(surface_mod, interpolation, mode):
+    """Subnormal t before the first expiry (the vol is the first row's, not 0), and strikes whose
+    span overflows (-1e308, 1e308: the weight from halved differences), as on the CPU."""
+    import tickgpu
+
+    for strikes, expiries, vols in (([90.0, 100.0], [0.25, 1.0], [[0.3, 0.2], [0.25, 0.2]]),
+                                    ([-1e308, 1e308], [1.0], [[0.2, 0.4]]),
+                                    ([-1.7e308, 0.0, 1.7e308], [0.5, 2.0], [[0.2, 0.3, 0.4], [0.25, 0.3, 0.35]])):
+        k = np.array([95.0, 95.0, 95.0, 90.0, 0.0, 1e308, -1e308, 5e307, 100.0])
+        t = np.array([5e-324, 1e-320, 1e-310, 0.0, 1.0, 1.0, 0.3, 1.5, 0.1])
+        surf = tickgpu.VolSurface(strikes, expiries, vols, interpolation=interpolation)
+        for what, cpu in ((0, surf.vol(k, t, backend="cpu")), (1, surf.variance(k, t, backend="cpu"))):
+            got = run_surface(surface_mod, np.array(strikes), np.array(expiries), np.array(vols), mode, k, t, what)
+            assert np.isfinite(got).all(), (strikes, got)
+            np.testing.assert_allclose(got, cpu, rtol=1e-14, atol=0, err_msg=f"{strikes} {interpolation} what={what}")
+    # The documented value: the first expiry's vol at every t up to it.
+    surf = tickgpu.VolSurface([90.0, 100.0], [0.25, 1.0], [[0.3, 0.2], [0.25, 0.2]])
+    first = surf.vol(95.0, 0.25, backend="cpu")
+    got = run_surface(surface_mod, np.array([90.0, 100.0]), np.array([0.25, 1.0]), np.array([[0.3, 0.2], [0.25, 0.2]]),
+                      0, np.full(3, 95.0), np.array([5e-324, 1e-300, 0.1]), 0)
+    np.testing.assert_allclose(got, first, rtol=1e-15)
 
 
 def test_surface_kernel_matches_quantlib_variance_surface(surface_mod, rng):

@@ -29,9 +29,9 @@ instruction count per option. What the code does for it, each checked in the SAS
   do not separate the forms: they swing with the board's power controller.
 * d2's exponential is d1's times the forward ratio F/K (d1^2 - d2^2 = 2 ln(F/K)), with
   e^{-qt} = e^{-rt} e^{(r-q)t} so that F/K = (S/K) e^{(r-q)t} costs one multiplication: an exp
-  fewer, ~21 fewer DP operations an option (CDF=3). It needs exp(-d1^2/2) to be a normal number,
-  so a tile with some |d1| > 37.5 forms d2's exponential itself; the same block-wide OR as the
-  fast path's finds such tiles. Settled at the power limit on the H200
+  fewer, ~21 fewer DP operations an option (CDF=3). It needs exp(-d1^2/2) to be a normal number
+  and e^{-rt}, e^{(r-q)t} finite, so a tile with some |d1| > 37.5 or |r t|, |(r - q) t| > 700
+  computes as CDF=2; the same block-wide OR as the fast path's finds such tiles. Settled at the power limit on the H200
   (benchmarks/results/h200-2026-12-01-c, blocks of 1.5 s after 1.5 s, in both orders) launches
   took 3.777-3.799 ms against 3.888-3.905 ms for CDF=2: 2.9% faster. A single uniform branch for
   "every input contiguous" in place of one branch per input (~70 fewer instructions an option)
@@ -120,24 +120,45 @@ def _either(a, b):
 
 
 @triton.jit
-def _d1(S, K, t, r, q, sst, inv_sst):
-    """d1 = (ln(S/K) + (r - q) t) / (sigma sqrt t) + sigma sqrt(t) / 2."""
-    return _d1_of(S, K, S / K, t, r, q, sst, inv_sst)
-
-
-@triton.jit
-def _d1_of(S, K, SK, t, r, q, sst, inv_sst):
-    """d1 as _d1, given SK = S / K (used in float64)."""
+def _log_moneyness(S, K, SK):
+    """ln(S/K) given SK = S / K, for S and K in [2^-50, 2^50] and, in float32, S/K >= 1/16
+    (others take the special path)."""
     if S.dtype == tl.float32:
-        # ln(S/K) as log1p((S - K)/K), as the CPU backend: near the money S - K is exact and the
-        # log keeps its relative accuracy, where log(S / K) would carry the rounding of S / K (an
-        # absolute error of an ulp of 1, amplified by 1/(sigma sqrt t): visible in float32 vanna).
-        log_moneyness = libdevice.log1p((S - K) / K)
+        # log1p((S - K)/K), as the CPU backend near the money: S - K is exact there and the log
+        # keeps its relative accuracy, where log(S / K) would carry the rounding of S / K (an
+        # absolute error of an ulp of 1, amplified by 1/(sigma sqrt t): visible in float32
+        # vanna). Above 2, (S - K)/K is S/K - 1 to an ulp; below 1/2 it rounds towards -1, by
+        # 2^-24 / (S/K) in the log at most: 2^-20 at the 1/16 that the special path starts at.
+        lm = libdevice.log1p((S - K) / K)
     else:
         # In float64 that ulp of 1 (2.2e-16) is far below the 1e-12 agreement, and libdevice's
         # log1p costs twice log's 30 float64 operations.
-        log_moneyness = libdevice.log(SK)
-    return (log_moneyness + (r - q) * t) * inv_sst + 0.5 * sst
+        lm = libdevice.log(SK)
+    return lm
+
+
+@triton.jit
+def _log_moneyness_cpu(S, K):
+    """ln(S/K) exactly as the CPU backend forms it (csrc/cpu/greeks_kernel.h), for any S, K > 0:
+    log1p((S - K)/K) for S/K in (1/2, 2), log(S/K) in (2^-100, 2^100), else log S - log K."""
+    ratio = S / K
+    lm = tl.where((ratio > 0.5) & (ratio < 2.0), libdevice.log1p((S - K) / K), libdevice.log(ratio))
+    far = ~((ratio > 2.0**-100) & (ratio < 2.0**100))
+    return tl.where(far, libdevice.log(S) - libdevice.log(K), lm)
+
+
+@triton.jit
+def _dm(lm, t, r, q, inv_sst):
+    """(ln(S/K) + (r - q) t) / (sigma sqrt t): d1 = dm + sigma sqrt(t) / 2, d2 = dm - that (each
+    from the shared part, as the CPU backend: d2 = d1 - sigma sqrt t would be inf - inf where
+    sigma sqrt t overflows)."""
+    return (lm + (r - q) * t) * inv_sst
+
+
+@triton.jit
+def _d1(S, K, t, r, q, sst, inv_sst):
+    """d1 = (ln(S/K) + (r - q) t) / (sigma sqrt t) + sigma sqrt(t) / 2."""
+    return _dm(_log_moneyness(S, K, S / K), t, r, q, inv_sst) + 0.5 * sst
 
 
 @triton.jit
@@ -168,27 +189,36 @@ def _density_exp(d):
 
 
 @triton.jit
-def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NEAR: tl.constexpr = False):
-    """Price and greeks by the closed forms, for sigma sqrt(t) > 0 with a finite reciprocal.
+def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NEAR: tl.constexpr,
+                 CAREFUL: tl.constexpr, FULL: tl.constexpr, extreme):
+    """Price and greeks by the closed forms, for sigma sqrt(t) > 0 with a finite reciprocal and
+    S e^{-qt}, K e^{-rt} normal numbers (the special path selects NaN where they are not).
 
     CDF picks how float64 forms N(w d1) and N(w d2) (see bsm_greeks_kernel). NEAR (CDF 3): every
     option of the tile has |d1| <= NEAR_D1, so exp(-d1^2/2) is a normal number and d2's
-    exponential is formed from it.
+    exponential is formed from it. CAREFUL: the density terms of vanna, volga and charm are 0
+    where the density has underflowed (not 0 * inf = NaN where d1 or d2 is infinite), as on the
+    CPU; a NEAR tile needs no such care. FULL: ln(S/K) as the CPU forms it where `extreme`.
     """
-    if CDF == 3 and S.dtype == tl.float64:
-        # e^{-qt} = e^{-rt} e^{(r-q)t}: the forward ratio F/K = (S/K) e^{(r-q)t} comes with it.
+    if CDF == 3 and S.dtype == tl.float64 and NEAR:
+        # e^{-qt} = e^{-rt} e^{(r-q)t}: the forward ratio F/K = (S/K) e^{(r-q)t} comes with it
+        # (|r t|, |q t| <= 350 outside the special path, so neither factor overflows).
         Dr = libdevice.exp(-r * t)
         E = libdevice.exp((r - q) * t)
         Dq = Dr * E
-        SK = S / K
-        d1 = _d1_of(S, K, SK, t, r, q, sst, inv_sst)
     else:
         Dq = libdevice.exp(-q * t)
         Dr = libdevice.exp(-r * t)
-        d1 = _d1(S, K, t, r, q, sst, inv_sst)
+    SK = S / K
+    lm = _log_moneyness(S, K, SK)
+    if FULL:
+        lm = tl.where(extreme, _log_moneyness_cpu(S, K), lm)
+    dm = _dm(lm, t, r, q, inv_sst)
+    half_sst = 0.5 * sst
+    d1 = dm + half_sst
+    d2 = dm - half_sst
     SDq = S * Dq
     KDr = K * Dr
-    d2 = d1 - sst
     if CDF == 3 and S.dtype == tl.float64:
         # As CDF 2; near the money (NEAR) d2's exponential is d1's times F/K, since
         # d1^2 - d2^2 = 2 ln(F/K): two multiplications for an exp.
@@ -244,7 +274,14 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
     phi = -w * t * SDq_N1
     vanna = -Dq_pdf * d2 * inv_sig
     volga = vega * d1 * d2 * inv_sig
-    charm = w * q * Dq * Nd1 - Dq_pdf * (2.0 * (r - q) * t - d2 * sst) * inv_sst * (0.5 * inv_sqt * inv_sqt)
+    charm_density = Dq_pdf * (2.0 * (r - q) * t - d2 * sst) * inv_sst * (0.5 * inv_sqt * inv_sqt)
+    if CAREFUL:
+        # The density decays faster than any power of d1, d2, 1/sigma or sigma sqrt t grows.
+        dense = pdf > 0
+        vanna = tl.where(dense, vanna, 0.0)
+        volga = tl.where(dense, volga, 0.0)
+        charm_density = tl.where(dense, charm_density, 0.0)
+    charm = w * q * Dq * Nd1 - charm_density
     return price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm
 
 
@@ -286,7 +323,17 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
         # float64 "/" is IEEE in Triton: the reciprocal overflows exactly as on the CPU.
         inv_sst = 1.0 / sst_pos
         limit = valid & ~((sst > 0) & (inv_sst < inf))
-    special = mask & (limit | ~valid)
+    # Magnitudes the general formulas need no care for: S, K in [2^-50, 2^50] (S/K normal, its
+    # log accurate; in float32 also S/K >= 1/16, see _log_moneyness) and |r t|, |q t| <= 350
+    # (float32: 40), so that S e^{-qt} and K e^{-rt} are normal numbers (and e^{(r-q)t} finite).
+    # Other options (none in any real chain) take the special path, which forms them as the CPU
+    # does and gives NaN where those discounted values overflow or vanish.
+    extreme = (S < 2.0**-50) | (S > 2.0**50) | (K < 2.0**-50) | (K > 2.0**50)
+    if S.dtype == tl.float32:
+        extreme = extreme | (tl.abs(r * t) > 40.0) | (tl.abs(q * t) > 40.0) | (S < 0.0625 * K)
+    else:
+        extreme = extreme | (tl.abs(r * t) > 350.0) | (tl.abs(q * t) > 350.0)
+    special = mask & (limit | ~valid | extreme)
 
     # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter
     # (tests/bundle) cannot run triton.language's own @jit helpers.
@@ -303,7 +350,7 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
     if flags == 0:
         # Every option of the tile is valid and has positive total variance.
         price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
-            S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF, True)
+            S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF, True, CDF != 3 or S.dtype == tl.float32, False, mask)
         _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
                       volga_ptr, charm_ptr, offs, mask, STREAM,
                       price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
@@ -312,27 +359,31 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
             if flags == 2:
                 # Valid, positive total variance, some option far from the money.
                 price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
-                    S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF, False)
+                    S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF, False, True, False, mask)
                 _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
                               volga_ptr, charm_ptr, offs, mask, STREAM,
                               price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm)
             else:
-                _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_ptr, delta_ptr,
-                              gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr,
-                              offs, mask, STREAM, CDF)
+                _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, extreme, price_ptr,
+                              delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr,
+                              charm_ptr, offs, mask, STREAM, CDF)
         else:
-            _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_ptr, delta_ptr, gamma_ptr,
-                          vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, offs, mask,
-                          STREAM, CDF)
+            _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, extreme, price_ptr, delta_ptr,
+                          gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, offs,
+                          mask, STREAM, CDF)
 
 
 @triton.jit
-def _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_ptr, delta_ptr, gamma_ptr,
+def _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, extreme, price_ptr, delta_ptr, gamma_ptr,
                   vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr, volga_ptr, charm_ptr, offs, mask,
                   STREAM: tl.constexpr, CDF: tl.constexpr):
-    """A tile holding bad input or zero total variance: the general formulas on stand-ins, then
-    NaN and the limits selected in (see bsm_greeks_kernel)."""
+    """A tile holding bad input, zero total variance or extreme magnitudes: the general formulas
+    (on stand-ins where invalid or at the limit), then NaN and the limits selected in, as the CPU
+    backend's KERNEL_ELEMENT and KERNEL_LIMIT (see bsm_greeks_kernel)."""
     inf = float("inf")
+    # t = -0.0 is t = 0 (sqrt(-0.0) = -0.0 already took it to the limit).
+    t = tl.abs(t)
+    sqt = tl.abs(sqt)
     # Invalid lanes compute on harmless values; their outputs are replaced by NaN below.
     S = tl.where(valid, S, 1.0)
     K = tl.where(valid, K, 1.0)
@@ -347,35 +398,38 @@ def _special_tile(S, K, t, r, sig, q, w, sqt, sst, inv_sst, valid, limit, price_
     # nothing divides by zero; their results are replaced by the limits below.
     price, delta, gamma, vega, theta, rho, phi, vanna, volga, charm = _bsm_general(
         S, K, tl.where(limit, 1.0, t), r, sig, q, w, tl.where(limit, 1.0, sqt),
-        tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst), CDF)
+        tl.where(limit, sig, sst), tl.where(limit, 1.0 / sig, inv_sst), CDF, False, True, True, extreme)
 
-    # Zero-total-variance limits (see the docstring).
+    # The discounted spot and strike, which also decide the limits (see the docstring): an
+    # option whose S e^{-qt} or K e^{-rt} vanishes or overflows is out of range (NaN).
     Dq = libdevice.exp(-q * t)
     SDq = S * Dq
     KDr = K * libdevice.exp(-r * t)
+    valid = valid & (SDq > 0) & (SDq < inf) & (KDr > 0) & (KDr < inf)
     m = w * (SDq - KDr)
     atm = m == 0
     itm = tl.where(m > 0, 1.0, tl.where(atm, 0.5, 0.0)).to(S.dtype)
-    # At t == 0 the at-the-money decay terms are infinite; for t > 0 they are finite.
+    # At the money theta's decay term and charm's drift term diverge like 1/sqrt(t): at t == 0
+    # they are infinities of known sign. The drift over sigma, (r - q)/sigma + sigma/2, does
+    # not square sigma (which overflows in float32 for a huge sigma).
     t_pos = sqt > 0
     sqt_l = tl.where(t_pos, sqt, 1.0)
-    drift = (r - q) + 0.5 * sig * sig
-    atm_theta = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
-    atm_charm = tl.where(t_pos, INV_SQRT_2PI * Dq * drift / (2.0 * sig * sqt_l),
-                         tl.where(drift > 0, inf, -inf))
-    atm_charm = tl.where(drift != 0, atm_charm, 0.0)
+    decay = tl.where(t_pos, -SDq * INV_SQRT_2PI * sig / (2.0 * sqt_l), -inf)
+    drift_sig = (r - q) / sig + 0.5 * sig
+    drift_term = tl.where(t_pos, INV_SQRT_2PI * Dq * drift_sig / (2.0 * sqt_l), tl.where(drift_sig > 0, inf, -inf))
     nan = float("nan")
-    price = tl.where(valid, tl.where(limit, tl.maximum(m, 0.0), price), nan)
+    price = tl.where(valid, tl.where(limit, tl.where(m > 0, m, 0.0), price), nan)
     delta = tl.where(valid, tl.where(limit, w * Dq * itm, delta), nan)
     gamma = tl.where(valid, tl.where(limit, tl.where(atm, inf, 0.0), gamma), nan)
     vega = tl.where(valid, tl.where(limit, tl.where(atm, SDq * INV_SQRT_2PI * sqt, 0.0), vega), nan)
-    lim_theta = tl.where(atm, atm_theta, 0.0) + w * (q * SDq - r * KDr) * itm
+    # The itm weights first: out of the money the terms are 0 even where t S or t K overflows.
+    lim_theta = tl.where(atm, decay, 0.0) + w * (q * (SDq * itm) - r * (KDr * itm))
     theta = tl.where(valid, tl.where(limit, lim_theta, theta), nan)
-    rho = tl.where(valid, tl.where(limit, w * t * KDr * itm, rho), nan)
-    phi = tl.where(valid, tl.where(limit, -w * t * SDq * itm, phi), nan)
+    rho = tl.where(valid, tl.where(limit, w * t * (KDr * itm), rho), nan)
+    phi = tl.where(valid, tl.where(limit, -w * t * (SDq * itm), phi), nan)
     vanna = tl.where(valid, tl.where(limit, 0.0, vanna), nan)
     volga = tl.where(valid, tl.where(limit, 0.0, volga), nan)
-    lim_charm = w * q * Dq * itm - tl.where(atm, atm_charm, 0.0)
+    lim_charm = w * q * Dq * itm - tl.where(atm & (drift_sig != 0), drift_term, 0.0)
     charm = tl.where(valid, tl.where(limit, lim_charm, charm), nan)
     _store_greeks(price_ptr, delta_ptr, gamma_ptr, vega_ptr, theta_ptr, rho_ptr, phi_ptr, vanna_ptr,
                   volga_ptr, charm_ptr, offs, mask, STREAM,
@@ -425,7 +479,9 @@ def bsm_greeks_kernel(
     FAST_PATH : constexpr
         Branch, per tile, to the general formulas alone when no option needs the limits or NaN
         (a block-wide OR: a reduction through shared memory and barriers). False: every tile takes
-        the general path. Same results either way.
+        the general path. Same results either way, bit for bit under CDF 0-2; under CDF 3 the
+        fast path's tiles near the money form e^{-qt} as e^{-rt} e^{(r-q)t}, an ulp or two
+        from exp(-qt).
     PERSISTENT : constexpr
         Loop over tiles with a stride of the grid size, so that a grid of a few programs per SM
         covers any n. Off by default: the loop costs float64 registers (82 -> 100 on sm_90) and
@@ -438,7 +494,7 @@ def bsm_greeks_kernel(
         tickgpu.kernels.erfcx (18 float64 operations against erfcx's 92 and erfc's 63) times
         exp(-d^2/2), d1's being the density's; 3 (default), as 2, with exp(-d2^2/2) =
         exp(-d1^2/2) (S/K) e^{(r-q)t} in tiles where every |d1| <= 37.5 (exp(-d1^2/2) a normal
-        number; other tiles as 2), ~21 float64 operations fewer. All four agree within a few
+        number) and |r t|, |(r - q) t| <= 700 (other tiles as 2), ~21 float64 operations fewer. All four agree within a few
         ulps of each greek's scale; element by element less closely where a far
         out-of-the-money price is a difference of two tail terms (up to 1.2e-9 relative at
         d1 = 36, where each form is as far from the exact price).
@@ -446,7 +502,10 @@ def bsm_greeks_kernel(
     Bad input and limits (the convention of the CPU kernel, csrc/cpu/greeks_kernel.h)
     --------------------------------------------------------------------------------
     * An option with a non-finite input, S <= 0, K <= 0, t < 0 or sigma <= 0 gets NaN in all ten
-      outputs.
+      outputs; so does one out of range, whose S e^{-qt} or K e^{-rt} (in the float type) is 0 or
+      overflows. t = -0.0 is t = 0.
+    * Where the normal density at d1 underflows (far from the money, a tiny or a huge sigma),
+      vanna, volga and the density part of charm are 0, their limits.
     * Zero total variance (t == 0, or sigma sqrt(t) too small for its reciprocal to be finite): the
       option is worth its forward intrinsic value. With w = +1 (call) / -1 (put),
       m = w (S e^{-qt} - K e^{-rt}) and itm = 1 if m > 0, 1/2 if m == 0 (at the money), else 0:

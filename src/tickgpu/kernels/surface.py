@@ -92,7 +92,11 @@ def vol_surface_kernel(
     k_j = tl.load(strikes_ptr + j)
     k_j1 = tl.load(strikes_ptr + j1)
     interior_k = (k > k_first) & (k < k_last)
-    u = tl.where(interior_k, (k - k_j) / tl.where(interior_k, k_j1 - k_j, 1.0), 0.0)
+    span = tl.where(interior_k, k_j1 - k_j, 1.0)
+    # Strikes of both signs near +-DBL_MAX: the span (and k - k_j with it) overflows; halved,
+    # both differences are finite (as the CPU backend, csrc/cpu/surface.c).
+    u = tl.where(span < inf, (k - k_j) / span, (0.5 * k - 0.5 * k_j) / (0.5 * k_j1 - 0.5 * k_j))
+    u = tl.where(interior_k, u, 0.0)
     u = tl.where((k >= k_last) & (nk > 1), 1.0, u)
 
     # Expiry rows i0 <= i1 bracketing t; i1 is the last row from T_last on, i0 row 0 up to T_first.
@@ -120,8 +124,11 @@ def vol_surface_kernel(
     var0 = tl.where(t >= t_last, tl.where(t == t_last, w1, w1 * t / t_last), var0)
     # Before the first expiry: the implicit zero row at t = 0 makes the variance linear in t.
     var0 = tl.where((t <= t_first) & (t < t_last), var_first * (t / t_first), var0)
-    t_pos = t > 0
-    vol0 = tl.where(t_pos, libdevice.sqrt(var0 / tl.where(t_pos, t, 1.0)), libdevice.sqrt(var_first / t_first))
+    # Up to the first expiry the vol is the first row's for every t (and its limit at t = 0),
+    # taken from that row: from w(t) / t it would carry w's rounding, and for a subnormal t
+    # (w(t) underflowing) come out 0.
+    after = t > t_first
+    vol0 = tl.where(after, libdevice.sqrt(var0 / tl.where(after, t, 1.0)), libdevice.sqrt(var_first / t_first))
 
     # Mode 1: vol, linear in strike along each row, then linear in t.
     s0 = (1.0 - u) * a00 + u * a01
