@@ -219,31 +219,21 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
     d2 = dm - half_sst
     SDq = S * Dq
     KDr = K * Dr
-    if CDF == 3 and S.dtype == tl.float64:
-        # As CDF 2; near the money (NEAR) d2's exponential is d1's times F/K, since
-        # d1^2 - d2^2 = 2 ln(F/K): two multiplications for an exp.
+    if (CDF == 2 or CDF == 3) and S.dtype == tl.float64:
+        # erfc(z) = erfcx(|z|) exp(-z^2) for z >= 0, and z^2 = d^2 / 2: N(w d1) takes the
+        # density's exponential, and erfcx comes from the table. N(w d2) takes an exponential of
+        # its own, or (CDF 3, near the money) d1's times F/K, since d1^2 - d2^2 = 2 ln(F/K): two
+        # multiplications for an exp.
         e1 = _density_exp(d1)
         pdf = INV_SQRT_2PI * e1
         z1 = -w * d1 * INV_SQRT_2
         z2 = -w * d2 * INV_SQRT_2
         x1, x2 = _erfcx_table2(tl.abs(z1), tl.abs(z2))
         a1 = 0.5 * x1 * e1
-        if NEAR:
+        if CDF == 3 and NEAR:
             a2 = 0.5 * x2 * (e1 * (SK * E))
         else:
             a2 = 0.5 * x2 * _density_exp(d2)
-        Nd1 = tl.where(z1 >= 0, a1, 1.0 - a1)
-        Nd2 = tl.where(z2 >= 0, a2, 1.0 - a2)
-    elif CDF == 2 and S.dtype == tl.float64:
-        # erfc(z) = erfcx(|z|) exp(-z^2) for z >= 0, and z^2 = d^2 / 2: N(w d1) takes the
-        # density's exponential, N(w d2) one of its own, and erfcx comes from the table.
-        e1 = _density_exp(d1)
-        pdf = INV_SQRT_2PI * e1
-        z1 = -w * d1 * INV_SQRT_2
-        z2 = -w * d2 * INV_SQRT_2
-        x1, x2 = _erfcx_table2(tl.abs(z1), tl.abs(z2))
-        a1 = 0.5 * x1 * e1
-        a2 = 0.5 * x2 * _density_exp(d2)
         Nd1 = tl.where(z1 >= 0, a1, 1.0 - a1)
         Nd2 = tl.where(z2 >= 0, a2, 1.0 - a2)
     elif CDF == 1 and S.dtype == tl.float64:
