@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tickgpu
 import tickgpu.runtime as rt
 from tickgpu.errors import BackendUnavailable, TickGpuError
 from tickgpu.runtime import ops
@@ -276,6 +277,15 @@ def test_greeks_broadcast_scalars_and_shapes(ctx, rng):
     out = ops.greeks(100.0, 95.0, 1.0, 0.01, 0.2, 0.0, True, dtype=np.float64, shape=())
     assert out["price"].shape == ()
     _close(out["price"], expected_greeks(100.0, 95.0, 1.0, 0.01, 0.2, 0.0, True)["price"], np.float64)
+
+
+@pytest.mark.parametrize("bad", [["100", "101"], np.array([100 + 1j, 101]), [None, 100.0], np.complex128(100)])
+def test_host_path_refuses_what_is_not_real_numbers(ctx, bad):
+    """As the CPU backend: no parsing of strings, no dropped imaginary parts, no None as NaN."""
+    with pytest.raises(TypeError, match="^spot: must be a real number"):
+        tickgpu.greeks(bad, 100.0, 1.0, 0.0, 0.2, backend="gpu")
+    with pytest.raises(TypeError, match="^spot: must be a real number"):
+        tickgpu.greeks(bad, 100.0, 1.0, 0.0, 0.2, backend="cpu")
 
 
 def test_stride_zero_inputs_take_one_element(ctx, mock, rng):

@@ -117,12 +117,17 @@ def _scalar(v, flag: bool):
     return (1 if v else 0) if flag else float(v)
 
 
-def _convert(x, flag: bool, want: np.dtype, shape: tuple):
+def _convert(x, flag: bool, want: np.dtype, shape: tuple, name: str):
     """(value, is_array) for an input that is not already right: a Python number for a single
-    value, else a C-contiguous array of `shape` (bool or uint8 for a flag, else `want`)."""
-    if isinstance(x, (np.generic, float, int)):
+    value, else a C-contiguous array of `shape` (bool or uint8 for a flag, else `want`).
+    TypeError naming the input for what is not real numbers (as the CPU backend: NumPy would
+    parse strings, drop imaginary parts and make None a NaN)."""
+    if isinstance(x, (np.generic, float, int)) and not isinstance(x, (np.complexfloating, np.str_, np.bytes_)):
         return _scalar(x, flag), False
     a = np.asarray(x)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: must be a real number or an array of real numbers, got "
+                        f"{'an array of ' + str(a.dtype) if a.ndim else type(x).__name__}")
     if flag:
         if a.dtype is not _BOOL and a.dtype is not _U8:
             a = a != 0            # any nonzero value is a call
@@ -152,7 +157,7 @@ def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
         elif tx is float or tx is int or tx is bool:
             vals.append(((1 if x else 0) if i == flag else x))
         else:
-            v, is_array = _convert(x, i == flag, want[i], shape)
+            v, is_array = _convert(x, i == flag, want[i], shape, fam.inputs[i])
             vals.append(v)
             pattern |= is_array << i
     return vals, pattern
@@ -288,7 +293,7 @@ class _TickPlan:
             if tx is float or tx is int or tx is bool:
                 v = (1 if x else 0) if i == flag else x
             else:
-                v, is_array = _convert(x, i == flag, want[i], shape)
+                v, is_array = _convert(x, i == flag, want[i], shape, self.fam.inputs[i])
                 if is_array:
                     keep = [v] if keep is None else keep + [v]
                     j = 3 * (row + i)
