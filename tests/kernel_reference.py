@@ -33,7 +33,7 @@ def bsm_greeks(S, K, t, r, sig, q, call):
         # Where the density has underflowed its terms are 0 (it decays faster than d1, d2 grow).
         dense = pdf > 0
         Nd1, Nd2, Nmd1, Nmd2 = ndtr(d1), ndtr(d2), ndtr(-d1), ndtr(-d2)
-        dd1_dT = (2 * (r - q) * t - d2 * sst) / (2 * t * sst)
+        dd1_dT = (r - q) / sst - d2 / (2 * t)      # (2 (r - q) t - d2 sst) / (2 t sst), with no t sst to underflow
         decay = S * Dq * pdf * sig / (2 * sqt)
 
         v, s = {}, {}

@@ -265,6 +265,10 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
     vanna = -Dq_pdf * d2 * inv_sig
     volga = vega * d1 * d2 * inv_sig
     charm_density = Dq_pdf * (2.0 * (r - q) * t - d2 * sst) * inv_sst * (0.5 * inv_sqt * inv_sqt)
+    if FULL:
+        # 1/(2t) as the CPU forms it, where 1/sqrt(t)^2 may overflow (a subnormal t)
+        charm_slow = Dq_pdf * (2.0 * (r - q) * t - d2 * sst) * inv_sst / (2.0 * t)
+        charm_density = tl.where(extreme, charm_slow, charm_density)
     if CAREFUL:
         # The density decays faster than any power of d1, d2, 1/sigma or sigma sqrt t grows.
         dense = pdf > 0
@@ -314,15 +318,16 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
         inv_sst = 1.0 / sst_pos
         limit = valid & ~((sst > 0) & (inv_sst < inf))
     # Magnitudes the general formulas need no care for: S, K in [2^-50, 2^50] (S/K normal, its
-    # log accurate; in float32 also S/K >= 1/16, see _log_moneyness) and |r t|, |q t| <= 350
-    # (float32: 40), so that S e^{-qt} and K e^{-rt} are normal numbers (and e^{(r-q)t} finite).
+    # log accurate; in float32 also S/K >= 1/16, see _log_moneyness), |r t|, |q t| <= 350
+    # (float32: 40), so that S e^{-qt} and K e^{-rt} are normal numbers (and e^{(r-q)t} finite),
+    # and t >= 2^-1000 (float32: 2^-100), so that charm's 1/sqrt(t)^2 does not overflow.
     # Other options (none in any real chain) take the special path, which forms them as the CPU
     # does and gives NaN where those discounted values overflow or vanish.
     extreme = (S < 2.0**-50) | (S > 2.0**50) | (K < 2.0**-50) | (K > 2.0**50)
     if S.dtype == tl.float32:
-        extreme = extreme | (tl.abs(r * t) > 40.0) | (tl.abs(q * t) > 40.0) | (S < 0.0625 * K)
+        extreme = extreme | (tl.abs(r * t) > 40.0) | (tl.abs(q * t) > 40.0) | (S < 0.0625 * K) | (t < 2.0**-100)
     else:
-        extreme = extreme | (tl.abs(r * t) > 350.0) | (tl.abs(q * t) > 350.0)
+        extreme = extreme | (tl.abs(r * t) > 350.0) | (tl.abs(q * t) > 350.0) | (t < 2.0**-1000)
     special = mask & (limit | ~valid | extreme)
 
     # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter

@@ -116,8 +116,9 @@ def vol_surface_kernel(
     a11 = tl.load(vols_ptr + i1 * nk + j1)
 
     # Mode 0: total variance, linear in strike along each row, then linear in t.
-    w0 = (1.0 - u) * (a00 * a00 * T0) + u * (a01 * a01 * T0)
-    w1 = (1.0 - u) * (a10 * a10 * T1) + u * (a11 * a11 * T1)
+    # One strike: the row's own variance (not 0 * inf where sigma^2 T overflows), as the CPU.
+    w0 = tl.where(nk == 1, a00 * a00 * T0, (1.0 - u) * (a00 * a00 * T0) + u * (a01 * a01 * T0))
+    w1 = tl.where(nk == 1, a10 * a10 * T1, (1.0 - u) * (a10 * a10 * T1) + u * (a11 * a11 * T1))
     var_first = tl.where(t <= t_first, w0, w1)      # row 0's variance when t <= t_first
     var0 = (1.0 - v) * w0 + v * w1
     # From the last expiry on (row i1): w(T_last) t / T_last, exactly w(T_last) at T_last.
