@@ -31,6 +31,7 @@ import numpy as np
 
 from tickgpu._native import as_input as _as_input
 from tickgpu._native import ffi as _ffi
+from tickgpu.finance import _checks
 from tickgpu.runtime.graph import plan_layout
 
 __all__ = ["host_call", "bucket", "bucket_sizes", "plan_for", "tick", "addr", "DTYPE_CODE", "host_inputs"]
@@ -124,10 +125,7 @@ def _convert(x, flag: bool, want: np.dtype, shape: tuple, name: str):
     parse strings, drop imaginary parts and make None a NaN)."""
     if isinstance(x, (np.generic, float, int)) and not isinstance(x, (np.complexfloating, np.str_, np.bytes_)):
         return _scalar(x, flag), False
-    a = np.asarray(x)
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"{name}: must be a real number or an array of real numbers, got "
-                        f"{'an array of ' + str(a.dtype) if a.ndim else type(x).__name__}")
+    a = _checks.real_array(name, x)
     if flag:
         if a.dtype is not _BOOL and a.dtype is not _U8:
             a = a != 0            # any nonzero value is a call
