@@ -66,21 +66,30 @@ def _edges(dtype):
     """T -> 0, t = 0 (at, in, out of the money), deep OTM/ITM (|d1| up to 37), tiny and huge vol,
     |d1| ~ 1e159 (d1^2 overflows; a call and a put), NaN, bad inputs; t = -0.0, S/K far from 1,
     an infinite d1, a huge sigma, discounting out of range (NaN) and large r t, q t in range, a
-    subnormal t with positive total variance."""
+    subnormal t with positive total variance; each side of the fast path's bounds on S, sigma, t
+    and r t (float64 and float32)."""
+    below = lambda x, bits: x * (1 - 2.0**-bits)   # noqa: E731 - the float just under a power of two
     spot = [100, 100, 100, 100, 100, 1, 1000, 100, 100, np.nan, 100, -1, 100, 100, 42, 1, 100, 100,
-            110, 90, 100, 1e-15, 1, 6.2, 1e300, 1e6, 100, 100, 100, 100, 100, 100, 100, 100]
+            110, 90, 100, 1e-15, 1, 6.2, 1e300, 1e6, 100, 100, 100, 100, 100, 100, 100, 100,
+            2.0**50, below(2.0**50, 53), 100, 100, 100, 100, 100, 100, 100, 100, 100, 100]
     strike = [100, 90, 110, 100, 100, 1000, 1, 100, 100, 100, np.nan, 100, 0, 100, 1, 40.8, 110, 110,
-              100, 100, 100, 100, 100, 100, 1e-10, 1, 100, 100, 100, 100, 100, 100, 100, 100]
+              100, 100, 100, 100, 100, 100, 1e-10, 1, 100, 100, 100, 100, 100, 100, 100, 100,
+              2.0**50, below(2.0**50, 53), 100, 100, 100, 100, 100, 100, 100, 100, 100, 100]
     t = [1e-12, 0, 0, 0, 1e-6, 1, 1, 5, 1, 1, 1, 1, 1, -1, 1, 1, 1, 1,
-         -0.0, -0.0, -0.0, 1, 1, 0.5, 1, 1, 1, 1, 1, 1, 2, 2, 1e-310, 1e-40]
+         -0.0, -0.0, -0.0, 1, 1, 0.5, 1, 1, 1, 1, 1, 1, 2, 2, 1e-310, 1e-40,
+         1, 1, 1, 1, 1, 1, 2.0**1000, below(2.0**1000, 53), 2.0**-100, below(2.0**-100, 24), 2, 2]
     vol = [0.2, 0.2, 0.2, 0.2, 1e-8, 0.2, 0.2, 5.0, 0.2, 0.2, 0.2, 0.2, 0.2, 0.2, 0.1, 0.1, 1e-160, 1e-160,
-           0.2, 0.2, 0.2, 0.2, 0.5, 0.3, 0.2, 1e-308, 1e200, 0.2, 0.2, 0.2, 0.2, 0.2, 1.0, 1.0]
+           0.2, 0.2, 0.2, 0.2, 0.5, 0.3, 0.2, 1e-308, 1e200, 0.2, 0.2, 0.2, 0.2, 0.2, 1.0, 1.0,
+           0.2, 0.2, 2.0**-500, below(2.0**-500, 53), 2.0**-60, below(2.0**-60, 24), 2.0**-499, 2.0**-499, 1, 1,
+           0.2, 0.2]
     n = len(spot)
-    rate = [0.03] * 26 + [0.05, -1000.0, 800.0, 0.0, 200.0, 30.0, 0.03, 0.03]
-    div = [0.01] * 26 + [0.0, 0.0, 0.0, -1000.0, 0.0, 25.0, 0.01, 0.01]
-    return dict(spot=np.array(spot, dtype), strike=np.array(strike, dtype), t=np.array(t, dtype),
-                rate=np.array(rate, dtype), vol=np.array(vol, dtype), div=np.array(div, dtype),
-                call=np.arange(n) % 2 == 0)
+    rate = ([0.03] * 26 + [0.05, -1000.0, 800.0, 0.0, 200.0, 30.0, 0.03, 0.03]
+            + [0.01, 0.01, 0, 0, 0, 0, 0, 0, 0, 0, 175.0, 175.0 * (1 + 2.0**-52)])
+    div = [0.01] * 26 + [0.0, 0.0, 0.0, -1000.0, 0.0, 25.0, 0.01, 0.01] + [0.0] * 12
+    with np.errstate(over="ignore"):       # float32: 2^1000 is inf (bad input, NaN out)
+        return dict(spot=np.array(spot, dtype), strike=np.array(strike, dtype), t=np.array(t, dtype),
+                    rate=np.array(rate, dtype), vol=np.array(vol, dtype), div=np.array(div, dtype),
+                    call=np.arange(n) % 2 == 0)
 
 
 def _greeks_both(args, dtype):
