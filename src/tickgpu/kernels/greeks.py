@@ -11,10 +11,13 @@ also ~385 DP operations per option against the H200's 64 DP lanes per SM), so wh
 instruction count per option. What the code does for it, each checked in the SASS
 (``cuobjdump -sass``; scripts/kernel-sweep prints the counts):
 
-* Each input's stride (0: one value for the whole chain, 1: contiguous) is a branch, not a
-  multiplier: ``ptr + offs * stride`` hides the contiguity from the compiler, which then issues
-  one 4- or 8-byte load per element; with the branch the contiguous case of the aligned16 variants
-  is vector loads (LDG.E.64 at 2 float32 per thread, LDG.E.128 at 4), like the stores.
+* In float32 each input's stride (0: one value for the whole chain, 1: contiguous) is a branch,
+  not a multiplier: ``ptr + offs * stride`` hides the contiguity from the compiler, which then
+  issues one 4-byte load per element; with the branch the contiguous case of the aligned16
+  variants is vector loads (LDG.E.64 at 2 float32 per thread), like the stores. float64's variants
+  load one element a thread either way, so there the stride is a multiplier: three instructions an
+  input instead of a dozen (measured settled on the H200, benchmarks/results/h200-2026-12-01-d:
+  1.3% faster in float64; the multiplier in float32 was 1.3% slower).
 * Options that are bad input or at zero total variance are rare and need the limit formulas and
   twenty selects; a tile with none (nearly always) takes a branch that computes the general
   formulas only (FAST_PATH: float32 ~360 instructions per option instead of ~500, float64 ~330 DP
@@ -82,9 +85,17 @@ NEAR_D1 = tl.constexpr(37.5)
 
 
 @triton.jit
-def _load_input(ptr, stride, offs, mask, other, STREAM: tl.constexpr):
-    """The tile's values of one input of element stride 0 or 1 (see the module docstring)."""
-    if stride == 0:
+def _load_input(ptr, stride, offs, mask, other, STREAM: tl.constexpr, SCALAR: tl.constexpr):
+    """The tile's values of one input of element stride 0 or 1 (see the module docstring).
+    SCALAR: the loads are one element a thread whatever the stride (float64's variants)."""
+    if SCALAR:
+        # No vector load to lose: the stride's multiplication costs an instruction where the
+        # branch costs a dozen.
+        if STREAM:
+            x = tl.load(ptr + offs * stride, mask=mask, other=other, eviction_policy="evict_first")
+        else:
+            x = tl.load(ptr + offs * stride, mask=mask, other=other)
+    elif stride == 0:
         # Every lane reads element 0; the hardware serves a warp's identical addresses at once.
         x = tl.load(ptr + offs * 0, mask=mask, other=other)
     else:
@@ -330,14 +341,15 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
     """Options [tile * BLOCK_SIZE, (tile + 1) * BLOCK_SIZE) of the chain (see bsm_greeks_kernel)."""
     offs = tile * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offs < n
+    SCALAR: tl.constexpr = spot_ptr.dtype.element_ty == tl.float64
 
-    S = _load_input(spot_ptr, s_spot, offs, mask, 1.0, STREAM)
-    K = _load_input(strike_ptr, s_strike, offs, mask, 1.0, STREAM)
-    t = _load_input(t_ptr, s_t, offs, mask, 1.0, STREAM)
-    r = _load_input(rate_ptr, s_rate, offs, mask, 0.0, STREAM)
-    sig = _load_input(vol_ptr, s_vol, offs, mask, 1.0, STREAM)
-    q = _load_input(div_ptr, s_div, offs, mask, 0.0, STREAM)
-    is_call = _load_input(call_ptr, s_call, offs, mask, 1, STREAM) != 0
+    S = _load_input(spot_ptr, s_spot, offs, mask, 1.0, STREAM, SCALAR)
+    K = _load_input(strike_ptr, s_strike, offs, mask, 1.0, STREAM, SCALAR)
+    t = _load_input(t_ptr, s_t, offs, mask, 1.0, STREAM, SCALAR)
+    r = _load_input(rate_ptr, s_rate, offs, mask, 0.0, STREAM, SCALAR)
+    sig = _load_input(vol_ptr, s_vol, offs, mask, 1.0, STREAM, SCALAR)
+    q = _load_input(div_ptr, s_div, offs, mask, 0.0, STREAM, SCALAR)
+    is_call = _load_input(call_ptr, s_call, offs, mask, 1, STREAM, SCALAR) != 0
     w = tl.where(is_call, 1.0, -1.0).to(S.dtype)
 
     # Bit 0 of a tile's flags: an option outside the magnitudes the general formulas need no
