@@ -288,6 +288,19 @@ def test_host_path_refuses_what_is_not_real_numbers(ctx, bad):
         tickgpu.greeks(bad, 100.0, 1.0, 0.0, 0.2, backend="cpu")
 
 
+@pytest.mark.parametrize("bad", [["100"] * 4, np.array([100 + 1j] * 4), [None] * 4, "100", 100 + 0j])
+def test_device_path_refuses_host_values_that_are_not_real_numbers(ctx, mock, bad):
+    """A host value mixed with GPU arrays is checked as on the host path, for every operation."""
+    spot = FakeGpuArray(mock, np.full(4, 100.0))
+    with pytest.raises(TypeError, match="^strike: must be a real number"):
+        tickgpu.greeks(spot, bad, 1.0, 0.0, 0.2, backend="gpu")
+    with pytest.raises(TypeError, match="^strike: must be a real number"):
+        tickgpu.implied_vol(FakeGpuArray(mock, np.full(4, 5.0)), 100.0, bad, 1.0, 0.0, backend="gpu")
+    g = tickgpu.greeks(spot, np.arange(96, 100), 1.0, 0.0, 0.2, backend="gpu")    # integers are real
+    _close(_read(mock, g.price), expected_greeks(100.0, np.arange(96.0, 100.0), 1.0, 0.0, 0.2, 0.0, True)["price"],
+           np.float64)
+
+
 def test_stride_zero_inputs_take_one_element(ctx, mock, rng):
     """Pipeline chunks give a single value one element of staging and stride 0."""
     n = 2 * CHUNK + 40

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from tickgpu.finance import _checks
 from tickgpu.runtime.arrays import (DeviceArray, adopt_outputs, device_view, empty_outputs, producer_stream,
                                     view_or_none)
 from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH
@@ -60,7 +61,9 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
                 ptrs.append(v.ptr)
                 strides.append(0 if v.size == 1 else 1)
                 continue
-            a = np.asarray(x)
+            # A host value mixed in: real numbers only, as on the host path (NumPy would parse
+            # strings, drop imaginary parts and make None a NaN).
+            a = _checks.real_array(name, x)
             if a.size == 1:
                 scalars.append((len(ptrs), np.ascontiguousarray(a, dtype=want).reshape(1)))
                 ptrs.append(0)
