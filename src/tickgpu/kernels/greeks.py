@@ -48,10 +48,14 @@ instruction count per option. What the code does for it, each checked in the SAS
   measured 0.5% faster in float64 and 5.6% slower in float32, so the loads keep their branches;
   two options a thread (256 / 4 warps or 128 / 2 warps, 96 or 128 registers) measured 3-12%
   slower.
-* Divisions are few: 1/(sigma sqrt t) (IEEE in float64, where it also judges the limit as the CPU
-  does), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and 1/(2t) are formed from the
-  reciprocal at hand. Each replaced division moves a result by an ulp or two, far inside the 1e-12
-  (float64) / 1e-5 (float32) agreement with the CPU backend.
+* Divisions are few: 1/(sigma sqrt t), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and
+  1/(2t) are formed from the reciprocal at hand. In float64 those three are the hardware's
+  reciprocal estimate and two Newton steps (`_recip`: 5 instructions, where the IEEE division
+  takes ~14 with its rounding correction and slow-path check), valid where the fast path's ranges
+  hold; the special path judges the zero-variance limit by the IEEE reciprocal, as the CPU does.
+  Measured settled on the H200 (benchmarks/results/h200-2026-12-01-d) 2.4% faster. Each replaced
+  division moves a result by an ulp or two, far inside the 1e-12 (float64) / 1e-5 (float32)
+  agreement with the CPU backend.
 * Inputs are read once and outputs written once. STREAM marks the loads evict-first and the stores
   streaming (.cs); measured on the H200 (scripts/kernel-sweep, 1e8 options) it was slower (float32
   88.2% of copy bandwidth with it, 90.8% without; float64 62.3% vs 65.6%), so it is off by default.
@@ -138,6 +142,40 @@ def _either(a, b):
 
 
 @triton.jit
+def _rcp_seed(x):
+    """The hardware's float64 reciprocal estimate (MUFU.RCP64H: about 23 bits; 0 and inf for a
+    subnormal or huge x, which flush)."""
+    return tl.inline_asm_elementwise("rcp.approx.ftz.f64 $0, $1;", "=d,d", [x], dtype=tl.float64, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _recip(x):
+    """1/x to about an ulp for x with a normal reciprocal (|x| in [2^-1022, 2^1022]): the
+    estimate, a cubic then a Newton step (the error goes 2^-23 -> 2^-69 -> rounding). The IEEE
+    division also corrects the last rounding and checks for its slow path: ~14 instructions
+    against these 5. float32 keeps its division."""
+    if x.dtype == tl.float64:
+        r = _rcp_seed(x)
+        e = tl.fma(-x, r, 1.0)
+        r = tl.fma(r, tl.fma(e, e, e), r)
+        r = tl.fma(r, tl.fma(-x, r, 1.0), r)
+    else:
+        r = 1.0 / x
+    return r
+
+
+@triton.jit
+def _ratio(a, b):
+    """a / b: in float64 a times `_recip(b)` (an ulp or two, b as there), in float32 a division."""
+    if b.dtype == tl.float64:
+        q = a * _recip(b)
+    else:
+        q = a / b
+    return q
+
+
+@triton.jit
 def _log_moneyness(S, K, SK):
     """ln(S/K) given SK = S / K, for S and K in [2^-50, 2^50] and, in float32, S/K >= 1/16
     (others take the special path)."""
@@ -176,7 +214,7 @@ def _dm(lm, t, r, q, inv_sst):
 @triton.jit
 def _d1(S, K, t, r, q, sst, inv_sst):
     """d1 = (ln(S/K) + (r - q) t) / (sigma sqrt t) + sigma sqrt(t) / 2."""
-    return _dm(_log_moneyness(S, K, S / K), t, r, q, inv_sst) + 0.5 * sst
+    return _dm(_log_moneyness(S, K, _ratio(S, K)), t, r, q, inv_sst) + 0.5 * sst
 
 
 @triton.jit
@@ -227,7 +265,7 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
     else:
         Dq = libdevice.exp(-q * t)
         Dr = libdevice.exp(-r * t)
-    SK = S / K
+    SK = _ratio(S, K)   # K in [2^-50, 2^50] where SK is used (extreme options take ln(S/K) apart)
     lm = _log_moneyness(S, K, SK)
     if FULL:
         lm = tl.where(extreme, _log_moneyness_cpu(S, K), lm)
@@ -276,7 +314,11 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
 
     price = w * (SDq_N1 - KDr_N2)
     delta = w * Dq * Nd1
-    gamma = Dq_pdf * inv_sst / S
+    if FULL:
+        # An extreme S may be subnormal, whose reciprocal estimate flushes.
+        gamma = tl.where(extreme, Dq_pdf * inv_sst / S, _ratio(Dq_pdf * inv_sst, S))
+    else:
+        gamma = _ratio(Dq_pdf * inv_sst, S)
     theta = -0.5 * SDq_pdf * sig * inv_sqt + w * (q * SDq_N1 - r * KDr_N2)
     rho = w * t * KDr_N2
     phi = -w * t * SDq_N1
@@ -356,9 +398,9 @@ def _greeks_tile(tile, spot_ptr, s_spot, strike_ptr, s_strike, t_ptr, s_t, rate_
     # care for (see `_fast_ok`), bad input and zero total variance included.
     sqt = libdevice.sqrt(t)
     sst = sig * sqt                       # total vol sigma sqrt(t)
-    # 1/(sigma sqrt t): IEEE in float64, Triton's 2-ulp division in float32 (the special path
-    # forms its own where sst is not positive).
-    inv_sst = 1.0 / sst
+    # 1/(sigma sqrt t), used where sst is in [2^-1000, 2^1000] (the special path judges the limit
+    # itself, by the IEEE reciprocal as the CPU does).
+    inv_sst = _recip(sst)
     special = mask & ~_fast_ok(S, K, t, r, sig, q)
 
     # tl.reduce with a combiner of this module rather than tl.max: the Triton interpreter
@@ -418,9 +460,12 @@ def _special_tile(S, K, t, r, sig, q, w, sqt, sst, price_ptr, delta_ptr, gamma_p
         limit = valid & ~(sst > tl.full(sst.shape, 2.0**-128, tl.float32))
         inv_sst = 1.0 / sst_pos
     else:
-        # float64 "/" is IEEE in Triton: the reciprocal overflows exactly as on the CPU.
+        # float64 "/" is IEEE in Triton: the reciprocal overflows exactly as on the CPU. Where
+        # the estimate's Newton steps apply, the value is theirs, as on the fast path (so that
+        # without FAST_PATH the results are the same bits).
         inv_sst = 1.0 / sst_pos
         limit = valid & ~((sst > 0) & (inv_sst < inf))
+        inv_sst = tl.where((sst > 2.0**-1000) & (sst < 2.0**1000), _recip(sst_pos), inv_sst)
     # Magnitudes where the general formulas need care (none in any real chain): S or K outside
     # [2^-50, 2^50], |r t| or |q t| > 350 (float32: 40, and S < K/16), t < 2^-1000 (float32:
     # 2^-100). These are formed as the CPU forms them, and NaN where S e^{-qt} or K e^{-rt}
