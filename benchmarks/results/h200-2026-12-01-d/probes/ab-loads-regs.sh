@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # A/B: float64 loads by stride multiplication (new) vs a branch per input (old); float32 likewise
 # (probe source), and float32 capped at 64 registers.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tickgpu-site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/tickgpu-site
-python3 setup.py -q build_ext --inplace >$OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
-export PYTHONPATH=$PWD/src:/tmp/tickgpu-site
+source "$(dirname "$0")/env.sh"
 ab() {  # tag cfg src...
   local tag=$1 cfg=$2; shift 2
   local i=0

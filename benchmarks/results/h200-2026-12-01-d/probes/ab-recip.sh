@@ -1,11 +1,6 @@
 #!/usr/bin/env bash
 # float64 divisions as reciprocal estimate + Newton (new) vs IEEE division (old): pytest on the GPU, settled A/B.
-set -uo pipefail
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tickgpu-site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/tickgpu-site
-python3 setup.py -q build_ext --inplace >$OUT/build.log 2>&1 || { tail -20 $OUT/build.log; exit 1; }
-export PYTHONPATH=$PWD/src:/tmp/tickgpu-site
+source "$(dirname "$0")/env.sh"
 TICKGPU_REQUIRE_GPU=1 timeout 200 python3 -m pytest -m gpu -q -p no:cacheprovider tests/gpu > $OUT/pytest-gpu.txt 2>&1
 tail -4 $OUT/pytest-gpu.txt
 O=$PWD/.probe/greeks_old.py; N=$PWD/src/tickgpu/kernels/greeks.py
