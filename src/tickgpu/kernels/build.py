@@ -25,12 +25,17 @@ Measured on an H200 (33.5M options, greeks, 10 outputs + 7 inputs): float32 BLOC
   blocks an SM instead of 7.
   Settled on the H200 (benchmarks/results/h200-2026-12-01-d), 64 registers were 1.2% faster than
   72 and 56 another 1.1% faster; 48 was 5% slower.
-* float64: only BLOCK_SIZE 128 / 4 warps, capped at 64 registers a thread. The kernel-sweep on
+* float64: only BLOCK_SIZE 32 / 1 warp, capped at 64 registers a thread. A tile of one warp
+  takes the greeks kernel's fast-path decision (a block-wide OR) with a warp reduction instead of
+  shared memory and two barriers: settled on the H200 (benchmarks/results/h200-2026-12-01-d),
+  3.342-3.351 ms a launch at 1e8 options against 3.422-3.424 for 128 / 4 warps and 3.388-3.390
+  for 64 / 2, 2.2% faster (float32, memory-bound, gained 0.4% from 64 / 1 and keeps 256 / 4).
+  Before that, 128 / 4 warps had been the best: the kernel-sweep on
   the H200 (1e8 options, after the fast-path rewrite) gave 128/4 warps 74% of copy bandwidth
   against 62-67% for 256 with 4 or 8 warps: float64 greeks did ~330 DP operations an option (the
   exp, log and erfc; ~240 since the table erfcx, tickgpu.kernels.erfcx), which alone took ~90% of
   the copy's time, and the board runs them at its 700 W limit (SM clocks 1.2-1.6 GHz instead of 1.98). The 64-register cap (82 uncapped, 72-80
-  bytes of stack) lets 8 blocks share an SM instead of 6, and measured 84-89% against 78-80%
+  bytes of stack) lets 8 blocks of 4 warps share an SM instead of 6, and measured 84-89% against 78-80%
   uncapped (benchmarks/results/h200-2026-11-30-g/); 48 registers spilled to 63%, and 56, after
   the loads and the fast-path test were slimmed, measured 82% against 87.6% at 64
   (benchmarks/results/h200-2026-12-01-d).
@@ -115,7 +120,7 @@ class CudaFamily:
 
 TRITON_FAMILIES = (
     TritonFamily("greeks", "tickgpu.kernels.greeks", "bsm_greeks_kernel", KERNELS_DIR / "greeks.py",
-                 {"f32": ((256, 4, 56), (128, 4, None)), "f64": ((128, 4, 64),)},
+                 {"f32": ((256, 4, 56), (128, 4, None)), "f64": ((32, 1, 64),)},
                  also=(KERNELS_DIR / "erfcx.py",)),
     TritonFamily("surface", "tickgpu.kernels.surface", "vol_surface_kernel", KERNELS_DIR / "surface.py",
                  {"f64": ((256, 8, None), (128, 4, None))}),

@@ -21,7 +21,9 @@ instruction count per option. What the code does for it, each checked in the SAS
 * Options that are bad input or at zero total variance are rare and need the limit formulas and
   twenty selects; a tile with none (nearly always) takes a branch that computes the general
   formulas only (FAST_PATH: float32 ~360 instructions per option instead of ~500, float64 ~330 DP
-  operations instead of ~385). The branch costs a block-wide OR (shared memory and barriers).
+  operations instead of ~385). The branch costs a block-wide OR: shared memory and two barriers
+  for a block of several warps, a warp reduction alone for float64's tiles of one warp
+  (tickgpu.kernels.build says why those).
   Which tile may take it is judged by ranges that imply validity (`_fast_ok`: S, K, t and sigma
   each between two powers of two, tested on the word holding the sign and exponent, one
   subtraction and one unsigned comparison each, plus |r t| and |q t|); the special path sorts
