@@ -382,6 +382,35 @@ def test_greeks_kernel_cdf_forms_agree(greeks_mod, rng, cdf):
     assert_greeks_close(got, *cols, call, **F64)
 
 
+AT_THE_MONEY_STRIKES = np.concatenate([np.arange(1.0, 1001.0), np.round(np.arange(1.0, 10.0, 0.01), 2),
+                                       [2.0**50 * (1 - 2**-53), 2.0**-50]])
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+@pytest.mark.parametrize("t", [1e-40, 1e-12, 1e-8, 1 / 365])
+def test_greeks_kernel_at_the_money_is_at_the_money(greeks_mod, t):
+    """S == K gives ln(S/K) = 0 exactly, as on the CPU: near expiry an option at the money has
+    delta 1/2 and a huge gamma, not the limits of one an ulp in or out of the money. Every integer
+    strike to 1,000 and every cent to 10 (S times a rounded reciprocal of K is 1 - 2^-53 for ~15%
+    of them: 49, 98, 103, 237, 499, ...), in tiles of one warp as float64 ships."""
+    K = AT_THE_MONEY_STRIKES
+    n = K.size
+    got = run_greeks(greeks_mod, np.float64, K, K, np.full(n, t), 0.0, 0.2, 0.0, np.ones(n, bool), block=32)
+    cpu = tickgpu_greeks(K, K, t, 0.0, 0.2, 0.0, True, backend="cpu")
+    for g in ("delta", "gamma", "vega", "vanna", "volga", "charm"):
+        np.testing.assert_allclose(got[g], getattr(cpu, g), rtol=1e-12, atol=0, err_msg=f"t={t} {g}")
+    # Price and theta are differences of two legs of ~K/2 each: known to the legs' rounding.
+    for g in ("price", "theta"):
+        leg = K if g == "price" else K * 0.2 / np.sqrt(t)
+        assert np.all(np.abs(got[g] - getattr(cpu, g)) <= 1e-12 * leg), (t, g)
+
+
+def tickgpu_greeks(*args, **kwargs):
+    import tickgpu
+
+    return tickgpu.greeks(*args, **kwargs)
+
+
 def test_greeks_kernel_single_element(greeks_mod):
     got = run_greeks(greeks_mod, np.float64, *(np.array([v]) for v in (100.0, 95.0, 0.5, 0.03, 0.2, 0.01)),
                      np.array([False]))

@@ -179,6 +179,22 @@ def test_greeks_edges_and_broadcast(ctx, rng, dtype):
     _agree(g.price, c.price, dtype, "scalar price")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("t", [1e-40, 1e-12, 1e-8, 1 / 365])
+def test_greeks_at_the_money_is_at_the_money(ctx, dtype, t):
+    """S == K: ln(S/K) is exactly 0, as on the CPU, so near expiry delta is 1/2 and gamma huge (not
+    the limits of an option an ulp off the money). Every integer strike to 1,000 and every cent to
+    50: for ~15% of them S times a rounded reciprocal of K is 1 - 2^-53 (49, 98, 103, ...)."""
+    K = np.concatenate([np.arange(1.0, 1001.0), np.round(np.arange(1.0, 50.0, 0.01), 2)]).astype(dtype)
+    g, c = _greeks_both(dict(spot=K, strike=K, t=t, rate=0.0, vol=0.2, div=0.0, call=True), dtype)
+    tol = _tol(dtype)
+    for name in ("delta", "gamma", "vega", "vanna", "volga", "charm"):
+        np.testing.assert_allclose(getattr(g, name), getattr(c, name), rtol=4 * tol, atol=0, err_msg=f"t={t} {name}")
+    # Price and theta are differences of two legs of ~K/2 each: known to the legs' rounding.
+    for name, leg in (("price", K), ("theta", K * 0.2 / np.sqrt(np.float64(t)))):
+        assert np.all(np.abs(getattr(g, name) - getattr(c, name)) <= 4 * tol * leg), (t, name)
+
+
 def test_greeks_non_contiguous_numpy(ctx, rng):
     a = _bsm(rng, 2000, np.float64)
     strided = {k: (v[::2] if k != "call" else v[::2]) for k, v in a.items()}

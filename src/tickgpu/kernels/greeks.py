@@ -51,13 +51,14 @@ instruction count per option. What the code does for it, each checked in the SAS
   two options a thread (256 / 4 warps or 128 / 2 warps, 96 or 128 registers) measured 3-12%
   slower.
 * Divisions are few: 1/(sigma sqrt t), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and
-  1/(2t) are formed from the reciprocal at hand. In float64 those three are the hardware's
-  reciprocal estimate and two Newton steps (`_recip`: 5 instructions, where the IEEE division
-  takes ~14 with its rounding correction and slow-path check), valid where the fast path's ranges
-  hold; the special path judges the zero-variance limit by the IEEE reciprocal, as the CPU does.
-  Measured settled on the H200 (benchmarks/results/h200-2026-12-01-d) 2.4% faster. Each replaced
-  division moves a result by an ulp or two, far inside the 1e-12 (float64) / 1e-5 (float32)
-  agreement with the CPU backend.
+  1/(2t) are formed from the reciprocal at hand. In float64, 1/(sigma sqrt t) and gamma's 1/S are
+  the hardware's reciprocal estimate and two Newton steps (`_recip`: 5 instructions, where the
+  IEEE division takes ~14 with its rounding correction and slow-path check), valid where the fast
+  path's ranges hold; the special path judges the zero-variance limit by the IEEE reciprocal, as
+  the CPU does. S/K stays an IEEE division: it must be exactly 1 at the money. (All three from the
+  estimate measured 2.4% faster settled on the H200, benchmarks/results/h200-2026-12-01-d, but
+  put ~15% of at-the-money options an ulp off the money.) Each replaced division moves a result by
+  an ulp or two, far inside the 1e-12 (float64) / 1e-5 (float32) agreement with the CPU backend.
 * Inputs are read once and outputs written once. STREAM marks the loads evict-first and the stores
   streaming (.cs); measured on the H200 (scripts/kernel-sweep, 1e8 options) it was slower (float32
   88.2% of copy bandwidth with it, 90.8% without; float64 62.3% vs 65.6%), so it is off by default.
@@ -216,7 +217,7 @@ def _dm(lm, t, r, q, inv_sst):
 @triton.jit
 def _d1(S, K, t, r, q, sst, inv_sst):
     """d1 = (ln(S/K) + (r - q) t) / (sigma sqrt t) + sigma sqrt(t) / 2."""
-    return _dm(_log_moneyness(S, K, _ratio(S, K)), t, r, q, inv_sst) + 0.5 * sst
+    return _dm(_log_moneyness(S, K, S / K), t, r, q, inv_sst) + 0.5 * sst
 
 
 @triton.jit
@@ -267,7 +268,9 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
     else:
         Dq = libdevice.exp(-q * t)
         Dr = libdevice.exp(-r * t)
-    SK = _ratio(S, K)   # K in [2^-50, 2^50] where SK is used (extreme options take ln(S/K) apart)
+    # IEEE: S / K is exactly 1 at the money, where S times a reciprocal of K may not be (for
+    # ~15% of strikes it is 1 - 2^-53, which moves ln(S/K) off 0 and an option at expiry off the money).
+    SK = S / K
     lm = _log_moneyness(S, K, SK)
     if FULL:
         lm = tl.where(extreme, _log_moneyness_cpu(S, K), lm)
