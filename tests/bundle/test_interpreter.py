@@ -61,12 +61,15 @@ def _load_interpreted(name):
 
 
 def _rcp_estimate(x):
-    """What the hardware's float64 reciprocal estimate stands for here: 1/x cut to 23 bits (so that
-    the Newton steps after it are what is tested), subnormal inputs and outputs flushed to 0."""
+    """What the hardware's float64 reciprocal estimate stands for here: the reciprocal of x's top 32
+    bits (20 of its fraction) cut to 20 fraction bits, so that the Newton steps after it are what
+    is tested; subnormal inputs and outputs flushed to 0."""
     tiny = np.finfo(np.float64).tiny
     with np.errstate(all="ignore"):
-        m, e = np.frexp(1.0 / np.where(np.abs(x) < tiny, 0.0 * x, x))
-        y = np.ldexp(np.trunc(m * 2.0**23) / 2.0**23, e)
+        m, e = np.frexp(np.where(np.abs(x) < tiny, 0.0 * x, x))
+        top = np.ldexp(np.trunc(m * 2.0**21) / 2.0**21, e)
+        m, e = np.frexp(1.0 / top)
+        y = np.ldexp(np.trunc(m * 2.0**21) / 2.0**21, e)
     return np.where(np.abs(y) < tiny, 0.0 * y, y)
 
 

@@ -146,8 +146,8 @@ def _either(a, b):
 
 @triton.jit
 def _rcp_seed(x):
-    """The hardware's float64 reciprocal estimate (MUFU.RCP64H: about 23 bits; 0 and inf for a
-    subnormal or huge x, which flush)."""
+    """The hardware's float64 reciprocal estimate (MUFU.RCP64H, from the top 32 bits of x: some 20
+    bits; inf and 0 for a subnormal or huge x, which flush)."""
     return tl.inline_asm_elementwise("rcp.approx.ftz.f64 $0, $1;", "=d,d", [x], dtype=tl.float64, is_pure=True,
                                      pack=1)
 
@@ -155,7 +155,7 @@ def _rcp_seed(x):
 @triton.jit
 def _recip(x):
     """1/x to about an ulp for x with a normal reciprocal (|x| in [2^-1022, 2^1022]): the
-    estimate, a cubic then a Newton step (the error goes 2^-23 -> 2^-69 -> rounding). The IEEE
+    estimate, a cubic then a Newton step (an error of 2^-20 goes to 2^-60, then to the rounding). The IEEE
     division also corrects the last rounding and checks for its slow path: ~14 instructions
     against these 5. float32 keeps its division."""
     if x.dtype == tl.float64:
