@@ -47,7 +47,8 @@ instruction count per option. What the code does for it, each checked in the SAS
   (benchmarks/results/h200-2026-12-01-c, blocks of 1.5 s after 1.5 s, in both orders) launches
   took 3.777-3.799 ms against 3.888-3.905 ms for CDF=2: 2.9% faster. A single uniform branch for
   "every input contiguous" in place of one branch per input (~70 fewer instructions an option)
-  measured 0.5% faster in float64 and 5.6% slower in float32, so the loads keep their branches;
+  measured 0.5% faster in float64 and 5.6% slower in float32, so float32's loads keep their
+  branches (float64's now multiply the stride, see above);
   two options a thread (256 / 4 warps or 128 / 2 warps, 96 or 128 registers) measured 3-12%
   slower.
 * Divisions are few: 1/(sigma sqrt t), ln(S/K)'s, and gamma's 1/S; 1/sigma, sigma/sqrt(t) and
@@ -89,6 +90,14 @@ INV_SQRT_2 = tl.constexpr(0.707106781186547524400844362105)
 ERFCX2_PTX = tl.constexpr(_erfcx.ptx(2))
 #: CDF 3: up to this |d1|, exp(-d1^2/2) >= exp(-703.2) ~ 4e-306 is a normal float64 number.
 NEAR_D1 = tl.constexpr(37.5)
+#: Magnitudes the general formulas need no care for, shared by the fast path's test (`_fast_ok`)
+#: and the special path's `extreme`: S, K within 2^-MAG_LOG2 .. 2^MAG_LOG2; |r t|, |q t| up to
+#: RT_MAX (float32: RT_MAX_F32); t from 2^T_MIN_LOG2 (float32: 2^T_MIN_LOG2_F32).
+MAG_LOG2 = tl.constexpr(50)
+RT_MAX = tl.constexpr(350.0)
+RT_MAX_F32 = tl.constexpr(40.0)
+T_MIN_LOG2 = tl.constexpr(-1000)
+T_MIN_LOG2_F32 = tl.constexpr(-100)
 
 
 @triton.jit
@@ -371,12 +380,13 @@ def _fast_ok(S, K, t, r, sig, q):
     Such an option is valid and not at the limit of zero total variance; every other option (none
     in any real chain) takes the special path, which sorts bad input, limits and extreme
     magnitudes apart. NaN fails every test."""
+    ok = _between(S, -MAG_LOG2, MAG_LOG2) & _between(K, -MAG_LOG2, MAG_LOG2)
     if S.dtype == tl.float32:
-        ok = _between(S, -50, 50) & _between(K, -50, 50) & _between(t, -100, 100) & _between(sig, -60, 60)
-        ok = ok & (tl.abs(r * t) <= 40.0) & (tl.abs(q * t) <= 40.0) & (S >= 0.0625 * K)
+        ok = ok & _between(t, T_MIN_LOG2_F32, -T_MIN_LOG2_F32) & _between(sig, -60, 60)
+        ok = ok & (tl.abs(r * t) <= RT_MAX_F32) & (tl.abs(q * t) <= RT_MAX_F32) & (S >= 0.0625 * K)
     else:
-        ok = _between(S, -50, 50) & _between(K, -50, 50) & _between(t, -1000, 1000) & _between(sig, -500, 500)
-        ok = ok & (tl.abs(r * t) <= 350.0) & (tl.abs(q * t) <= 350.0)
+        ok = ok & _between(t, T_MIN_LOG2, -T_MIN_LOG2) & _between(sig, -500, 500)
+        ok = ok & (tl.abs(r * t) <= RT_MAX) & (tl.abs(q * t) <= RT_MAX)
     return ok
 
 
@@ -475,11 +485,13 @@ def _special_tile(S, K, t, r, sig, q, w, sqt, sst, price_ptr, delta_ptr, gamma_p
     # [2^-50, 2^50], |r t| or |q t| > 350 (float32: 40, and S < K/16), t < 2^-1000 (float32:
     # 2^-100). These are formed as the CPU forms them, and NaN where S e^{-qt} or K e^{-rt}
     # overflows or vanishes.
-    extreme = (S < 2.0**-50) | (S > 2.0**50) | (K < 2.0**-50) | (K > 2.0**50)
+    lo, hi = 2.0**-MAG_LOG2, 2.0**MAG_LOG2
+    extreme = (S < lo) | (S > hi) | (K < lo) | (K > hi)
     if S.dtype == tl.float32:
-        extreme = extreme | (tl.abs(r * t) > 40.0) | (tl.abs(q * t) > 40.0) | (S < 0.0625 * K) | (t < 2.0**-100)
+        extreme = extreme | (tl.abs(r * t) > RT_MAX_F32) | (tl.abs(q * t) > RT_MAX_F32) | (S < 0.0625 * K)
+        extreme = extreme | (t < 2.0**T_MIN_LOG2_F32)
     else:
-        extreme = extreme | (tl.abs(r * t) > 350.0) | (tl.abs(q * t) > 350.0) | (t < 2.0**-1000)
+        extreme = extreme | (tl.abs(r * t) > RT_MAX) | (tl.abs(q * t) > RT_MAX) | (t < 2.0**T_MIN_LOG2)
     # t = -0.0 is t = 0 (sqrt(-0.0) = -0.0 already took it to the limit).
     t = tl.abs(t)
     sqt = tl.abs(sqt)
