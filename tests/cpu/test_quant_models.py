@@ -257,6 +257,49 @@ def test_hidden_float16_overflow_raises_naming_the_layer(scheme):
     np.testing.assert_allclose(ok(np.array([1e6, 3e6])), [-6e4, 6e4], rtol=2e-3)
 
 
+# -- float32 overflow of huge inputs times huge weights ---------------------------------------------
+
+@pytest.mark.parametrize("scheme,x0", [("w8a8", 1e22), ("w16a8", 1e27), ("w16a16", 1e30)])
+def test_float32_overflow_raises_instead_of_nan(scheme, x0):
+    """The row scale times the channel scale overflows float32 and the integer sum is 0 (x[1]
+    quantizes to 0): 0 * inf would be NaN for an input and weights that are finite."""
+    lin = QuantLinear([[0.0, 1e21]], scheme=scheme)
+    x = np.array([x0, 1.0])
+    with pytest.raises(ValueError, match=r"^output\[0, 0\]: not finite in float32 for finite input, got nan"):
+        lin(x)
+    assert np.isnan(lin(x, check=False)).all()      # documented for check=False
+    np.testing.assert_allclose(lin(np.array([2.0, 1.0])), [1e21], rtol=1e-2)   # the same layer, ordinary input
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "fp32"])
+def test_hidden_float32_overflow_raises_naming_the_layer(scheme):
+    mlp = QuantMLP([(np.full((4, 4), 1e20), None), (np.ones((2, 4)), None)], scheme=scheme)
+    with pytest.raises(ValueError, match=r"^layers\[0\] output\[0, 0\]: not finite in float32 for finite input, got inf"):
+        mlp(np.full(4, 1e19))
+    assert not np.isfinite(mlp(np.full(4, 1e19), check=False)).any()
+    assert np.isfinite(mlp(np.full(4, 1e10))).all()
+
+
+def test_safe_input_bounds_every_layer(rng):
+    """Inputs within the bound never overflow, whatever their pattern; a LayerNorm bounds any input;
+    weights no input can keep in range make the bound 0 (every call with check=True looks)."""
+    for _ in range(20):
+        big = 10.0 ** rng.uniform(5, 15)
+        layers = [(rng.standard_normal((6, 5)) * big, rng.standard_normal(6) * big),
+                  (rng.standard_normal((3, 6)) * big, None)]
+        for scheme in ("w8a8", "w16a16", "fp32"):
+            mlp = QuantMLP(layers, scheme=scheme)
+            assert 0 < mlp._safe_x < np.inf
+            x = rng.choice([-1.0, 1.0], (8, 5)) * mlp._safe_x * rng.uniform(0.5, 1.0, (8, 5))
+            assert np.isfinite(mlp.forward_cpu(x.astype(np.float32))).all()
+            with pytest.raises(ValueError, match="not finite in float32"):
+                mlp(np.full(5, 3e38) * np.sign(layers[0][0][np.argmax(np.abs(layers[0][0][:, 0])), 0]))
+    ln = QuantMLP([(rng.standard_normal((4, 3)), None)], layernorm=(np.ones(3), np.zeros(3)), scheme="w8a16")
+    assert ln._safe_x == np.inf
+    assert QuantMLP([(np.full((2, 2), 3e38), None), (np.full((2, 2), 3e38), None)])._safe_x < 1e-38
+    assert QuantMLP([(np.ones((2, 2)), np.full(2, 3e38)), (np.ones((2, 2)), None)])._safe_x == 0.0
+
+
 # -- state dicts: unsupported modules, key order, dtypes -------------------------------------------
 
 def _sd(rng, n_linear=2, ln=True, width=4):

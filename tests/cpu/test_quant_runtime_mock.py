@@ -770,3 +770,33 @@ def test_gpu_paths_name_a_float64_value_beyond_float32(kr, mock, rng):
     x[2, 1] = np.inf
     with pytest.raises(ValueError, match=r"x\[2, 1\]: must be finite"):
         mlp.bind(x)()
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16"])
+def test_gpu_float32_overflow_raises_like_the_cpu(kr, mock, rng, scheme):
+    """Inputs beyond the model's safe bound whose products overflow float32: the staged call, the
+    general (float16-free, more rows than a graph) path and a bound step raise the reference's
+    error; within the bound nothing is looked at and the GPU result is the reference's."""
+    layers = [(np.full((4, 4), 1e20), None), (np.ones((2, 4)), None)]
+    gpu = QuantMLP(layers, scheme=scheme, backend="gpu")
+    cpu = QuantMLP(layers, scheme=scheme, backend="cpu")
+    x = np.full((3, 4), 1.0)
+    x[1] = 1e19
+    with pytest.raises(ValueError) as want:
+        cpu(x)
+    assert str(want.value).startswith("layers[0] output[1, 0]: not finite in float32")
+    before = len(mock.launches)
+    for arr in (x, x.astype(np.float32), np.asfortranarray(x)):
+        with pytest.raises(ValueError) as got:
+            gpu(arr)
+        assert str(got.value) == str(want.value)
+        assert np.array_equal(gpu(arr, check=False), cpu(arr, check=False), equal_nan=True)
+    assert len(mock.launches) > before                 # the GPU ran, not a CPU fallback
+    xb = np.ascontiguousarray(x, np.float32)
+    strict, lax = gpu.bind(xb), gpu.bind(xb, check=False)
+    with pytest.raises(ValueError) as bound:
+        strict()
+    assert str(bound.value) == str(want.value)
+    assert not np.isfinite(lax()[1]).any()
+    xb[1] = 2.0
+    assert np.array_equal(strict(), cpu(xb))

@@ -45,6 +45,7 @@ import threading
 import numpy as np
 
 from tickgpu.errors import BackendUnavailable
+from tickgpu.quant.schemes import F32_MAX as _F32_MAX
 from tickgpu.quant.schemes import cast_output
 
 # At or below: a step is one replayed graph on mapped host memory. A signal model's step is a few
@@ -346,19 +347,21 @@ class GpuPlan:
             prog = self.programs[m] = self._build(m)
         return prog
 
-    def run_staged(self, x: np.ndarray, check: bool, not_finite):
+    def run_staged(self, x: np.ndarray, check: bool, not_finite, safe: float = math.inf, overflowed=None):
         """A C-contiguous float32 / float64 (M, K) host batch, converted, checked and written into
         the step's mapped input in one native pass, then the step: host outputs in the model's
         out_dtype. None where the step is not a graph over float32 mapped input (the caller then
         takes `run`). With `check`, the first element that is not finite (row-major) is handed to
-        ``not_finite(i, j, value)``, which raises, before anything is launched."""
+        ``not_finite(i, j, value)``, which raises, before anything is launched; and where an
+        element's magnitude exceeds `safe` (the model's overflow bound) and the output is not
+        finite, ``overflowed()`` is called (it raises, or returns where that is no error)."""
         m = x.shape[0]
         with self._lock:
             prog = self._program(m)
             if prog.graph is None or prog.in_dtype is not np.float32:
                 return None
             y = _staged_step(prog, _native()[0].from_buffer(x), x.dtype.itemsize == 8, m, x.shape[1],
-                             1 if check else 0, not_finite)
+                             1 if check else 0, not_finite, safe, overflowed)
         return self._host_out(prog, y)
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -382,25 +385,31 @@ class GpuPlan:
         return self._host_out(prog, y)
 
 
-def _staged_step(prog: _Program, src, wide: bool, m: int, k: int, check: int, not_finite) -> np.ndarray:
+def _staged_step(prog: _Program, src, wide: bool, m: int, k: int, check: int, not_finite,
+                 safe: float = math.inf, overflowed=None) -> np.ndarray:
     """One step of a graph program on a host batch (its plan's lock held): `src`, a native view of a
     C-contiguous (m, k) float32 (float64 where `wide`) array, converted, checked and written into
     the mapped input in one native pass, the graph replayed, the raw output copied out. With
     `check`, the first element that is not finite (row-major) goes to ``not_finite(i, j, value)``,
-    which raises, before anything is launched."""
+    which raises, before anything is launched; where none is but one's magnitude exceeds `safe`,
+    a raw output that is not finite calls ``overflowed()`` (the same pass finds both)."""
     ffi, lib = _native()
     if prog.x_ptr is None:
         prog.x_ptr = ffi.cast("float *", prog.x.host.ctypes.data)
         prog.bad = (ffi.new("int64_t *"), ffi.new("int *"))
     bad, kind = prog.bad
-    st = lib.tg_stage_rows_f32(src, wide, m, k, k, prog.x_ptr, check, math.inf, bad, kind)
+    st = lib.tg_stage_rows_f32(src, wide, m, k, k, prog.x_ptr, check, safe if safe < _F32_MAX else math.inf,
+                               bad, kind)
     if st:
         raise RuntimeError(f"tg_stage_rows_f32: {ffi.string(lib.tg_status_name(st)).decode()}")
-    if kind[0]:
+    if kind[0] == 1:
         i, j = divmod(int(bad[0]), k)
         not_finite(i, j, prog.x.host[i, j])
     prog.graph.replay()
-    return prog.out.host.copy()
+    y = prog.out.host.copy()
+    if kind[0] == 2 and overflowed is not None and not math.isfinite(float(np.add.reduce(y, None, np.float64))):
+        overflowed()
+    return y
 
 
 class BoundStep:
@@ -413,7 +422,7 @@ class BoundStep:
     bit; a non-finite input raises the same error (``check=True``) or gives the same NaN rows.
     """
 
-    def __init__(self, model, x, check: bool, not_finite):
+    def __init__(self, model, x, check: bool, not_finite, safe: float = math.inf, overflowed=None):
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x: must be a NumPy array (bound once, read on every call), got {type(x).__name__}")
         if x.dtype not in (np.float32, np.float64):
@@ -437,12 +446,14 @@ class BoundStep:
         self._wide = x.dtype.itemsize == 8
         self._check = 1 if check else 0
         self._not_finite = not_finite
+        self._safe, self._overflowed = safe, overflowed
 
     def __call__(self) -> np.ndarray:
         """The model's output for the bound array's current contents (a new array)."""
         prog, plan = self.prog, self.plan
         with plan._lock:
-            y = _staged_step(prog, self._src, self._wide, self.m, self.k, self._check, self._not_finite)
+            y = _staged_step(prog, self._src, self._wide, self.m, self.k, self._check, self._not_finite,
+                             self._safe, self._overflowed)
         y = plan._host_out(prog, y)
         return y[0] if self.single else y
 

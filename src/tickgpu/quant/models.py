@@ -59,8 +59,9 @@ def _check_out_dtype(out_dtype: str) -> str:
     return out_dtype
 
 
-def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]:
-    """x as float32 (M, K) and whether it was a single token (K,)."""
+def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool, float]:
+    """x as float32 (M, K), whether it was a single token (K,), and with `check` its largest
+    magnitude (0.0 without)."""
     arr = np.asarray(x)
     dt = arr.dtype
     # float32 / float64 answered by identity; np.issubdtype costs more than the rest of the check.
@@ -72,6 +73,7 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
     if arr.ndim != 2 or arr.shape[1] != k:
         raise ValueError(f"x: must have shape (tokens, {k}) or ({k},), got {np.shape(x)}")
     arr = arr.astype(np.float32)
+    peak = 0.0
     if check and arr.size:
         # One pass first: the largest magnitude is NaN or infinite exactly where some element is
         # (max of |x| propagates NaN and raises no floating-point warning); the element-wise
@@ -87,7 +89,7 @@ def _check_input(x, k: int, check: bool, scheme: str) -> tuple[np.ndarray, bool]
                 m, j = np.argwhere(big)[0]
                 raise ValueError(f"x[{m}, {j}]: exceeds float16's range (65504) for scheme "
                                  f"{scheme!r}, got {arr[m, j]!r}")
-    return arr, single
+    return arr, single, peak
 
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -106,6 +108,52 @@ def _not_finite(m, j, value, src=None):
             raise ValueError(f"x[{m}, {j}]: beyond float32's range (+-{F32_MAX:.4g}), got {float(orig)!r} "
                              "(check=False gives NaN for that row)")
     raise ValueError(f"x[{m}, {j}]: must be finite, got {value!r} (check=False gives NaN for that row)")
+
+
+def safe_input(layers, layernorm=None, f16_hidden: bool = False) -> float:
+    """The largest input magnitude for which no value of the model's step can leave its range: float32
+    for every layer's result, float16 (65504) for the LayerNorm's output and the hidden activations
+    where `f16_hidden` (schemes w8a16 and fp16). inf where no input can make one leave it (a
+    LayerNorm bounds what the first layer sees), 0.0 where some input might whatever its magnitude.
+
+    A bound, with room: a layer's results are at most ``in_features * max|w| * H + max|b|`` for
+    inputs of magnitude H (GELU shrinks them), allowed 5% for quantization and float rounding
+    and held to half the range. Calls with ``check=True`` whose input stays within it skip the
+    look at the output that inputs beyond it get (see QuantMLP); only there can an overflow raise."""
+    ceil32, ceil16 = 0.5 * F32_MAX, 0.5 * F16_MAX
+    if layernorm is not None:
+        g, b, _ = layernorm
+        # a normalized row's elements are within sqrt(K - 1) of 0
+        a, c = 0.0, float(np.max(np.abs(g), initial=0.0)) * math.sqrt(g.size) + float(np.max(np.abs(b), initial=0.0))
+        if f16_hidden and not c <= ceil16:
+            return 0.0
+    else:
+        a, c = 1.0, 0.0     # the layer's input magnitude as a * X + c for inputs of magnitude X
+    limit = math.inf
+    last = len(layers) - 1
+    for i, lin in enumerate(layers):
+        gain = 1.05 * lin.in_features * lin.weight_peak
+        a = gain * a if a else 0.0
+        c = (gain * c if c else 0.0) + lin.bias_peak
+        ceil = ceil16 if f16_hidden and i < last else ceil32
+        if not c < ceil:
+            return 0.0
+        if a:
+            limit = min(limit, (ceil - c) / a)
+    return limit
+
+
+def _explain_overflow(model, x) -> None:
+    """With check=True, an input beyond the model's safe bound whose output came out not finite:
+    raise the reference's error naming the layer, token and feature where a value left its range;
+    return quietly where none did (an output past float16's range with out_dtype "float16" is inf
+    and no error)."""
+    x32 = np.asarray(x).reshape(-1, model.in_features).astype(np.float32)
+    model.forward_cpu(x32, check=True)
+
+
+def _finite(y) -> bool:
+    return math.isfinite(float(np.add.reduce(y, None, np.float64)))
 
 
 def _float_param(values, name: str, shape: tuple, limit: float = F32_MAX, why: str = "") -> np.ndarray:
@@ -150,11 +198,23 @@ def _gpu_step(model, x, check: bool):
         return None             # (more rows: not a graph step, so the general path)
     if _choose_backend(model.op_name, model.backend, model.scheme, x.shape[0]) != "gpu":
         return None
-    y = _gpu.plan_for(model).run_staged(x, check, lambda i, j, v: _not_finite(i, j, v, x))
+    y = _gpu.plan_for(model).run_staged(x, check, lambda i, j, v: _not_finite(i, j, v, x), model._safe_x,
+                                        lambda: _explain_overflow(model, x))
     if y is None:
         return None
-    if check and model._f16_hidden:
-        _check_hidden(model, x, y)
+    return y[0] if single else y
+
+
+def _general_call(model, x32: np.ndarray, single: bool, risky: bool) -> np.ndarray:
+    """A checked float32 batch on the backend chosen (the path of calls `_gpu_step` does not take).
+    `risky`: check=True and an input beyond the model's safe bound, so an overflow is looked for."""
+    # No rows: nothing to launch (an empty grid); the reference gives the empty result.
+    if _choose_backend(model.op_name, model.backend, model.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
+        y = _gpu.plan_for(model).run(x32)
+        if risky and not _finite(y):
+            _explain_overflow(model, x32)
+    else:
+        y = model.forward_cpu(x32, check=risky)
     return y[0] if single else y
 
 
@@ -169,33 +229,7 @@ def _bind(model, x, check: bool) -> "_gpu.BoundStep":
                          "call the model instead")
     src = x.reshape(-1, model.in_features) if isinstance(x, np.ndarray) and x.ndim == 1 else x
     not_finite = lambda i, j, v: _not_finite(i, j, v, src)  # noqa: E731
-    if check and model._f16_hidden:
-        return _CheckedStep(model, x, check, not_finite)
-    return _gpu.BoundStep(model, x, check, not_finite)
-
-
-class _CheckedStep(_gpu.BoundStep):
-    """A bound step of a model with float16 hidden activations that, like ``model(x)``, raises when
-    one overflowed (check=True): the output is looked at, the reference rerun only if it is not finite."""
-
-    def __init__(self, model, x, check, not_finite):
-        super().__init__(model, x, check, not_finite)
-        self._model = model
-
-    def __call__(self) -> np.ndarray:
-        y = super().__call__()
-        _check_hidden(self._model, self.x, y)
-        return y
-
-
-def _check_hidden(model, x, y) -> None:
-    """With check=True: raise the error of a hidden float16 overflow (see QuantMLP) behind a
-    non-finite GPU output y for the finite input x; return quietly otherwise (an output past
-    float16's range with out_dtype "float16" is inf and no error). Costs one look at y."""
-    if math.isfinite(float(np.add.reduce(y, None, np.float64))):
-        return
-    x32 = np.asarray(x).reshape(-1, model.in_features).astype(np.float32)
-    model.forward_cpu(x32, check=True)
+    return _gpu.BoundStep(model, x, check, not_finite, model._safe_x, lambda: _explain_overflow(model, x))
 
 
 def _host_array(value, key: str) -> np.ndarray:
@@ -282,11 +316,30 @@ class QuantLinear:
             self.weight_q = quantize_weight(w, "int16")
         else:
             self.weight_float = _float_param(w, "weight", w.shape, limit, why)
+        # Magnitudes for the overflow bound (safe_input); the weight checked finite by now.
+        self.weight_peak = float(np.max(np.abs(w.astype(np.float64)), initial=0.0))
+        self.bias_peak = float(np.max(np.abs(self.bias), initial=0.0))
+        self._safe_x = safe_input([self])
 
-    def forward_cpu(self, x: np.ndarray, *, gelu: bool | None = None, out_dtype: str | None = None):
-        """The reference result for float32 (M, K) activations (no input checks)."""
-        gelu = self.gelu if gelu is None else gelu
+    def forward_cpu(self, x: np.ndarray, *, gelu: bool | None = None, out_dtype: str | None = None,
+                    check: bool = False, name: str = "output"):
+        """The reference result for float32 (M, K) activations (no input checks).
+
+        With ``check``, a float32 result that is not finite (for finite x: the products overflowed)
+        raises ValueError naming `name`, the token and the feature."""
         out_dtype = self.out_dtype if out_dtype is None else out_dtype
+        y = self._forward_f32(x, self.gelu if gelu is None else gelu)
+        if check:
+            bad = ~np.isfinite(y)
+            if bad.any():
+                m, j = (int(a) for a in np.argwhere(bad)[0])
+                raise ValueError(f"{name}[{m}, {j}]: not finite in float32 for finite input, got {float(y[m, j])!r} "
+                                 "(the input's magnitudes times the weights' exceed float32's range; "
+                                 "check=False gives inf or NaN there)")
+        return y if out_dtype == "float32" else cast_output(y, out_dtype)
+
+    def _forward_f32(self, x: np.ndarray, gelu: bool) -> np.ndarray:
+        out_dtype = "float32"
         s = self.scheme
         if s in ("fp32", "fp16"):
             return gemm.linear_float(x, self.weight_float, self.bias, dtype="float32" if s == "fp32" else "float16",
@@ -311,20 +364,17 @@ class QuantLinear:
     def __call__(self, x, *, check: bool = True) -> np.ndarray:
         """Apply the layer to activations x of shape (M, in_features) or (in_features,).
 
-        With ``check=True`` (default) a non-finite input raises ValueError naming its index; with
-        ``check=False`` the rows holding one come out NaN. Returns (M, out_features) (or
+        With ``check=True`` (default) a non-finite input raises ValueError naming its index, and so
+        does a result that overflows float32 (inputs and weights whose products leave its range),
+        naming the token and feature; with ``check=False`` the rows holding a non-finite input come
+        out NaN, and overflowed results inf or NaN. Returns (M, out_features) (or
         (out_features,) for a single token) in ``out_dtype``.
         """
         y = _gpu_step(self, x, check)
         if y is not None:
             return y
-        x32, single = _check_input(x, self.in_features, check, self.scheme)
-        # No rows: nothing to launch (an empty grid); the reference gives the empty result.
-        if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
-            y = _gpu.plan_for(self).run(x32)
-        else:
-            y = self.forward_cpu(x32)
-        return y[0] if single else y
+        x32, single, peak = _check_input(x, self.in_features, check, self.scheme)
+        return _general_call(self, x32, single, peak > self._safe_x)
 
     def bind(self, x, *, check: bool = True) -> "_gpu.BoundStep":
         """The GPU step bound to the array x; see :meth:`QuantMLP.bind`."""
@@ -348,9 +398,13 @@ class QuantMLP:
         are float32, float16 for ``w8a16`` and ``fp16``).
 
     With ``w8a16`` and ``fp16`` the LayerNorm's output and the hidden activations travel as float16:
-    one past 65504 would become inf and the output NaN. Calls with ``check=True`` (the default)
-    raise ValueError naming the layer, token and feature instead; with ``check=False`` the rows
-    concerned come out NaN (or inf). The integer schemes carry hidden activations in float32.
+    one past 65504 would become inf and the output NaN. The integer schemes carry hidden activations
+    in float32, where inputs and weights of huge magnitudes can overflow too. Calls with
+    ``check=True`` (the default) raise ValueError naming the layer, token and feature instead; with
+    ``check=False`` the rows concerned come out NaN (or inf). What that costs: where the input's
+    largest magnitude is within a bound computed from the weights at construction
+    (:func:`safe_input`; with a LayerNorm, any input), nothing, as no overflow is possible; beyond
+    it, one look at the output, and the reference rerun where that is not finite.
     """
 
     op_name = "quant_mlp"
@@ -392,6 +446,7 @@ class QuantMLP:
         self._stages_f32 = self.scheme in _INT_ACT or (self.scheme == "w8a16" and self.layernorm is not None)
         # float16 between stages (see the class docstring): what check=True must watch
         self._f16_hidden = self.scheme in _F16_ACT and (len(self.layers) > 1 or self.layernorm is not None)
+        self._safe_x = safe_input(self.layers, self.layernorm, self.scheme in _F16_ACT)
 
     @classmethod
     def from_state_dict(cls, state_dict, *, layernorm_eps: float = 1e-5, **kwargs) -> "QuantMLP":
@@ -478,14 +533,15 @@ class QuantMLP:
     def forward_cpu(self, x: np.ndarray, *, check: bool = False) -> np.ndarray:
         """The reference result for float32 (M, in_features) inputs (no input checks).
 
-        With ``check``, a LayerNorm output or hidden activation past float16's range in a
-        ``w8a16`` / ``fp16`` model raises ValueError (see the class docstring).
+        With ``check``, a layer's float32 result that is not finite, or a LayerNorm output or
+        hidden activation past float16's range in a ``w8a16`` / ``fp16`` model, raises ValueError
+        (see the class docstring).
         """
         h = self.normalize_cpu(x)
         if check and self._f16_hidden and self.layernorm is not None:
             self._check_f16(h, "layernorm output", " (the input of layers[0])")
         for i, lin in enumerate(self.layers):
-            h = lin.forward_cpu(h)
+            h = lin.forward_cpu(h, check=check, name=f"layers[{i}] output")
             if lin is not self.layers[-1] and self.scheme in _F16_ACT:
                 if check:
                     self._check_f16(h, f"layers[{i}] output", f" (after GELU; the input of layers[{i + 1}])")
@@ -509,15 +565,9 @@ class QuantMLP:
             return y
         # With a LayerNorm the raw input is never rounded to float16 (the LayerNorm's output is,
         # and forward_cpu checks that one).
-        x32, single = _check_input(x, self.in_features, check,
-                                   "fp32" if self.layernorm is not None else self.scheme)
-        if _choose_backend(self.op_name, self.backend, self.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
-            y = _gpu.plan_for(self).run(x32)
-            if check and self._f16_hidden:
-                _check_hidden(self, x32, y)
-        else:
-            y = self.forward_cpu(x32, check=check)
-        return y[0] if single else y
+        x32, single, peak = _check_input(x, self.in_features, check,
+                                         "fp32" if self.layernorm is not None else self.scheme)
+        return _general_call(self, x32, single, peak > self._safe_x)
 
     def bind(self, x, *, check: bool = True) -> "_gpu.BoundStep":
         """The model's GPU step bound to the host array x, for a tick loop that updates x in place.
