@@ -28,7 +28,7 @@ OBSERVERS = {
     "minmax_running": lambda: MinMaxObserver(alpha=None),
     "absmax_ema": lambda: AbsMaxObserver(alpha=0.9),
     "absmax_per_channel": lambda: AbsMaxObserver(axis=-1),
-    "minmax_per_channel_int16": lambda: MinMaxObserver(axis=1, bits=16),
+    "minmax_per_channel_int16": lambda: MinMaxObserver(axis=0, bits=16),
     "minmax_noisy": lambda: MinMaxObserver(noise_sigma=0.5, seed=7),
     "absmax_symmetric16_noisy": lambda: AbsMaxObserver(bits=16, noise_sigma=0.1, seed=3),
 }
@@ -492,3 +492,38 @@ def test_standardizer_warmup_and_arguments():
     st.transform(np.ones((3, 2)))
     with pytest.raises(ValueError, match="series: has 3 features.*built on 2"):
         st.transform(np.ones((3, 3)))
+
+
+def test_observer_axis_and_input_checks():
+    x = np.arange(6.0).reshape(2, 3)
+    for axis in (2, 5, -3):
+        with pytest.raises(ValueError, match=rf"axis: {axis} is out of range for tick 0's batch of shape \(2, 3\)"):
+            MinMaxObserver(axis=axis).update(x)
+    for axis in (1.5, "a", True):
+        with pytest.raises(TypeError, match="axis: must be an int or None"):
+            MinMaxObserver(axis=axis)
+    with pytest.raises(ValueError, match=r"x \(tick 0\): a per-channel observer \(axis=-1\) needs at least 1-D"):
+        MinMaxObserver(axis=-1).update(np.float64(3.0))
+    with pytest.raises(TypeError, match="must be real numbers"):
+        MinMaxObserver().update(np.array([1 + 2j]))
+    lo, hi = MinMaxObserver(axis=np.int64(0), alpha=None).update(x).range
+    np.testing.assert_array_equal(lo, [0, 3])
+    np.testing.assert_array_equal(hi, [2, 5])
+
+
+def test_qparams_refuse_an_inverted_range():
+    with pytest.raises(ValueError, match=r"^lo, hi: the range is inverted, lo 5.0 > hi -5.0"):
+        qparams_from_range(5.0, -5.0)
+    with pytest.raises(ValueError, match=r"^lo\[1\], hi\[1\]: the range is inverted"):
+        qparams_from_range(np.array([0.0, 5.0]), np.array([1.0, -5.0]))
+
+
+def test_standardizer_survives_one_absurd_value():
+    """A finite 1e200 once: clamped to float32's range, so the variance stays finite and later ticks
+    standardize to ordinary values again (before, d * d overflowed and every later z was ~-7e44)."""
+    x = np.ones((200, 2))
+    x[:, 0] = np.arange(200) % 3
+    x[10, 0] = 1e200
+    z = EmaStandardizer(alpha=0.9).transform(x)
+    assert np.isfinite(z).all()
+    assert np.abs(z[-50:, 0]).max() < 5

@@ -85,3 +85,9 @@ def test_finite_float64_beyond_float32_is_clamped_not_masked():
         obs = SafeMinMaxObserver()
         obs(torch.tensor([1, -2, 3]).to(dtype))
         assert (float(obs.min_val), float(obs.max_val), int(obs.n_nonfinite)) == (-2.0, 3.0, 0)
+
+
+@pytest.mark.parametrize("c", [float("nan"), 0.0, -0.1, 2.0, float("inf")])
+def test_averaging_constant_outside_0_1_is_refused(c):
+    with pytest.raises(ValueError, match=r"averaging_constant: must be in \(0, 1\]"):
+        SafeMinMaxObserver(averaging_constant=c)

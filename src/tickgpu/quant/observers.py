@@ -55,7 +55,7 @@ def qparams_from_range(lo, hi, *, bits: int = 8, symmetric: bool = False):
     Symmetric: ``s = max(max(|lo|, |hi|), EPS) / qmax``, ``z = 0`` (qmax = 127 or 32767).
     Asymmetric: the range is widened to hold 0, ``s = max(hi - lo, EPS) / (qmax - qmin)``,
     ``z = clip(qmin - rint(lo / s), qmin, qmax)``. NaN bounds are treated as 0 and infinite ones as
-    +-float64 max.
+    +-float64 max; lo > hi raises ValueError naming the index.
 
     A scale past float32's max (a range wider than about 8.7e40 for 8 bits) is capped there; the
     grid then covers only part of the range, and the zero point keeps 0 at the same relative place
@@ -66,6 +66,12 @@ def qparams_from_range(lo, hi, *, bits: int = 8, symmetric: bool = False):
     big = np.finfo(np.float64).max
     lo = np.nan_to_num(np.asarray(lo, np.float64), nan=0.0, posinf=big, neginf=-big)
     hi = np.nan_to_num(np.asarray(hi, np.float64), nan=0.0, posinf=big, neginf=-big)
+    inverted = lo > hi
+    if np.any(inverted):
+        i = tuple(int(a) for a in np.argwhere(np.broadcast_to(inverted, np.broadcast_shapes(lo.shape, hi.shape)))[0])
+        at = f"[{', '.join(map(str, i))}]" if i else ""
+        raise ValueError(f"lo{at}, hi{at}: the range is inverted, lo {float(np.broadcast_to(lo, inverted.shape)[i])!r} "
+                         f"> hi {float(np.broadcast_to(hi, inverted.shape)[i])!r}")
     f32max = float(np.finfo(np.float32).max)
     if symmetric:
         a = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), _EPS64)
@@ -116,7 +122,9 @@ class Observer:
         if not (np.isfinite(noise_sigma) and noise_sigma >= 0):
             raise ValueError(f"noise_sigma: must be finite and >= 0, got {noise_sigma!r}")
         self.alpha = None if alpha is None else float(alpha)
-        self.axis = axis
+        if axis is not None and (isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer))):
+            raise TypeError(f"axis: must be an int or None, got {axis!r}")
+        self.axis = None if axis is None else int(axis)
         self.bits = bits
         self.symmetric = self.symmetric_default if symmetric is None else bool(symmetric)
         _qrange(bits, self.symmetric)
@@ -159,15 +167,22 @@ class Observer:
         """Observe tick t's batch (any shape; float). Returns self.
 
         Raises ValueError (naming the tick and both shapes) when a per-channel observer gets a
-        batch with a different number of channels than the batches before.
+        batch with a different number of channels than the batches before, a scalar, or a batch
+        with fewer dimensions than its axis needs; TypeError for complex values.
         """
-        x = np.asarray(x, dtype=np.float64)
-        if self.axis is not None and self._lo is not None:
+        x = np.asarray(x)
+        if np.iscomplexobj(x):
+            raise TypeError(f"x (tick {self.step}): must be real numbers, got {x.dtype}")
+        x = x.astype(np.float64, copy=False)
+        if self.axis is not None:
             if x.ndim == 0:
                 raise ValueError(f"x (tick {self.step}): a per-channel observer (axis={self.axis}) needs "
                                  f"at least 1-D batches, got a scalar")
+            if not -x.ndim <= self.axis < x.ndim:
+                raise ValueError(f"axis: {self.axis} is out of range for tick {self.step}'s batch of shape "
+                                 f"{x.shape} ({x.ndim}-D)")
             n = x.shape[self.axis % x.ndim]
-            if n != self._lo.shape[0]:
+            if self._lo is not None and n != self._lo.shape[0]:
                 raise ValueError(f"x (tick {self.step}): has {n} channels along axis {self.axis} (shape "
                                  f"{x.shape}), the observer has {self._lo.shape[0]} from earlier ticks")
         bad = ~np.isfinite(x)
@@ -250,7 +265,9 @@ class EmaStandardizer:
     ``z_t = (x_t - mean_{t-1}) / max(std_{t-1}, floor)``; a feature's first ``warmup`` finite
     values give 0 (the first always: it has no past). Statistics are per feature (last axis),
     updated after the tick is transformed, so z_t never depends on x_t's own value or on anything
-    later. Non-finite features give NaN and are not added to the statistics.
+    later. Non-finite features give NaN and are not added to the statistics. Finite values
+    beyond float32's range (+-3.4e38) are clamped to it, in the transform and the statistics, so
+    that one absurd value cannot overflow the variance and wreck every later z.
 
     The floor is absolute. Right after the first value the variance is 0 (and stays tiny while a
     feature barely moves), so with the default ``warmup=1`` a change of 1e-3 at tick 1 gives
@@ -285,8 +302,8 @@ class EmaStandardizer:
         out = np.zeros_like(x)
         a = self.alpha
         for t in range(x.shape[0]):
-            row = x[t]
-            ok = np.isfinite(row)
+            ok = np.isfinite(x[t])
+            row = np.clip(x[t], -_F32MAX, _F32MAX)
             if self.mean is None:
                 out[t] = np.where(ok, 0.0, np.nan)
                 self.mean = np.where(ok, row, np.nan)

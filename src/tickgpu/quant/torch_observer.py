@@ -31,6 +31,8 @@ class SafeMinMaxObserver(MovingAverageMinMaxObserver):
 
     def __init__(self, averaging_constant: float = 0.01, dtype=torch.quint8,
                  qscheme=torch.per_tensor_affine, eps: float = float(EPS), **kwargs):
+        if not 0.0 < float(averaging_constant) <= 1.0:
+            raise ValueError(f"averaging_constant: must be in (0, 1], got {averaging_constant!r}")
         super().__init__(averaging_constant=averaging_constant, dtype=dtype, qscheme=qscheme,
                          eps=eps, **kwargs)
         self.register_buffer("n_nonfinite", torch.tensor(0, dtype=torch.int64))
