@@ -523,3 +523,19 @@ def test_argument_errors_name_the_argument():
         with pytest.raises(TypeError, match="price_scale: must be a real number"):
             Book(price_scale=scale)
     assert Book(price_scale=np.float32(100.0)).price_scale == 100.0
+
+
+def test_features_of_more_levels_than_memory_holds_refuse_cleanly(monkeypatch):
+    """The core writes every level of every row: 2**31 - 1 levels would be 32 GiB really used, and
+    the process killed; it is a MemoryError naming the argument instead (on a machine of 8 GiB, so
+    that the test never depends on this one's)."""
+    import tickgpu.finance.book as book
+
+    monkeypatch.setattr(book, "_physical_memory", lambda: 8 << 30)
+    b = Book()
+    b.apply_one(1, 10, 100, 1)
+    with pytest.raises(MemoryError, match=r"^features: 2147483647 levels for 1 states need 32.0 GiB"):
+        b.features(2**31 - 1)
+    with pytest.raises(MemoryError, match=r"^features: 2147483647 levels"):
+        b.apply(message_array(1, [10], [100], 1), features=2**31 - 1)
+    assert b.features(3).bid_depth.tolist() == [10, 0, 0]

@@ -267,3 +267,11 @@ def test_mapped_array_lives_as_long_as_its_views(gpu_ctx):
     assert pool.stats()["in_use"] == before
     with pytest.raises(ValueError, match="mapped_array: shape must not be negative"):
         mapped_array((-1, 2))
+
+
+def test_device_binding_refuses_a_call_flag_greeks_refuses(gpu_ctx, rng):
+    spot = FakeGpuArray(gpu_ctx.driver, np.linspace(80, 120, 8))
+    with pytest.raises(ValueError, match=r"^bind_greeks: call: must be True/False \(or 1/0\), got 2"):
+        rt.bind_greeks(spot, 100.0, 1.0, 0.03, 0.2, 0.01, 2)
+    with pytest.raises(TypeError, match=r"^bind_greeks: call: must be a bool, got float"):
+        rt.bind_greeks(spot, 100.0, 1.0, 0.03, 0.2, 0.01, 0.5)

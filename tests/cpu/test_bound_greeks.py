@@ -166,3 +166,23 @@ def test_single_values_are_fixed_at_binding(gpu_ctx, rng, dtype):
     vol, status = ivs()
     np.testing.assert_array_equal(vol, want[0])
     np.testing.assert_array_equal(status, want[1])
+
+
+@pytest.mark.parametrize("call,err", [(2, ValueError), (-1, ValueError), (np.int64(3), ValueError),
+                                      (np.float32(0.5), TypeError), (1.0, TypeError)])
+def test_a_single_call_flag_is_a_bool_as_greeks_takes_it(gpu_ctx, call, err):
+    s = np.linspace(80, 120, 5)
+    with pytest.raises(err, match=r"^bind_greeks: call: must be"):
+        rt.bind_greeks(s, 100.0, 1.0, 0.03, 0.2, 0.01, call)
+    with pytest.raises(err, match=r"^bind_implied_vol: call: must be"):
+        rt.bind_implied_vol(np.linspace(1, 10, 5), 100.0, s, 1.0, 0.03, 0.01, call)
+    for ok in (1, 0, True, np.bool_(False)):
+        got = rt.bind_greeks(s, 100.0, 1.0, 0.03, 0.2, 0.01, ok)()
+        _same(got, tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, 0.01, bool(ok), backend="gpu"))
+
+
+@pytest.mark.parametrize("value", [np.timedelta64(100, "ns"), np.datetime64(1, "D")])
+def test_gpu_path_refuses_dates_as_the_cpu_does(gpu_ctx, value):
+    for backend in ("cpu", "gpu"):
+        with pytest.raises(TypeError, match=r"^strike: must be a real number"):
+            tickgpu.greeks(np.linspace(80, 120, 5), value, 1.0, 0.03, 0.2, backend=backend)

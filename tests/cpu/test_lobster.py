@@ -501,3 +501,11 @@ def test_replay_never_truncates_or_wraps(tmp_path):
         Book().replay_lobster(LobsterData(other, rows, 1, Path("m"), Path("o")))
     ok = Book().replay_lobster(LobsterData(msgs, rows.astype(np.int32), 1, Path("m"), Path("o")))
     assert ok.messages == 2 and ok.exact == 1 and ok.mismatches == 0
+
+
+def test_a_wide_first_row_over_blank_lines_allocates_by_the_file_size(tmp_path):
+    """Buffers were newlines x first row's width: a 1.8 MB file asked for 2.9 TiB. A row of n
+    fields takes 2n bytes, which bounds the rows: the row-count mismatch is reported instead."""
+    book = _write(tmp_path, "X_orderbook_1.csv", "1," * 399999 + "1\n" + "\n" * 1000000)
+    with pytest.raises(ValueError, match=r"X_orderbook_1.csv: 1 rows, but .* has 999"):
+        read_lobster(BUNDLED / SAMPLES[1][0], book)

@@ -261,3 +261,15 @@ def test_multithreaded_equals_single_threaded(rng):
     many = s.variance(K, t)                        # above TG_PARALLEL_MIN: all cores
     one = np.concatenate([s.variance(K[i:i + 10_000], t[i:i + 10_000]) for i in range(0, 70_001, 10_000)])
     assert many.tobytes() == one.tobytes()
+
+
+@pytest.mark.parametrize("expiries,vols", [([1.0, 2.0], [[1e155], [1e155]]), ([1.0, 2.0], [[1e-170], [1e-170]]),
+                                           ([5e-324, 1e-323], [[0.1], [0.2]])])
+def test_variance_interpolation_refuses_variances_a_double_cannot_hold(expiries, vols):
+    """vol^2 t overflowing (inf vols) or underflowing (vols read as 0) would be silent garbage;
+    interpolation in vol takes the same grid."""
+    with pytest.raises(ValueError, match=r"^vols\[0, 0\]: total variance vol\^2 t = .* use interpolation='vol'"):
+        tickgpu.VolSurface([100.0], expiries, vols)
+    s = tickgpu.VolSurface([100.0], expiries, vols, interpolation="vol")
+    np.testing.assert_array_equal(s.vol(100.0, expiries), np.asarray(vols)[:, 0])
+    assert tickgpu.VolSurface([100.0], [1.0, 2.0], [[0.0], [1e150]]).vol(100.0, 2.0) == 1e150   # 0 and big: fine

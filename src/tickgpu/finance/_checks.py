@@ -136,6 +136,18 @@ def _index(a: np.ndarray, flat: int):
 _REAL_KINDS = frozenset("biuf")
 
 
+def call_flag(name: str, x) -> bool:
+    """A single call flag: True / False, or an integer 1 / 0 (as `tickgpu.greeks` takes them);
+    else ValueError (another integer) or TypeError (not bool or integer) naming `name`."""
+    if isinstance(x, (bool, np.bool_)):
+        return bool(x)
+    if isinstance(x, (int, np.integer)):
+        if x in (0, 1):
+            return bool(x)
+        raise ValueError(f"{name}: must be True/False (or 1/0), got {x!r}")
+    raise TypeError(f"{name}: must be a bool, got {type(x).__name__}")
+
+
 def real_array(name: str, a) -> np.ndarray:
     """`a` as an ndarray of real numbers (not converted further), or TypeError naming `name`.
 

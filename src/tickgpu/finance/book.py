@@ -10,6 +10,7 @@ price with no level, a bad field) is never clamped: it leaves the book unchanged
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -568,6 +569,13 @@ class Book:
 _RESYNC_COUNTED = (ResyncReason.INITIAL, ResyncReason.WINDOW_REFILL, ResyncReason.OUTSIDE_WINDOW)
 
 
+def _physical_memory() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):   # not POSIX: no limit known
+        return 1 << 62
+
+
 class _FeatureBuffers:
     """Output arrays for n states and the tg_book_features struct pointing at them."""
 
@@ -575,6 +583,12 @@ class _FeatureBuffers:
 
     def __init__(self, n: int, levels: int):
         self.levels = levels
+        # The core writes every level of every row, so the depth arrays are really used: refuse
+        # what the machine cannot hold instead of letting the kernel kill the process.
+        need = 2 * 8 * n * levels
+        if need > _physical_memory():
+            raise MemoryError(f"features: {levels} levels for {n} states need {need / 2**30:.1f} GiB of depth "
+                              f"arrays, more than this machine's {_physical_memory() / 2**30:.1f} GiB of memory")
         # NaN, not garbage, in a row the core leaves unwritten (a message for no valid instrument).
         # One block, a row per feature: the three prices are one slice, rescaled in one operation.
         self.block = np.full((len(self.SCALARS), n), np.nan)

@@ -193,7 +193,9 @@ def _first_row_width(text: bytes) -> int | None:
 def _parse(text: bytes, first_line: int, path: Path, names, is_float) -> tuple[np.ndarray, np.ndarray]:
     ncols = len(names)
     nf = int(is_float.sum())
-    max_rows = text.count(b"\n") + 1
+    # A row of ncols fields takes at least 2 * ncols bytes with its newline, so blank lines and
+    # a long first row cannot make this outgrow the file (rows x columns x 8 bytes <= ~4x its size).
+    max_rows = min(text.count(b"\n") + 1, (len(text) + 1) // (2 * ncols) + 1)
     flo = np.empty((max_rows, nf), np.float64)
     ints = np.empty((max_rows, ncols - nf), np.int64)
     n_rows = ffi.new("int64_t *")

@@ -19,6 +19,19 @@ _VOL, _VARIANCE = 0, 1
 _ARG_NAMES = ("strike", "t")
 
 
+def _check_variance_range(vols: np.ndarray, expiries: np.ndarray) -> None:
+    """Variance interpolation works on sigma^2 t: refuse a grid point where that overflows or
+    leaves the normal doubles (a nonzero vol whose variance underflows would read as 0)."""
+    with np.errstate(over="ignore", under="ignore"):
+        w = vols * vols * expiries[:, None]
+    bad = ~np.isfinite(w) | ((vols > 0) & (w < 1e-300))
+    if bad.any():
+        i, j = (int(a) for a in np.argwhere(bad)[0])
+        raise ValueError(f"vols[{i}, {j}]: total variance vol^2 t = {float(vols[i, j])!r}^2 x "
+                         f"{float(expiries[i])!r} is outside what a double holds for "
+                         "interpolation='variance'; use interpolation='vol'")
+
+
 class VolSurface:
     """Black vols quoted on a grid of expiries and strikes, evaluated anywhere.
 
@@ -50,7 +63,10 @@ class VolSurface:
     ------
     ValueError
         A grid that breaks the rules above, naming the argument, the index and the reason, e.g.
-        ``"expiries[2]: must be > expiries[1] (strictly increasing), got 0.5"``.
+        ``"expiries[2]: must be > expiries[1] (strictly increasing), got 0.5"``. With
+        ``interpolation="variance"`` also a grid point whose total variance sigma^2 t a double cannot
+        hold (vols beyond ~1e150, or vols and expiries so small that it falls below 1e-300):
+        "vol" interpolation takes those.
     TypeError
         Grid values, strikes or times that are not real numbers (strings, complex, None).
     """
@@ -69,6 +85,8 @@ class VolSurface:
                 f"{(len(expiries), len(strikes))}, got {vols.shape}"
             )
         _checks.require_nonnegative("vols", vols)
+        if interpolation == "variance":
+            _check_variance_range(vols, expiries)
         for a in (strikes, expiries, vols):
             a.flags.writeable = False
         self._strikes, self._expiries, self._vols = strikes, expiries, vols

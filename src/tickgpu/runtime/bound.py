@@ -72,7 +72,8 @@ class _BoundTick:
         # in with the others at each call (rebind to change it).
         for i, (name, x) in enumerate(zip(fam.inputs, values)):
             if type(x) in _checks.SCALAR_TYPES:
-                values[i] = np.full(n, bool(x), np.bool_) if name == fam.flag else np.full(n, float(x), dt)
+                values[i] = (np.full(n, _checks.call_flag(f"{api}: {name}", x), np.bool_) if name == fam.flag
+                             else np.full(n, float(x), dt))
         ctx = context()
         if not 1 <= n <= ctx.staging_elements:
             raise ValueError(f"{api}: {first} has {n} elements; a binding takes 1 to {ctx.staging_elements} "

@@ -197,7 +197,8 @@ class _DeviceBoundTick:
                     ptrs.append(p)
                     strides.append(1)
                     continue
-                one = np.array([x], dtype=np.uint8 if name == fam.flag else dt)
+                one = (np.array([_checks.call_flag(f"{self._api}: {name}", x)], np.uint8) if name == fam.flag
+                       else np.array([x], dtype=dt))
                 cell = DeviceArray(ctx, (1,), one.dtype)
                 ctx.driver.memcpy_htod(cell.ptr, one.ctypes.data, one.nbytes)
                 keep.append(cell)
