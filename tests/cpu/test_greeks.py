@@ -601,3 +601,26 @@ def test_native_rejects_bad_calls():
     assert lib.tg_greeks_f64(5, inputs, out, 0) == lib.TG_EINVAL      # NULL input pointers
     assert lib.tg_greeks_f32(5, ffi.NULL, out, 0) == lib.TG_EINVAL
     assert lib.tg_greeks_f64(0, inputs, out, 0) == lib.TG_OK           # nothing to do
+
+
+def test_inputs_numpy_cannot_take_are_named():
+    """A Python int beyond float64, a ragged nesting of lists and an unhashable option each get an
+    error naming the argument (they were OverflowError, NumPy's bare ValueError and TypeError)."""
+    big = 10**400
+    for call in (lambda: tickgpu.greeks(big, 100.0, 1.0, 0.03, 0.2),
+                 lambda: tickgpu.greeks(big, 100.0, 1.0, 0.03, 0.2, strict=True),
+                 lambda: tickgpu.greeks([big, 100], 100.0, 1.0, 0.03, 0.2)):
+        with pytest.raises(ValueError, match=r"^spot: an integer beyond float64's range"):
+            call()
+    with pytest.raises(ValueError, match=r"^strike: an integer beyond float64's range"):
+        tickgpu.implied_vol(5.0, 100.0, big, 1.0, 0.03)
+    with pytest.raises(ValueError, match=r"^strike: an integer beyond float64's range"):
+        tickgpu.VolSurface([90.0, 110.0], [1.0], [[0.2, 0.3]]).vol(big, 1.0)
+    want = tickgpu.greeks([1e30, 100.0], 100.0, 1.0, 0.03, 0.2).price
+    np.testing.assert_array_equal(tickgpu.greeks([10**30, 100], 100.0, 1.0, 0.03, 0.2).price, want)
+    with pytest.raises(ValueError, match=r"^spot: not an array of one shape"):
+        tickgpu.greeks([[100, 110], [1]], 100.0, 1.0, 0.0, 0.2)
+    with pytest.raises(ValueError, match=r"^backend: must be one of"):
+        tickgpu.greeks(100.0, 100.0, 1.0, 0.0, 0.2, backend=["cpu"])
+    with pytest.raises(ValueError, match=r"^interpolation: must be 'variance' or 'vol'"):
+        tickgpu.VolSurface([90.0, 110.0], [1.0], [[0.2, 0.3]], interpolation=["vol"])

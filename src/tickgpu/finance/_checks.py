@@ -33,7 +33,7 @@ def check_dtype(dtype) -> np.dtype:
 
 
 def check_backend(backend: str) -> str:
-    if backend not in BACKENDS:
+    if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"backend: must be one of {BACKENDS}, got {backend!r}")
     return backend
 
@@ -97,8 +97,11 @@ def _broadcast2(a: tuple, b: tuple) -> tuple | None:
 def broadcast_values(names, values) -> tuple[int, ...]:
     """The common shape of `values` (named `names`), or the ValueError of `broadcast_shape`."""
     out: tuple = ()
-    for v in values:
-        s = shape_of(v)
+    for name, v in zip(names, values):
+        try:
+            s = shape_of(v)
+        except ValueError as e:     # a ragged nesting of lists
+            raise ValueError(f"{name}: not an array of one shape ({e})") from None
         if not s or s == out:
             continue
         out = s if not out else _broadcast2(out, s)
@@ -136,6 +139,22 @@ def _index(a: np.ndarray, flat: int):
 _REAL_KINDS = frozenset("biuf")
 
 
+def int_overflow(names, values, error: OverflowError) -> Exception:
+    """The error for an OverflowError a call raised converting its inputs: a ValueError naming the
+    first input that is (or holds) a Python int beyond float64's range; `error` itself if none is."""
+    for name, v in zip(names, values):
+        try:
+            if isinstance(v, int):
+                float(v)
+            elif isinstance(v, (list, tuple)):
+                real_array(name, v)
+        except OverflowError:
+            return ValueError(f"{name}: an integer beyond float64's range (~1.8e308)")
+        except ValueError as e:
+            return e
+    return error
+
+
 def call_flag(name: str, x) -> bool:
     """A single call flag: True / False, or an integer 1 / 0 (as `tickgpu.greeks` takes them);
     else ValueError (another integer) or TypeError (not bool or integer) naming `name`."""
@@ -155,6 +174,12 @@ def real_array(name: str, a) -> np.ndarray:
     warning only) and turn None into NaN on the way to float; none of those is a price.
     """
     arr = a if type(a) is _ndarray else np.asarray(a)
+    if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
+        # Python ints beyond int64: numbers, as floats where they fit
+        try:
+            return arr.astype(np.float64)
+        except OverflowError:
+            raise ValueError(f"{name}: an integer beyond float64's range (~1.8e308)") from None
     if arr.dtype.kind not in _REAL_KINDS:
         what = f"an array of {arr.dtype}" if isinstance(a, (np.ndarray, list, tuple)) else type(a).__name__
         raise TypeError(f"{name}: must be a real number or an array of real numbers, got {what}")

@@ -99,21 +99,24 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     density part of charm are 0, their limits. See csrc/tickgpu.h.
     """
     dt = _checks.check_dtype(dtype)
-    if backend not in _BACKENDS:
+    if type(backend) is not str or backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (spot, strike, t, rate, vol, div, call)
-    shape, on_device = shape_and_place(_ARG_NAMES, values)
-    if call is not True:
-        call = _call_flags(call)
-        values = (spot, strike, t, rate, vol, div, call)
-    if strict:
-        _check_elements(spot, strike, t, rate, vol, div, dt)
-    n = 1
-    for d in shape:
-        n *= d
-    if dispatch.choose("greeks", n, backend, on_device=on_device) == "gpu":
-        return _greeks_of((_ops or _runtime_ops()).greeks_arrays(values, dt, shape, on_device))
-    return _greeks_cpu(values, dt, shape, n)
+    try:
+        shape, on_device = shape_and_place(_ARG_NAMES, values)
+        if call is not True:
+            call = _call_flags(call)
+            values = (spot, strike, t, rate, vol, div, call)
+        if strict:
+            _check_elements(spot, strike, t, rate, vol, div, dt)
+        n = 1
+        for d in shape:
+            n *= d
+        if dispatch.choose("greeks", n, backend, on_device=on_device) == "gpu":
+            return _greeks_of((_ops or _runtime_ops()).greeks_arrays(values, dt, shape, on_device))
+        return _greeks_cpu(values, dt, shape, n)
+    except OverflowError as e:      # a Python int beyond float64's range, met converting it
+        raise _checks.int_overflow(_ARG_NAMES, values, e) from None
 
 
 _ops = None

@@ -113,9 +113,17 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     that are not real numbers (strings, complex, None) raise TypeError.
     """
     dt = _checks.check_dtype(dtype)
-    if backend not in _BACKENDS:
+    if type(backend) is not str or backend not in _BACKENDS:
         _checks.check_backend(backend)
     values = (price, spot, strike, t, rate, div, call)
+    try:
+        return _implied_vol(values, dt, backend, strict, return_status)
+    except OverflowError as e:      # a Python int beyond float64's range, met converting it
+        raise _checks.int_overflow(_ARG_NAMES, values, e) from None
+
+
+def _implied_vol(values, dt, backend, strict, return_status):
+    price, spot, strike, t, rate, div, call = values
     shape, on_device = shape_and_place(_ARG_NAMES, values)
     if call is not True:
         call = _call_flags(call)        # the same flags, and the same errors, as greeks

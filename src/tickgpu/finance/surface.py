@@ -74,7 +74,7 @@ class VolSurface:
     __slots__ = ("_strikes", "_expiries", "_vols", "_interpolation", "_native")
 
     def __init__(self, strikes, expiries, vols, *, interpolation: str = "variance"):
-        if interpolation not in _MODES:
+        if type(interpolation) is not str or interpolation not in _MODES:
             raise ValueError(f"interpolation: must be 'variance' or 'vol', got {interpolation!r}")
         strikes = _axis("strikes", strikes, positive=False)
         expiries = _axis("expiries", expiries, positive=True)
@@ -133,8 +133,14 @@ class VolSurface:
         return self._eval(strike, t, _VARIANCE, strict, backend)
 
     def _eval(self, strike, t, what: int, strict: bool, backend: str) -> np.ndarray:
-        if backend not in _BACKENDS:
+        if type(backend) is not str or backend not in _BACKENDS:
             _checks.check_backend(backend)
+        try:
+            return self._eval_checked(strike, t, what, strict, backend)
+        except OverflowError as e:      # a Python int beyond float64's range, met converting it
+            raise _checks.int_overflow(_ARG_NAMES, (strike, t), e) from None
+
+    def _eval_checked(self, strike, t, what: int, strict: bool, backend: str) -> np.ndarray:
         values = (strike, t)
         shape, on_device = shape_and_place(_ARG_NAMES, values)
         if strict:
