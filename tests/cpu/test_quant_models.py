@@ -363,3 +363,25 @@ def test_bfloat16_state_dict(rng):
     for scheme in ("fp32", "w8a8"):
         np.testing.assert_array_equal(QuantMLP.from_state_dict(sd16, scheme=scheme)(x),
                                       QuantMLP.from_state_dict(exact, scheme=scheme)(x))
+
+
+def test_model_errors_name_the_layer_or_module():
+    w = np.ones((4, 4))
+    bad = w.copy()
+    bad[1, 2] = np.nan
+    with pytest.raises(TypeError, match=r"^layers\[0\]: must be a \(weight, bias\) pair"):
+        QuantMLP([np.ones((2, 2))])
+    with pytest.raises(ValueError, match=r"^layers\[1\]: weight\[1, 2\]: must be finite"):
+        QuantMLP([(w, None), (bad, None)])
+    with pytest.raises(ValueError, match=r"^layers\[0\]: bias: must have shape \(4,\)"):
+        QuantMLP([(w, np.ones(3))])
+    with pytest.raises(TypeError, match=r"^layernorm: eps must be a number, got 'abc'"):
+        QuantMLP([(w, None)], layernorm=(np.ones(4), np.zeros(4), "abc"))
+    with pytest.raises(TypeError, match=r"^layernorm: must be \(gamma, beta\) or \(gamma, beta, eps\), got 4 items"):
+        QuantMLP([(w, None)], layernorm=(np.ones(4), np.zeros(4), 1e-5, 3))
+    sd = {"net.0.weight": np.ones(4), "net.0.bias": np.zeros(4), "net.1.weight": w, "net.3.weight": bad}
+    with pytest.raises(ValueError, match=r"^state_dict: module 'net.3': weight\[1, 2\]: must be finite"):
+        QuantMLP.from_state_dict(sd)
+    sd = {"0.weight": np.full(4, np.nan), "0.bias": np.zeros(4), "1.weight": w}
+    with pytest.raises(ValueError, match=r"^state_dict: module '0' \(the LayerNorm\): gamma\[0\]: must be finite"):
+        QuantMLP.from_state_dict(sd)

@@ -527,3 +527,16 @@ def test_standardizer_survives_one_absurd_value():
     z = EmaStandardizer(alpha=0.9).transform(x)
     assert np.isfinite(z).all()
     assert np.abs(z[-50:, 0]).max() < 5
+
+
+def test_check_causal_argument_errors_name_the_argument():
+    f = lambda s: np.cumsum(s, axis=0)   # noqa: E731
+    with pytest.raises(TypeError, match=r"^series: must hold real numbers"):
+        check_causal(f, np.array([True, False, True]))
+    with pytest.raises(TypeError, match=r"^series: must be an array of ticks or a list of batches, got float64"):
+        check_causal(f, np.float64(3.0))
+    with pytest.raises(TypeError, match=r"^cuts: must be None, an int or a list of ints, got True"):
+        check_causal(f, np.arange(10.0), cuts=True)
+    with pytest.raises(TypeError, match=r"^perturbations: must be a tuple of names, got the string 'noise'"):
+        check_causal(f, np.arange(10.0), perturbations="noise")
+    assert check_causal(f, np.arange(10)).checks > 0      # integer series are fine

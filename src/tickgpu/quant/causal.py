@@ -190,11 +190,19 @@ def check_causal(fn, series, *, cuts: int | list[int] | None = None,
     """
     if isinstance(series, np.ndarray):
         n = series.shape[0] if series.ndim else 0
-    else:
+    elif isinstance(series, (list, tuple)):
         series = [np.asarray(b) for b in series]
         n = len(series)
+    else:
+        raise TypeError(f"series: must be an array of ticks or a list of batches, got {type(series).__name__}")
+    kinds = {np.asarray(b).dtype.kind for b in (series if isinstance(series, list) else [series])}
+    if not kinds <= set("iuf"):
+        raise TypeError(f"series: must hold real numbers (float or integer), got dtype kinds {sorted(kinds)}")
     if n < 2:
         raise ValueError(f"series: needs at least 2 ticks, got {n}")
+    if isinstance(perturbations, str):
+        raise TypeError(f"perturbations: must be a tuple of names, got the string {perturbations!r} "
+                        f"(write ({perturbations!r},))")
     perturbations = tuple(perturbations)
     if not perturbations:
         raise ValueError("perturbations: must name at least one perturbation, got none: nothing would be compared")
@@ -210,6 +218,8 @@ def check_causal(fn, series, *, cuts: int | list[int] | None = None,
         pool = np.arange(1, n)
         cut_list = sorted(int(c) for c in gen.choice(pool, size=min(int(cuts), pool.size), replace=False))
     else:
+        if isinstance(cuts, (bool, np.bool_, str)) or not hasattr(cuts, "__iter__"):
+            raise TypeError(f"cuts: must be None, an int or a list of ints, got {cuts!r}")
         cut_list = [int(c) for c in cuts]
         if not cut_list:
             raise ValueError("cuts: must hold at least one cut point, got none: nothing would be compared")

@@ -419,10 +419,16 @@ class QuantMLP:
             raise ValueError(f"backend: must be one of {_BACKENDS}, got {backend!r}")
         self.backend = backend
         self.layers: list[QuantLinear] = []
-        for i, (w, b) in enumerate(layers):
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, (tuple, list)) or len(layer) != 2:
+                raise TypeError(f"layers[{i}]: must be a (weight, bias) pair (bias may be None), "
+                                f"got {type(layer).__name__}" + (f" of {len(layer)}" if isinstance(layer, (tuple, list)) else ""))
             last = i == len(layers) - 1
-            lin = QuantLinear(w, b, scheme=scheme, gelu=not last,
-                              out_dtype=out_dtype if last else "float32", backend="cpu")
+            try:
+                lin = QuantLinear(*layer, scheme=scheme, gelu=not last,
+                                  out_dtype=out_dtype if last else "float32", backend="cpu")
+            except (ValueError, TypeError) as e:
+                raise type(e)(f"layers[{i}]: {e}") from None
             if self.layers and lin.in_features != self.layers[-1].out_features:
                 raise ValueError(f"layers[{i}]: in_features {lin.in_features} does not match the previous "
                                  f"layer's out_features {self.layers[-1].out_features}")
@@ -431,8 +437,15 @@ class QuantMLP:
         self.out_features = self.layers[-1].out_features
         self.layernorm = None
         if layernorm is not None:
+            if not isinstance(layernorm, (tuple, list)) or len(layernorm) not in (2, 3):
+                raise TypeError("layernorm: must be (gamma, beta) or (gamma, beta, eps), got "
+                                + (f"{len(layernorm)} items" if isinstance(layernorm, (tuple, list))
+                                   else type(layernorm).__name__))
             gamma, beta, *rest = layernorm
-            eps = float(rest[0]) if rest else 1e-5
+            try:
+                eps = float(rest[0]) if rest else 1e-5
+            except (TypeError, ValueError):
+                raise TypeError(f"layernorm: eps must be a number, got {rest[0]!r}") from None
             g = np.asarray(gamma, np.float64)
             bt = np.asarray(beta, np.float64)
             if g.shape != (self.in_features,) or bt.shape != (self.in_features,):
@@ -518,7 +531,17 @@ class QuantMLP:
                                  f"a Linear (weight shape {w.shape})")
         if not layers:
             raise ValueError("state_dict: holds no Linear layer (no 2-D weight)")
-        return cls(layers, layernorm=layernorm, **kwargs)
+        try:
+            return cls(layers, layernorm=layernorm, **kwargs)
+        except (ValueError, TypeError) as e:
+            # Name the module the user knows: layers[i] is the i-th Linear, index first + 2 i
+            msg, first = str(e), 0 if layernorm is None else 1
+            if msg.startswith("layers["):
+                i = int(msg[7:msg.index("]")])
+                msg = f"state_dict: module {name(first + 2 * i)!r}{msg[msg.index(']') + 1:]}"
+            elif msg.startswith("layernorm"):
+                msg = f"state_dict: module {name(0)!r} (the LayerNorm){msg[9:]}"
+            raise type(e)(msg) from None
 
     def normalize_cpu(self, x: np.ndarray) -> np.ndarray:
         """The LayerNorm step (identity without one): float64 internally, rounded to float32."""
