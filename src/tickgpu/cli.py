@@ -9,6 +9,10 @@ import argparse
 import sys
 
 SUITES = ("cpu", "gpu", "memory", "quant")
+# The demo's largest chain, strikes x expiries (each a call and a put). Measured at the bound:
+# 2M options, 0.75 GB resident and 1 s a tick on two CPU cores; beyond, a demo is a stress test
+# (and 1e8 x 1e5 would ask for 146 TiB).
+DEMO_MAX_CHAIN = 1_000_000
 
 # Exit codes: 0 success, 1 a check inside the command failed, 2 usage (bad arguments, or input
 # files that are missing or cannot be used), 3 not available here.
@@ -27,6 +31,30 @@ def _positive(text: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
     return v
+
+
+def writable_dir(text: str) -> str:
+    """argparse type for an output directory: `text` unchanged if it is a directory that can be
+    written in, or one that can be created; otherwise ArgumentTypeError saying why.
+
+    Checked when the arguments are read, so that a bad --out fails before a run rather than after
+    it: a scratch directory is made and removed in the nearest folder that exists. Nothing is left
+    behind; the directory itself is made only when results are written.
+    """
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(text)
+    base = next(b for b in (path, *path.parents) if os.path.exists(b))
+    if not base.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} exists and is not a directory" if base == path else
+                                         f"{base} is not a directory")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".tickgpu-probe-", dir=base))
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot write in {base}: {e.strerror or e}") from None
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,9 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto")
     d.add_argument("--ticks", type=_positive_or_zero, default=2000,
                    help="underlying ticks to replay (default 2000; 0 = the whole file)")
-    d.add_argument("--strikes", type=_positive, default=100, help="strikes per expiry (default 100)")
+    d.add_argument("--strikes", type=_positive, default=100,
+                   help=f"strikes per expiry (default 100; strikes x expiries at most {DEMO_MAX_CHAIN:,})")
     d.add_argument("--expiries", type=_positive, default=12, help="expiries in the chain (default 12)")
-    d.add_argument("--out", default="tickgpu-report", help="report directory (default tickgpu-report/)")
+    d.add_argument("--out", type=writable_dir, default="tickgpu-report",
+                   help="report directory (default tickgpu-report/)")
     d.add_argument("--quiet", action="store_true", help="no progress bar and no table")
 
     doc = sub.add_parser("doctor", help="what this machine offers: CPU, memory, huge pages, memlock, GPU, versions")
@@ -62,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "vs NumPy/SciPy, vollib, QuantLib, a Python book), gpu, memory, quant.")
     b.add_argument("--suite", choices=(*SUITES, "all"), default="cpu")
     b.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
-    b.add_argument("--out", default="benchmarks/results", help="result directory (default benchmarks/results)")
+    b.add_argument("--out", type=writable_dir, default="benchmarks/results",
+                   help="result directory (default benchmarks/results)")
     b.add_argument("--floor", metavar="FLOOR_TXT",
                    help="gpu, memory and quant suites: output of the floor programs, to compare tickgpu "
                         "against the hardware floor")
@@ -73,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_demo(args) -> int:
+    if args.strikes * args.expiries > DEMO_MAX_CHAIN:
+        print(f"tickgpu demo: --strikes x --expiries: {args.strikes:,} x {args.expiries:,} is more than the "
+              f"demo's {DEMO_MAX_CHAIN:,} (strike, expiry) pairs", file=sys.stderr)
+        return EXIT_USAGE
     from tickgpu.app.demo import main as demo_main
 
     return demo_main(args)

@@ -81,6 +81,90 @@ def test_build_kernels_without_triton_says_why():
     assert "Triton" in r.stderr
 
 
+# ---- output directories and build-kernels arguments: one line, exit 2, no traceback ----------------
+
+def _unwritable_outs(tmp_path) -> list[tuple[str, str]]:
+    """(an --out that cannot be used, the reason the message must give)."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    outs = [(str(a_file), "exists and is not a directory"), (str(a_file / "x"), "is not a directory")]
+    if Path("/dev/null").exists():
+        outs.append(("/dev/null/x", "/dev/null is not a directory"))
+    if Path("/proc/self").is_dir():   # procfs: no directory can be made there, not even by root
+        outs.append(("/proc/forbidden", "cannot write in /proc"))
+    return outs
+
+
+@pytest.mark.parametrize("command", [["demo", "--quiet"], ["bench", "--suite", "all", "--quick"]])
+def test_unwritable_out_is_a_usage_error(tmp_path, command):
+    for out, why in _unwritable_outs(tmp_path):
+        r = tickgpu_cmd(*command, "--out", out, timeout=60)
+        assert r.returncode == 2, (out, r.stdout + r.stderr)
+        assert "Traceback" not in r.stderr
+        assert "argument --out" in r.stderr and why in r.stderr, r.stderr
+
+
+def test_unwritable_out_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
+    """The audit's case: the replay (or the suite) ran to the end and only then the report failed."""
+    from tickgpu import cli
+    from tickgpu.app import demo
+
+    def must_not_run(*a, **k):
+        raise AssertionError("ran before --out was checked")
+
+    monkeypatch.setattr(demo, "run_demo", must_not_run)
+    monkeypatch.setattr(cli, "_load_suite", must_not_run)
+    for argv in (["demo", "--quiet"], ["bench", "--suite", "all", "--quick"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main([*argv, "--out", "/dev/null/x" if Path("/dev/null").exists() else str(tmp_path / "a")])
+        assert e.value.code == 2
+        assert "--out" in capsys.readouterr().err
+
+
+def test_writable_dir_leaves_nothing_behind(tmp_path):
+    from tickgpu.cli import writable_dir
+
+    for out in (tmp_path / "new" / "nested", tmp_path):   # one to be made, one that is there
+        assert writable_dir(str(out)) == str(out)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, option, why", [
+    (["--family", "noop", "--nvcc", "/nonexistent/nvcc"], "--nvcc", "/nonexistent/nvcc: no such executable"),
+    (["--family", "noop", "--out", "{file}/x"], "--out", "is not a directory"),
+    (["--family", "noop", "--out", "{file}"], "--out", "exists and is not a directory"),
+    (["--arch", "bogus"], "--arch", "expected sm_NN, e.g. sm_90, got 'bogus'"),
+])
+def test_build_kernels_bad_arguments_exit_2_before_building(tmp_path, monkeypatch, capsys, argv, option, why):
+    """What `tickgpu build-kernels ARGV` hands to the builder (the command itself also needs Triton,
+    see below); nothing is compiled, so neither nvcc nor a GPU is needed."""
+    from tickgpu.kernels import build
+
+    (tmp_path / "f").write_text("")
+    monkeypatch.setattr(build, "build_bundle", lambda *a, **k: pytest.fail("the build started"))
+    with pytest.raises(SystemExit) as e:
+        build.main([a.format(file=tmp_path / "f") for a in argv])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: " in err and why in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="build-kernels needs Triton")
+def test_build_kernels_bad_arch_exits_2():
+    r = tickgpu_cmd("build-kernels", "--arch", "bogus", "--family", "noop", timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "argument --arch" in r.stderr and "expected sm_NN" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_build_kernels_tool_that_cannot_run_is_a_build_error():
+    """For callers of build_bundle, which takes nvcc unchecked: named, not a FileNotFoundError."""
+    from tickgpu.kernels.build import BuildError, _run
+
+    with pytest.raises(BuildError, match="cannot run /nonexistent/nvcc"):
+        _run(["/nonexistent/nvcc", "--version"])
+
+
 # ---- doctor ---------------------------------------------------------------------------------------
 
 def test_doctor_json_has_the_facts():
@@ -282,6 +366,68 @@ def test_demo_bad_data_is_a_clear_usage_error(tmp_path, case, said):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr
     assert re.search(said, " ".join(r.stderr.split())), r.stderr   # (rich wraps the line)
+    assert not (tmp_path / "rep").exists()
+
+
+def _small_day(tmp_path, rows: int = 200) -> Path:
+    """The bundled day's first rows (header included) as a message and orderbook pair."""
+    (tmp_path / "x_message_1.csv").write_text(_head(AMZN_MESSAGES, rows))
+    (tmp_path / "x_orderbook_1.csv").write_text(_head(AMZN_BOOK, rows))
+    return tmp_path / "x_message_1.csv"
+
+
+@pytest.mark.parametrize("ticks", ["1000000000", "99999999999999999999"])
+def test_demo_more_ticks_than_the_file_replays_it_all(tmp_path, ticks):
+    """Buffers are sized by what the file can give (a tick is a message), not by --ticks: the
+    audit saw a 37 GiB MemoryError and 'Maximum allowed dimension exceeded'."""
+    msg = _small_day(tmp_path)
+    runs = {}
+    for asked in (ticks, "0"):        # 0: the whole file, the other branch of the replay
+        out = tmp_path / f"rep{asked}"
+        r = tickgpu_cmd("demo", "--data", str(msg), "--ticks", asked, "--quiet", "--out", str(out),
+                        "--strikes", "4", "--expiries", "2")
+        assert r.returncode == 0, r.stdout + r.stderr
+        runs[asked] = json.loads((out / "demo.json").read_text())
+    rep, whole = runs[ticks], runs["0"]
+    assert rep["data"]["messages"] == rep["data"]["messages_in_file"] == 199
+    assert 0 < rep["throughput"]["ticks"] == whole["throughput"]["ticks"] < 199
+    assert f"of the {int(ticks):,} asked for" in rep["note"]
+
+
+def test_demo_chain_beyond_the_bound_is_a_usage_error(tmp_path):
+    r = tickgpu_cmd("demo", "--strikes", "100000000", "--expiries", "100000", "--quiet", "--out", str(tmp_path))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert re.search(r"--strikes x --expiries: 100,000,000 x 100,000 is more than the demo's 1,000,000", r.stderr)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_demo_chain_bound_is_inclusive(tmp_path, monkeypatch, capsys):
+    from tickgpu import cli
+    from tickgpu.app import demo
+
+    monkeypatch.setattr(demo, "main", lambda args: 0)
+    base = ["demo", "--out", str(tmp_path), "--quiet"]
+    assert cli.main([*base, "--strikes", "1000", "--expiries", str(cli.DEMO_MAX_CHAIN // 1000)]) == 0
+    assert cli.main([*base, "--strikes", "1000", "--expiries", str(cli.DEMO_MAX_CHAIN // 1000 + 1)]) == 2
+    assert "--strikes x --expiries" in capsys.readouterr().err
+
+
+def test_demo_out_of_memory_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    """Within the bound a small machine can still run out: a message naming the options, exit 2."""
+    import argparse
+
+    from tickgpu.app import demo
+
+    def no_memory(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(demo, "run_demo", no_memory)
+    args = argparse.Namespace(data=str(_small_day(tmp_path)), orderbook=None, backend="cpu", ticks=5,
+                              strikes=1000, expiries=1000, out=str(tmp_path / "rep"), quiet=True)
+    assert demo.main(args) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "out of memory" in err and "--strikes 1,000" in err and "--expiries 1,000" in err
     assert not (tmp_path / "rep").exists()
 
 

@@ -315,7 +315,7 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     n_msg = feed.n
     book_ns = np.empty(n_msg, dtype=np.int64)
     features_ns = np.empty(n_msg, dtype=np.int64)
-    cap = ticks if ticks > 0 else n_msg
+    cap = min(ticks, n_msg) if ticks > 0 else n_msg    # a tick is a message: no more ticks than messages
     chain_ns = np.empty((cap, 5), dtype=np.int64)     # surface, greeks, quotes, iv, total
     signal_ns = np.empty(cap, dtype=np.int64)
     signal_at = np.empty(cap, dtype=np.int64)         # the message each prediction was made after
@@ -324,7 +324,7 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
     prev_mid = math.nan
     n_ticks = 0
     last = None
-    total = ticks if ticks > 0 else n_msg
+    total = cap
     check_ns = 0                         # the demo's own accuracy check, left out of the wall time
     wall0 = time.perf_counter()
     i = 0
@@ -416,6 +416,8 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         "tickgpu_version": tickgpu.__version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "note": (f"Replayed the first {ticks:,} underlying ticks (--ticks 0 replays the whole file)."
+                 if 0 < ticks <= n_ticks else
+                 f"Replayed the whole file: {n_ticks:,} underlying ticks of the {ticks:,} asked for."
                  if ticks > 0 else "Replayed the whole file."),
         "data": {"message_file": message_path.name, "orderbook_file": orderbook_path.name if orderbook_path else None,
                  "source": "LOBSTER sample (lobsterdata.com), NASDAQ" if message_path.parent == bundled_data(
@@ -513,8 +515,8 @@ def print_table(report: dict, console) -> None:
 
 def main(args) -> int:
     """`tickgpu demo` (arguments from cli.build_parser). 0 on success, 1 if the vol check failed,
-    2 if the input files are missing or cannot be replayed (a message, no traceback), 3 if the
-    asked backend is unavailable."""
+    2 if the input files are missing or cannot be replayed, the chain does not fit in memory or
+    the report cannot be written (a message, no traceback), 3 if the asked backend is unavailable."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -550,7 +552,15 @@ def main(args) -> int:
     except BackendUnavailable as e:
         Console(stderr=True).print(f"[red]tickgpu demo: {escape(str(e))}[/red]")
         return 3
-    jpath, hpath = write_report(args.out, result.report, result.samples_ns)
+    except MemoryError:
+        Console(stderr=True).print(f"[red]tickgpu demo: out of memory for a chain of --strikes {args.strikes:,} x "
+                                   f"--expiries {args.expiries:,}; ask for fewer[/red]")
+        return 2
+    try:
+        jpath, hpath = write_report(args.out, result.report, result.samples_ns)
+    except OSError as e:   # --out was checked up front; this is a full disk or a race
+        Console(stderr=True).print(f"[red]tickgpu demo: --out: cannot write the report: {escape(str(e))}[/red]")
+        return 2
     print_table(result.report, console)
     console.print(f"report: {jpath}  {hpath}")
     return 0 if result.report["iv_check"]["passed"] else 1

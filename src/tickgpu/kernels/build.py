@@ -178,7 +178,11 @@ def source_hash(paths: Sequence[Path]) -> str:
 # ---- tool discovery ------------------------------------------------------------------------
 
 def _run(cmd: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True)
+    """Run a tool; BuildError, naming it, if it cannot be started (missing, not executable)."""
+    try:
+        return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True)
+    except OSError as e:
+        raise BuildError(f"cannot run {cmd[0]}: {e.strerror or e}") from e
 
 
 def find_nvcc(explicit: str | None = None) -> str | None:
@@ -568,17 +572,42 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
     return manifest
 
 
+def _arch(text: str) -> str:
+    """argparse type for --arch: "sm_NN"."""
+    if not re.fullmatch(r"sm_\d+", text):
+        raise argparse.ArgumentTypeError(f"expected sm_NN, e.g. sm_90, got {text!r}")
+    return text
+
+
+def _nvcc_path(text: str) -> str:
+    """argparse type for --nvcc: the executable, as a path or a name on PATH."""
+    found = shutil.which(text)
+    if found is None:
+        raise argparse.ArgumentTypeError(f"{text}: no such executable")
+    return found
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``tickgpu build-kernels`` / ``python -m tickgpu.kernels.build``; returns the exit status."""
+    """``tickgpu build-kernels`` / ``python -m tickgpu.kernels.build``; returns the exit status.
+
+    Bad arguments (an --arch that is not sm_NN, an --nvcc that is not there, an --out that cannot
+    be written) are refused before anything is compiled, by argparse: a message naming the option
+    and SystemExit(2), the CLI's usage error. A failed build returns 1.
+    """
+    from tickgpu.cli import writable_dir
+
     p = argparse.ArgumentParser(prog="tickgpu build-kernels",
                                 description="Compile tickgpu's GPU kernels ahead of time into a bundle "
                                             "(cubins + manifest.json). Needs Triton and, for the CUDA C "
                                             "kernels, nvcc; no GPU and no torch.")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"bundle directory (default {DEFAULT_OUT})")
-    p.add_argument("--arch", action="append", help="target architecture, repeatable (default sm_80 and sm_90)")
+    # A str default goes through `type` too: an unwritable install fails before the build, not after.
+    p.add_argument("--out", type=writable_dir, default=str(DEFAULT_OUT),
+                   help=f"bundle directory (default {DEFAULT_OUT})")
+    p.add_argument("--arch", action="append", type=_arch,
+                   help="target architecture, repeatable (default sm_80 and sm_90)")
     p.add_argument("--family", action="append", choices=FAMILIES,
                    help="kernel family to build, repeatable (default all)")
-    p.add_argument("--nvcc", help="nvcc to use (default $CUDA_HOME/bin/nvcc or PATH)")
+    p.add_argument("--nvcc", type=_nvcc_path, help="nvcc to use (default $CUDA_HOME/bin/nvcc or PATH)")
     p.add_argument("--lbr-dir", type=Path, help="directory holding lbr_core.h (default csrc/cpu)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     args = p.parse_args(argv)
