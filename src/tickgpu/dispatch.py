@@ -22,6 +22,8 @@ import json
 import os
 from importlib import resources
 
+import numpy as np
+
 from tickgpu.errors import BackendUnavailable
 
 __all__ = ["choose", "gpu_range", "crossover", "gpu_available", "gpu_reason", "range_from_sweep"]
@@ -126,7 +128,9 @@ def gpu_available() -> bool:
 
 
 def choose(op: str, n: int, backend: str, on_device: bool = False) -> str:
-    """'cpu' or 'gpu' for operation `op` over `n` elements."""
+    """'cpu' or 'gpu' for operation `op` over `n` elements (an int >= 0); `backend` "auto", "cpu"
+    or "gpu". ValueError (TypeError for an `n` that is not an int) naming the argument otherwise;
+    an `op` without a measured crossover goes to the CPU under "auto"."""
     if backend == "cpu":
         if on_device:
             raise ValueError(f"{op}: backend='cpu' was asked for but the inputs are GPU arrays")
@@ -135,8 +139,16 @@ def choose(op: str, n: int, backend: str, on_device: bool = False) -> str:
         if not gpu_available():
             raise BackendUnavailable(f"{op}: backend='gpu' but no usable GPU ({gpu_reason()})")
         return "gpu"
+    if backend != "auto":
+        raise ValueError(f"backend: must be 'auto', 'cpu' or 'gpu', got {backend!r}")
     if on_device:
         return "gpu"
+    if type(n) is not int:
+        if not isinstance(n, (int, np.integer)) or isinstance(n, (bool, np.bool_)):
+            raise TypeError(f"n: must be an int (elements), got {n!r}")
+        n = int(n)
+    if n < 0:
+        raise ValueError(f"n: must be >= 0, got {n}")
     r = gpu_range().get(op)
     if r is not None and n >= r[0] and (r[1] is None or n < r[1]) and gpu_available():
         return "gpu"
@@ -144,8 +156,10 @@ def choose(op: str, n: int, backend: str, on_device: bool = False) -> str:
 
 
 def gpu_reason() -> str:
+    if os.environ.get("TICKGPU_DISABLE_GPU"):
+        return "disabled by TICKGPU_DISABLE_GPU"
     try:
         from tickgpu.runtime import unavailable_reason
     except ImportError as e:
         return f"GPU runtime not importable: {e}"
-    return unavailable_reason()
+    return unavailable_reason() or "the runtime reports none"

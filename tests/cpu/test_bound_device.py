@@ -275,3 +275,36 @@ def test_device_binding_refuses_a_call_flag_greeks_refuses(gpu_ctx, rng):
         rt.bind_greeks(spot, 100.0, 1.0, 0.03, 0.2, 0.01, 2)
     with pytest.raises(TypeError, match=r"^bind_greeks: call: must be a bool, got float"):
         rt.bind_greeks(spot, 100.0, 1.0, 0.03, 0.2, 0.01, 0.5)
+
+
+def test_mapped_binding_pins_its_buffers_until_it_is_gone(gpu_ctx):
+    """A zero-copy binding's kernel writes its out= memory on every call: releasing that buffer
+    while the binding lives would hand the memory to the next acquire, which the binding would
+    then overwrite. The release is refused until the binding is gone; a binding of a released
+    buffer is refused."""
+    import gc
+
+    from tickgpu.memory import PinnedPool
+    from tickgpu.memory.errors import PoolError
+
+    n = 16
+    pool = PinnedPool(gpu_ctx)
+    bufs = [pool.acquire(n * 8) for _ in range(6)]
+    ins = [b.array(np.float64, n) for b in bufs]
+    for a, v in zip(ins, (100.0, 100.0, 1.0, 0.03, 0.2, 0.01)):
+        a[:] = v
+    ob = pool.acquire(10 * n * 8)
+    out = ob.array(np.float64, (10, n))
+    tick = rt.bind_greeks(*ins, True, out=out)
+    tick()
+    for b in (ob, bufs[0]):
+        with pytest.raises(PoolError, match="read and written in place by a zero-copy binding"):
+            pool.release(b)
+    del tick
+    gc.collect()
+    pool.release(ob)                                 # the binding is gone: free to go
+    with pytest.raises(ValueError, match=r"out\[0\] is not in mapped pinned memory \(or its buffer was released\)"):
+        rt.bind_greeks(*ins, True, out=out)
+    for b in bufs:
+        pool.release(b)
+    pool.close()

@@ -424,3 +424,30 @@ def test_host_memory_benchmark_runs_on_the_mock(tmp_path):
         assert {"blocks", "whole", "none"} <= set(r["managed"])
     finally:
         rt.reset()
+
+
+def test_views_and_sizes_that_cannot_be_are_refused_by_name(ctx, pool):
+    """An object dtype would read pinned bytes as Python object pointers (a crash once the slot
+    held numbers); a fractional shape was truncated; a size past what the native core maps failed
+    in the mapping and turned the pool to cuMemHostAlloc for good."""
+    from tickgpu.memory import mapped_array
+
+    for dt in (object, np.dtype("V0"), [("a", object)]):
+        with pytest.raises(TypeError, match="^dtype: a view of pinned memory needs a fixed-size dtype"):
+            mapped_array(8, dt, context=ctx)
+        with pytest.raises(TypeError, match="^dtype: a view of pinned memory"):
+            pool.acquire(64).array(dt)
+    for shape in (2.7, (3, 1.5), "10"):
+        with pytest.raises(TypeError, match="^shape: must be an int or a tuple of ints"):
+            mapped_array(shape, context=ctx)
+    with pytest.raises(ValueError, match=r"^mapped_array: shape \(4611686018427387904,\) of float64 is .* more than any"):
+        mapped_array(1 << 62, context=ctx)
+    with pytest.raises(ValueError, match=r"needs 147573952589676412928 bytes; the buffer holds 100"):
+        pool.acquire(100).array(np.float64, (1 << 62, 4))
+    with pytest.raises(TypeError, match="^nbytes: must be an int"):
+        pool.acquire("10")
+    with pytest.raises(ValueError, match="^nbytes: 1152921504606846976 is more than a pinned buffer can hold"):
+        pool.acquire(1 << 60)
+    pool.acquire(8 * MB)
+    assert pool.stats()["fallback_reason"] is None     # the refused size tried no arena
+    assert mapped_array(np.int64(5), context=ctx).shape == (5,)

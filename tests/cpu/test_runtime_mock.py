@@ -1071,3 +1071,25 @@ def test_a_bound_launch_reads_the_arguments_of_each_launch(ctx, mock):
         lau.bind()
     with pytest.raises(ValueError, match="grid must be three sizes"):
         lau.bind(grid=(0, 1, 1))
+
+
+def test_choose_refuses_what_it_cannot_decide_on():
+    from tickgpu import dispatch
+
+    for backend in ("cuda", None, "GPU"):
+        with pytest.raises(ValueError, match=r"^backend: must be 'auto', 'cpu' or 'gpu'"):
+            dispatch.choose("greeks", 1000, backend)
+    with pytest.raises(ValueError, match=r"^n: must be >= 0, got -5"):
+        dispatch.choose("greeks", -5, "auto")
+    for n in (float("nan"), "1000", 2.5, True):
+        with pytest.raises(TypeError, match=r"^n: must be an int"):
+            dispatch.choose("greeks", n, "auto")
+    assert dispatch.choose("no such op", 10**9, "auto") == "cpu"
+    assert dispatch.choose("greeks", np.int64(10), "auto") in ("cpu", "gpu")
+
+
+def test_gpu_reason_says_it_was_disabled(monkeypatch):
+    from tickgpu import dispatch
+
+    monkeypatch.setenv("TICKGPU_DISABLE_GPU", "1")
+    assert dispatch.gpu_reason() == "disabled by TICKGPU_DISABLE_GPU"

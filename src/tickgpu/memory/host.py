@@ -38,6 +38,29 @@ _BACKING_NAMES = {0: "pages", 1: "thp", 2: "hugetlb"}
 _REGISTER_PORTABLE, _REGISTER_DEVICEMAP = 0x01, 0x02   # CU_MEMHOSTREGISTER_* (same bits as CU_MEMHOSTALLOC_*)
 
 
+#: The largest pinned buffer (the native core maps at most 2**47 bytes at once).
+MAX_BYTES = 1 << 47
+
+
+def _plain_dtype(dtype) -> np.dtype:
+    """`dtype` for a view of raw pinned memory: numbers only. An object dtype would read the bytes
+    as Python object pointers (a crash), a zero-size one cannot count elements."""
+    dt = np.dtype(dtype)
+    if dt.hasobject or dt.itemsize == 0:
+        raise TypeError(f"dtype: a view of pinned memory needs a fixed-size dtype without Python objects, got {dt}")
+    return dt
+
+
+def _shape(shape) -> tuple[int, ...]:
+    """A shape of Python ints: integers only (2.7 elements is an error, not 2)."""
+    import operator
+
+    try:
+        return (operator.index(shape),) if np.ndim(shape) == 0 else tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape: must be an int or a tuple of ints, got {shape!r}") from None
+
+
 def size_class(nbytes: int) -> int:
     """The capacity a request of `nbytes` is served with, in bytes.
 
@@ -89,12 +112,13 @@ class _Arena:
 class _Slot:
     """One carved stretch of an arena; lives as long as the pool, handed out many times."""
 
-    __slots__ = ("ptr", "dev", "cls", "event", "owner")
+    __slots__ = ("ptr", "dev", "cls", "event", "owner", "pins")
 
     def __init__(self, ptr, dev, cls):
         self.ptr, self.dev, self.cls = ptr, dev, cls
         self.event = None    # made on the first release with a stream, then reused
         self.owner = None    # the PinnedBuffer holding it now, None while free or in flight
+        self.pins = 0        # zero-copy bindings reading or writing it (`pin_mapped`): no release meanwhile
 
 
 class PinnedBuffer:
@@ -133,11 +157,11 @@ class PinnedBuffer:
         """
         if self.released:
             raise PoolError(f"pinned buffer at {self.ptr:#x}: used after release or after its pool closed")
-        dtype = np.dtype(dtype)
+        dtype = _plain_dtype(dtype)
         if shape is None:
             shape = (self.nbytes // dtype.itemsize,)
-        shape = (shape,) if np.isscalar(shape) else tuple(int(s) for s in shape)
-        need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        shape = _shape(shape)
+        need = math.prod(shape) * dtype.itemsize
         if need > self.nbytes or any(s < 0 for s in shape):
             raise ValueError(f"shape {shape} of {dtype} needs {need} bytes; the buffer holds {self.nbytes}")
         raw = (ctypes.c_uint8 * max(need, 1)).from_address(self.ptr)
@@ -214,6 +238,7 @@ class PinnedPool:
         self._free: dict[int, list[_Slot]] = {}
         self._pending: dict[int, list[_Slot]] = {}
         self._slots: int = 0
+        self._held: set[_Slot] = set()   # slots of buffers handed out and not released
         self._in_use = 0
         self._reuses = 0
         self._backing: str | None = None
@@ -314,9 +339,17 @@ class PinnedPool:
         return self._acquire(nbytes, PinnedBuffer)
 
     def _acquire(self, nbytes, kind) -> PinnedBuffer:
-        nbytes = int(nbytes)
+        import operator
+
+        try:
+            nbytes = operator.index(nbytes)
+        except TypeError:
+            raise TypeError(f"nbytes: must be an int, got {nbytes!r}") from None
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+        if nbytes > MAX_BYTES:
+            # refused before any arena is tried: a failed mapping would turn the pool to cuMemHostAlloc
+            raise ValueError(f"nbytes: {nbytes} is more than a pinned buffer can hold ({MAX_BYTES} bytes)")
         cls = size_class(nbytes)
         with self._lock:
             self._check_open("acquire")
@@ -329,6 +362,7 @@ class PinnedPool:
                 slot = self._carve(cls)
             buf = kind(self, slot, nbytes)
             slot.owner = buf
+            self._held.add(slot)
             self._in_use += cls
             return buf
 
@@ -354,6 +388,9 @@ class PinnedPool:
             slot = buf._slot
             if slot.owner is not buf:
                 raise PoolError(f"PinnedPool.release: pinned buffer at {buf.ptr:#x} released twice")
+            if slot.pins:
+                raise PoolError(f"PinnedPool.release: pinned buffer at {buf.ptr:#x} is read and written in place "
+                                "by a zero-copy binding (bind_greeks(..., out=...)); drop the binding first")
             if stream is not None:
                 # The event first: should the driver refuse it, the buffer stays its holder's
                 # (still releasable) rather than lost to both the holder and the free lists.
@@ -362,6 +399,7 @@ class PinnedPool:
                     slot.event = self.driver.event_create()
                 self.driver.event_record(slot.event, stream)
             slot.owner = None
+            self._held.discard(slot)
             self._in_use -= slot.cls
             if stream is None:
                 self._free.setdefault(slot.cls, []).append(slot)
@@ -456,16 +494,44 @@ def default_pinned_pool(context=None, *, arena_bytes: int | None = None) -> Pinn
 
 
 def mapped_address(ptr: int, nbytes: int) -> int | None:
-    """The device's address of host bytes [ptr, ptr + nbytes) where they lie in one mapped arena of
-    an open pinned pool (the memory of `mapped`, `mapped_array` and mapped `PinnedPool` buffers),
-    else None."""
+    """The device's address of host bytes [ptr, ptr + nbytes) where they lie in one held (not
+    released) buffer of a mapped, open pinned pool (the memory of `mapped`, `mapped_array` and
+    mapped `PinnedPool` buffers), else None."""
+    found = _held_slot(ptr, nbytes)
+    return None if found is None else found[1].dev + (ptr - found[1].ptr)
+
+
+def _held_slot(ptr: int, nbytes: int):
+    """(pool, slot) of the held mapped buffer holding [ptr, ptr + nbytes), else None."""
     with _every_lock:
         pools = [p for p in _every_pool if not p._closed and p.mapped]
     for pool in pools:
-        for a in pool._arenas:
-            if a.dev_base is not None and a.base <= ptr and ptr + nbytes <= a.base + a.size:
-                return a.dev_base + (ptr - a.base)
+        with pool._lock:
+            for s in pool._held:
+                if s.dev is not None and s.ptr <= ptr and ptr + nbytes <= s.ptr + s.cls:
+                    return pool, s
     return None
+
+
+def pin_mapped(ptr: int, nbytes: int):
+    """(device address, unpin) for host bytes [ptr, ptr + nbytes) of a held mapped buffer, which
+    cannot be released until ``unpin()`` is called (its release raises PoolError): for a zero-copy
+    binding, whose kernel reads and writes the memory on every call. None where the bytes lie in no
+    such buffer."""
+    found = _held_slot(ptr, nbytes)
+    if found is None:
+        return None
+    pool, slot = found
+    with pool._lock:
+        if slot.owner is None:      # released since it was found
+            return None
+        slot.pins += 1
+
+    def unpin():
+        with pool._lock:
+            slot.pins -= 1
+
+    return slot.dev + (ptr - slot.ptr), unpin
 
 
 class _MappedOwner:
@@ -491,11 +557,15 @@ def mapped_array(shape, dtype=np.float64, context=None) -> np.ndarray:
     every view of it are gone. Uninitialised, like `numpy.empty`. For the arrays of a zero-copy
     binding (`tickgpu.runtime.bind_greeks(..., out=...)`).
     """
-    dtype = np.dtype(dtype)
-    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+    dtype = _plain_dtype(dtype)
+    shape = _shape(shape)
     if any(s < 0 for s in shape):
         raise ValueError(f"mapped_array: shape must not be negative, got {shape}")
-    buf = mapped(max(1, math.prod(shape) * dtype.itemsize), context)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_BYTES:
+        raise ValueError(f"mapped_array: shape {shape} of {dtype} is {nbytes} bytes, more than any pinned "
+                         f"buffer ({MAX_BYTES} bytes)")
+    buf = mapped(max(1, nbytes), context)
     return np.asarray(_MappedOwner(buf, shape, dtype))
 
 

@@ -119,6 +119,7 @@ class ManagedArray:
         self._sync_stream = None     # stream of the last prefetch, for consumers to order on
         self._event = None           # recorded after each explicit-mode copy (host writes wait on it)
         self._closed = False
+        self._mem = None             # the memory's owner (_Memory), None when there is none
         self._allocate()
 
     # ---- setup --------------------------------------------------------------------------------
@@ -156,21 +157,24 @@ class ManagedArray:
         if self.nbytes == 0:
             self.host = np.empty(self.shape, dtype=self.dtype)
             return
+        mem = self._mem = _Memory(self.context, self.mode)
         if self.mode == "managed":
-            self.ptr = self.dev = self.driver.mem_alloc_managed(self.nbytes)
+            self.ptr = self.dev = mem.ptr = self.driver.mem_alloc_managed(self.nbytes)
             if self.read_mostly:
                 self.driver.mem_advise(self.ptr, self.nbytes, "SET_READ_MOSTLY", self.device)
             if self.prefer_device:
                 self.driver.mem_advise(self.ptr, self.nbytes, "SET_PREFERRED_LOCATION", self.device)
-            self.host = _view(self.ptr, self.nbytes, self.dtype, self.shape)
         else:
             from tickgpu.memory.host import default_pinned_pool
 
-            self.dev = self.driver.mem_alloc(self.nbytes)
-            self._pinned = default_pinned_pool(self.context).acquire(self.nbytes)
+            self.dev = mem.dev = self.driver.mem_alloc(self.nbytes)
+            self._pinned = mem.pinned = default_pinned_pool(self.context).acquire(self.nbytes)
             self.ptr = self._pinned.ptr
-            self.host = self._pinned.array(self.dtype, self.shape)
-            self._event = self.driver.event_create()
+            self._event = mem.event = self.driver.event_create()
+        # The memory's owner is the host view's base: a view kept past close() keeps it alive.
+        mem.__array_interface__ = {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                                   "version": 3}
+        self.host = np.asarray(mem)
 
     # ---- host side ----------------------------------------------------------------------------
     def _blocks(self, start: int, stop: int | None) -> tuple[int, int]:
@@ -273,7 +277,7 @@ class ManagedArray:
             self._move(off, n, to, stream)
             self._mark_moved(a, b, to)
         if runs:
-            self._sync_stream = stream
+            self._sync_stream = self._mem.stream = stream
             if self._event is not None:
                 self.driver.event_record(self._event, stream)
             if to == "host":
@@ -310,22 +314,17 @@ class ManagedArray:
                 "version": 3, "stream": self._sync_stream}
 
     def close(self) -> None:
-        """Free the memory (after queued copies finish); further use raises PoolError."""
+        """Free the memory (after queued copies finish); further use raises PoolError.
+
+        A NumPy view of `host` still held elsewhere keeps the memory until it is gone (then freed
+        the same way), so it never reads or writes freed memory. Dropping the array without
+        closing it frees the memory too, once it and its views are collected."""
         if self._closed:
             return
         self._closed = True
-        if self.nbytes == 0:
-            return
-        self.context.enter()
-        if self._sync_stream is not None:
-            self.driver.stream_synchronize(self._sync_stream)
-        if self.mode == "managed":
-            self.driver.mem_free(self.ptr)
-        else:
-            self.driver.mem_free(self.dev)
-            self._pinned.release()
-            self.driver.event_destroy(self._event)
         self.host = None
+        self._pinned = None
+        self._mem = None        # the owner frees the memory here, or when the last view goes
 
     def __enter__(self):
         return self
@@ -338,8 +337,29 @@ class ManagedArray:
                 f"device blocks {int(self.on_device.sum())}/{self.nblocks})")
 
 
-def _view(ptr: int, nbytes: int, dtype: np.dtype, shape: tuple) -> np.ndarray:
-    import ctypes
+class _Memory:
+    """A ManagedArray's memory and NumPy's base for its host view: freed, after the last queued
+    copy or prefetch finishes, once the array is closed (or collected) and no view is left."""
 
-    raw = (ctypes.c_uint8 * nbytes).from_address(ptr)
-    return np.frombuffer(raw, dtype=np.uint8).view(dtype).reshape(shape)
+    def __init__(self, context, mode: str):
+        self.context, self.driver, self.mode = context, context.driver, mode
+        self.ptr = self.dev = 0
+        self.pinned = self.event = self.stream = None
+
+    def __del__(self):
+        try:
+            self.context.enter()
+            if self.stream is not None:
+                self.driver.stream_synchronize(self.stream)
+            if self.mode == "managed":
+                if self.ptr:
+                    self.driver.mem_free(self.ptr)
+            else:
+                if self.dev:
+                    self.driver.mem_free(self.dev)
+                if self.pinned is not None and not self.pinned.released:
+                    self.pinned.release()
+                if self.event is not None:
+                    self.driver.event_destroy(self.event)
+        except Exception:    # the context (or the interpreter) is gone first
+            pass

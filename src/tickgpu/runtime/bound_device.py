@@ -40,6 +40,8 @@ the link); for large arrays the staged and pipelined paths are faster.
 """
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
 from tickgpu.finance import _checks
@@ -109,12 +111,29 @@ def host_array_length(api: str, name: str, x, flag: bool, dt: np.dtype, kind: st
     return x.shape[0]
 
 
-def _mapped_inputs(fam, api: str, values, dt: np.dtype) -> tuple[dict, int]:
+def _pinned_address(x: np.ndarray, unpins: list) -> int | None:
+    """The device address of `x`'s bytes in a held mapped pinned buffer, pinned there (its release
+    refused) until the binding is gone: `unpins` gets the call that ends it. None if not in one."""
+    from tickgpu.memory.host import pin_mapped
+
+    got = pin_mapped(x.ctypes.data, x.nbytes)
+    if got is None:
+        return None
+    unpins.append(got[1])
+    return got[0]
+
+
+def _unpin_all(unpins: list) -> None:
+    for unpin in unpins:
+        unpin()
+    unpins.clear()
+
+
+def _mapped_inputs(fam, api: str, values, dt: np.dtype, unpins: list) -> tuple[dict, int]:
     """({input name: device address} of the NumPy arrays among `values`, their common length),
     every array checked: in mapped pinned memory (`tickgpu.memory.mapped_array`), of `dt` (the
-    flag: bool or uint8), 1-D, contiguous, of one nonzero length; numbers are left to the caller."""
-    from tickgpu.memory.host import mapped_address
-
+    flag: bool or uint8), 1-D, contiguous, of one nonzero length; numbers are left to the caller.
+    Each array's buffer is pinned (`_pinned_address`)."""
     ptrs, n, first = {}, None, None
     for name, x in zip(fam.inputs, values):
         if type(x) in _checks.SCALAR_TYPES:
@@ -124,20 +143,18 @@ def _mapped_inputs(fam, api: str, values, dt: np.dtype) -> tuple[dict, int]:
             n, first = m, name
         elif m != n:
             raise ValueError(f"{api}: {name} has {m} elements, {first} has {n}")
-        addr = mapped_address(x.ctypes.data, x.nbytes)
+        addr = _pinned_address(x, unpins)
         if addr is None:
-            raise ValueError(f"{api}: {name} is not in mapped pinned memory; with out= the GPU reads the arrays "
-                             f"in place: make them with tickgpu.memory.mapped_array")
+            raise ValueError(f"{api}: {name} is not in mapped pinned memory (or its buffer was released); with "
+                             f"out= the GPU reads the arrays in place: make them with tickgpu.memory.mapped_array")
         ptrs[name] = addr
     if not n:
         raise ValueError(f"{api}: {first} has no elements" if first else f"{api}: at least one input must be an array")
     return ptrs, n
 
 
-def _mapped_outputs(api: str, rows: list, n: int, out_dtypes) -> list[tuple[np.ndarray, int]]:
-    """(array, device address) of each result array the caller gave, checked like the inputs."""
-    from tickgpu.memory.host import mapped_address
-
+def _mapped_outputs(api: str, rows: list, n: int, out_dtypes, unpins: list) -> list[tuple[np.ndarray, int]]:
+    """(array, device address) of each result array the caller gave, checked (and pinned) like the inputs."""
     made = []
     for i, (r, want) in enumerate(zip(rows, out_dtypes)):
         what = f"{api}: out[{i}]"
@@ -146,9 +163,10 @@ def _mapped_outputs(api: str, rows: list, n: int, out_dtypes) -> list[tuple[np.n
             raise ValueError(f"{what} must be a C-contiguous NumPy array of {n} {want}, got {got}")
         if not r.flags.writeable:
             raise ValueError(f"{what} is read-only")
-        addr = mapped_address(r.ctypes.data, r.nbytes)
+        addr = _pinned_address(r, unpins)
         if addr is None:
-            raise ValueError(f"{what} is not in mapped pinned memory: make it with tickgpu.memory.mapped_array")
+            raise ValueError(f"{what} is not in mapped pinned memory (or its buffer was released): make it with "
+                             "tickgpu.memory.mapped_array")
         made.append((r, addr))
     return made
 
@@ -166,9 +184,17 @@ class _DeviceBoundTick:
         fam, dt = self._fam, _checks.check_dtype(dtype)
         out_dtypes = [fam.out_dtype(role, dt) for _, role in fam.outputs]
         if out is not None:   # NumPy arrays in mapped pinned memory: the kernel reads and writes them in place
-            ptrs, n = _mapped_inputs(fam, self._api, values, dt)
-            made = _mapped_outputs(self._api, self._out_rows(out, n, dt), n, out_dtypes)
-            self._bind(ctx, values, dt, n, ptrs, made, out_dtypes, ctx.stream, wait=True, movable=[])
+            # Their buffers cannot be released while this binding lives (the kernel would write
+            # into whoever got the memory next): pinned now, unpinned when it is collected.
+            unpins: list = []
+            try:
+                ptrs, n = _mapped_inputs(fam, self._api, values, dt, unpins)
+                made = _mapped_outputs(self._api, self._out_rows(out, n, dt), n, out_dtypes, unpins)
+                self._bind(ctx, values, dt, n, ptrs, made, out_dtypes, ctx.stream, wait=True, movable=[])
+            except BaseException:
+                _unpin_all(unpins)
+                raise
+            weakref.finalize(self, _unpin_all, unpins)
             return
         views, n = _gpu_inputs(fam, self._api, values, dt, ctx.ordinal)
         # Arrays of our own have no library to order them: a call waits for its launch, as
