@@ -433,9 +433,9 @@ def test_views_and_sizes_that_cannot_be_are_refused_by_name(ctx, pool):
     from tickgpu.memory import mapped_array
 
     for dt in (object, np.dtype("V0"), [("a", object)]):
-        with pytest.raises(TypeError, match="^dtype: a view of pinned memory needs a fixed-size dtype"):
+        with pytest.raises(TypeError, match="^dtype: a view of raw memory needs a fixed-size dtype"):
             mapped_array(8, dt, context=ctx)
-        with pytest.raises(TypeError, match="^dtype: a view of pinned memory"):
+        with pytest.raises(TypeError, match="^dtype: a view of raw memory"):
             pool.acquire(64).array(dt)
     for shape in (2.7, (3, 1.5), "10"):
         with pytest.raises(TypeError, match="^shape: must be an int or a tuple of ints"):
@@ -451,3 +451,22 @@ def test_views_and_sizes_that_cannot_be_are_refused_by_name(ctx, pool):
     pool.acquire(8 * MB)
     assert pool.stats()["fallback_reason"] is None     # the refused size tried no arena
     assert mapped_array(np.int64(5), context=ctx).shape == (5,)
+
+
+def test_a_dropped_pool_unmaps_its_arenas_but_never_under_a_view(ctx, mock):
+    import gc
+
+    registered = len(mock.registered)
+    for _ in range(5):
+        p = PinnedPool(ctx, arena_bytes=2 * MB)
+        p.release(p.acquire(4096))
+        del p                                      # never closed
+    gc.collect()
+    assert len(mock.registered) == registered
+    view = PinnedPool(ctx, arena_bytes=2 * MB).acquire(4096).array(np.float64)   # pool and buffer dropped
+    gc.collect()
+    view[:] = 1.5                                  # the view holds them: still mapped
+    assert view.sum() == 1.5 * 512 and len(mock.registered) == registered + 1
+    del view
+    gc.collect()
+    assert len(mock.registered) == registered

@@ -539,3 +539,15 @@ def test_close_refuses_while_a_stream_is_open(ctx, drv, rng):
     p.close()
     with pytest.raises(RuntimeError, match="after close"):
         p.run(**batches[0])
+
+
+def test_a_dropped_pipeline_returns_its_device_memory(ctx, drv, rng):
+    import gc
+
+    before = len(drv.sizes)
+    for _ in range(5):
+        p = Pipeline("greeks", chunk=CHUNK, context=ctx)
+        p.run(**_inputs(rng, 3 * CHUNK))
+        del p                                      # never closed
+    gc.collect()
+    assert len(drv.sizes) == before

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import threading
 import warnings
 import weakref
@@ -165,10 +166,12 @@ class DeviceBuffer:
         ValueError
             If ``shape`` of ``dtype`` needs more than ``nbytes`` or has a negative dimension.
         """
-        shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        from tickgpu.memory.host import _plain_dtype, _shape
+
+        shape, dtype = _shape(shape), _plain_dtype(dtype)
         if any(s < 0 for s in shape):
             raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
-        need = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        need = math.prod(shape) * dtype.itemsize
         if need > self.nbytes:
             raise ValueError(f"shape {shape} of {np.dtype(dtype)} needs {need} bytes; the buffer has {self.nbytes}")
         return _PoolArrayView(self, shape, dtype)
@@ -178,6 +181,24 @@ class DeviceBuffer:
         self._pool.free(self, stream)
 
 
+_U64 = (1 << 64) - 1
+_I64 = (1 << 63) - 1
+
+
+def _int_arg(name: str, value, hi: int = _I64) -> int:
+    """`value` as an int in [0, hi] (what the native pool's fields hold), else TypeError or
+    ValueError naming `name` (cffi would raise a bare OverflowError, and int() truncate a float)."""
+    import operator
+
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: must be an int, got {value!r}") from None
+    if not 0 <= v <= hi:
+        raise ValueError(f"{name}: must be in [0, {hi}], got {v}")
+    return v
+
+
 def _stream_handle(stream) -> int:
     # Accept raw handles and the stream objects of CuPy (.ptr) and PyTorch (.cuda_stream).
     if stream is None:
@@ -185,8 +206,8 @@ def _stream_handle(stream) -> int:
     for attr in ("cuda_stream", "ptr", "handle"):
         h = getattr(stream, attr, None)
         if h is not None:
-            return int(h)
-    return int(stream)
+            return _int_arg("stream", h, _U64)
+    return _int_arg("stream", stream, _U64)
 
 
 DEFAULT_RELEASE_THRESHOLD = 256 << 20
@@ -256,9 +277,8 @@ class DevicePool:
             raise ValueError(f"slab_block_bytes: must be a positive multiple of 65536, got {slab_block_bytes}")
         if not 0 <= int(slab_blocks) <= 64:
             raise ValueError(f"slab_blocks: must be in [0, 64], got {slab_blocks}")
-        for name, v in (("small_max", small_max), ("lazy_bytes", lazy_bytes)):
-            if int(v) < 0:
-                raise ValueError(f"{name}: must be >= 0, got {v}")
+        for name, v in (("small_max", small_max), ("lazy_bytes", lazy_bytes), ("slab_block_bytes", slab_block_bytes)):
+            _int_arg(name, v)
         if not 0.0 < float(fraction) <= 1.0:
             raise ValueError(f"fraction: must be in (0, 1], got {fraction}")
         if vmm_min_bytes is not None and int(vmm_min_bytes) <= 0:
@@ -330,9 +350,7 @@ class DevicePool:
             even after a flush and a trim (the message gives the size and the pool's state); or
             after `close`.
         """
-        nbytes = int(nbytes)
-        if nbytes < 0:
-            raise ValueError(f"nbytes: must be >= 0, got {nbytes}")
+        nbytes = _int_arg("nbytes", nbytes)
         s = _stream_handle(stream)
         ptr, level = ffi.new("uintptr_t *"), ffi.new("int *")
         with self._lock:
@@ -370,7 +388,7 @@ class DevicePool:
         if isinstance(buf_or_ptr, DeviceBuffer):
             ptr, s = buf_or_ptr.ptr, buf_or_ptr.stream if stream is None else _stream_handle(stream)
         else:
-            ptr, s = int(buf_or_ptr), _stream_handle(stream)
+            ptr, s = _int_arg("buf_or_ptr", buf_or_ptr, _U64), _stream_handle(stream)
         with self._lock:
             st = lib.tg_devpool_free(self._live(), ptr, s, self._cu)
         if st == lib.TG_EDATA:
@@ -440,12 +458,12 @@ class DevicePool:
     def rounded(self, nbytes: int) -> int:
         """The bytes a request of `nbytes` is accounted as (its size class, a 512-byte multiple, or a
         multiple of the granule at level 3)."""
-        return int(lib.tg_devpool_rounded(self._live(), int(nbytes)))
+        return int(lib.tg_devpool_rounded(self._live(), _int_arg("nbytes", nbytes)))
 
     def lookup(self, ptr: int) -> tuple[int, int, str] | None:
         """(accounted bytes, level, "live" | "pending") of an address this pool holds, else None."""
         n, lv, state = ffi.new("int64_t *"), ffi.new("int *"), ffi.new("int *")
-        if lib.tg_devpool_lookup(self._live(), int(ptr), n, lv, state) != lib.TG_OK:
+        if lib.tg_devpool_lookup(self._live(), _int_arg("ptr", ptr, _U64), n, lv, state) != lib.TG_OK:
             return None
         return int(n[0]), int(lv[0]), "live" if state[0] == 1 else "pending"
 

@@ -47,7 +47,7 @@ def _plain_dtype(dtype) -> np.dtype:
     as Python object pointers (a crash), a zero-size one cannot count elements."""
     dt = np.dtype(dtype)
     if dt.hasobject or dt.itemsize == 0:
-        raise TypeError(f"dtype: a view of pinned memory needs a fixed-size dtype without Python objects, got {dt}")
+        raise TypeError(f"dtype: a view of raw memory needs a fixed-size dtype without Python objects, got {dt}")
     return dt
 
 
@@ -164,8 +164,10 @@ class PinnedBuffer:
         need = math.prod(shape) * dtype.itemsize
         if need > self.nbytes or any(s < 0 for s in shape):
             raise ValueError(f"shape {shape} of {dtype} needs {need} bytes; the buffer holds {self.nbytes}")
-        raw = (ctypes.c_uint8 * max(need, 1)).from_address(self.ptr)
-        return np.frombuffer(raw, dtype=np.uint8, count=need).view(dtype).reshape(shape)
+        # The view's base holds this buffer, hence its pool: the memory stays mapped while a view
+        # lives (after a release it may belong to the next holder: views must not outlive it).
+        raw = np.asarray(_BufferView(self, need))
+        return raw.view(dtype).reshape(shape)
 
     def release(self, stream: int | None = None) -> None:
         """Return the buffer to its pool (see `PinnedPool.release`)."""
@@ -469,6 +471,27 @@ class PinnedPool:
 
     def __exit__(self, *exc):
         self.close()
+
+    def __del__(self):
+        # Dropped without close(): unregister and unmap its arenas. Nothing can still point into
+        # them: buffers, their views and zero-copy bindings all hold the pool.
+        try:
+            if not self._closed:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ResourceWarning)
+                    self.close()
+        except Exception:   # the context (or the interpreter) is gone first
+            pass
+
+
+class _BufferView:
+    """NumPy's base for `PinnedBuffer.array`: the buffer's bytes, holding the buffer."""
+
+    __slots__ = ("buf", "__array_interface__")
+
+    def __init__(self, buf: PinnedBuffer, nbytes: int):
+        self.buf = buf
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (buf.ptr, False), "version": 3}
 
 
 _pools: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

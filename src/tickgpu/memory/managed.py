@@ -13,6 +13,7 @@ array and "prefetch" becomes asynchronous copies of the same invalid blocks: mod
 """
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -100,11 +101,13 @@ class ManagedArray:
         block_bytes = int(block_bytes)
         if block_bytes <= 0 or block_bytes % _SMALL_PAGE:
             raise ValueError(f"block_bytes must be a positive multiple of 4096, got {block_bytes}")
-        self.shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
+        from tickgpu.memory.host import _plain_dtype, _shape
+
+        self.shape = _shape(shape)
         if any(s < 0 for s in self.shape):
             raise ValueError(f"shape must be >= 0, got {self.shape}")
-        self.dtype = np.dtype(dtype)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.dtype = _plain_dtype(dtype)
+        self.size = math.prod(self.shape)
         self.nbytes = self.size * self.dtype.itemsize
         self.context, self.driver, self.device = context, context.driver, context.device
         self.block_bytes, self.read_mostly = block_bytes, bool(read_mostly)

@@ -511,3 +511,11 @@ class Pipeline:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self):
+        # Dropped without close(): return its device buffers, streams and events all the same.
+        try:
+            if not getattr(self, "_closed", True) and not self._busy:
+                self.close()
+        except Exception:   # the context (or the interpreter) is gone first
+            pass
