@@ -586,7 +586,7 @@ class _FeatureBuffers:
         # The core writes every level of every row, so the depth arrays are really used: refuse
         # what the machine cannot hold instead of letting the kernel kill the process.
         need = 2 * 8 * n * levels
-        if need > _physical_memory():
+        if need > 1 << 30 and need > _physical_memory():   # (a syscall: not for every tick's small arrays)
             raise MemoryError(f"features: {levels} levels for {n} states need {need / 2**30:.1f} GiB of depth "
                               f"arrays, more than this machine's {_physical_memory() / 2**30:.1f} GiB of memory")
         # NaN, not garbage, in a row the core leaves unwritten (a message for no valid instrument).

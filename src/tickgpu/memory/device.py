@@ -40,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
+import operator
 import threading
 import warnings
 import weakref
@@ -48,6 +49,7 @@ import numpy as np
 
 from tickgpu._native import ffi, lib
 from tickgpu.memory.errors import PoolError
+from tickgpu.memory.host import _plain_dtype, _shape
 from tickgpu.runtime.arrays import _DL_CPU, DeviceArray
 
 __all__ = ["DevicePool", "DeviceBuffer", "PoolStats", "default_pool"]
@@ -166,8 +168,6 @@ class DeviceBuffer:
         ValueError
             If ``shape`` of ``dtype`` needs more than ``nbytes`` or has a negative dimension.
         """
-        from tickgpu.memory.host import _plain_dtype, _shape
-
         shape, dtype = _shape(shape), _plain_dtype(dtype)
         if any(s < 0 for s in shape):
             raise ValueError(f"shape: dimensions must be >= 0, got {shape}")
@@ -188,8 +188,6 @@ _I64 = (1 << 63) - 1
 def _int_arg(name: str, value, hi: int = _I64) -> int:
     """`value` as an int in [0, hi] (what the native pool's fields hold), else TypeError or
     ValueError naming `name` (cffi would raise a bare OverflowError, and int() truncate a float)."""
-    import operator
-
     try:
         v = operator.index(value)
     except TypeError:

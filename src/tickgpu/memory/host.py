@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import operator
 import threading
 import warnings
 import weakref
@@ -53,8 +54,6 @@ def _plain_dtype(dtype) -> np.dtype:
 
 def _shape(shape) -> tuple[int, ...]:
     """A shape of Python ints: integers only (2.7 elements is an error, not 2)."""
-    import operator
-
     try:
         return (operator.index(shape),) if np.ndim(shape) == 0 else tuple(operator.index(s) for s in shape)
     except TypeError:
@@ -341,8 +340,6 @@ class PinnedPool:
         return self._acquire(nbytes, PinnedBuffer)
 
     def _acquire(self, nbytes, kind) -> PinnedBuffer:
-        import operator
-
         try:
             nbytes = operator.index(nbytes)
         except TypeError:
@@ -557,13 +554,11 @@ def pin_mapped(ptr: int, nbytes: int):
     return slot.dev + (ptr - slot.ptr), unpin
 
 
-class _MappedOwner:
+class _MappedOwner(_BufferView):
     """The owner of a `mapped_array`: NumPy's base for it, returning its buffer to the pool when
     the array and every view of it are gone."""
 
-    def __init__(self, buf: MappedBuffer, shape: tuple, dtype: np.dtype):
-        self.buf = buf
-        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (buf.ptr, False), "version": 3}
+    __slots__ = ()
 
     def __del__(self):
         try:
@@ -589,7 +584,7 @@ def mapped_array(shape, dtype=np.float64, context=None) -> np.ndarray:
         raise ValueError(f"mapped_array: shape {shape} of {dtype} is {nbytes} bytes, more than any pinned "
                          f"buffer ({MAX_BYTES} bytes)")
     buf = mapped(max(1, nbytes), context)
-    return np.asarray(_MappedOwner(buf, shape, dtype))
+    return np.asarray(_MappedOwner(buf, nbytes)).view(dtype).reshape(shape)
 
 
 def mapped(nbytes: int, context=None) -> MappedBuffer:

@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from tickgpu.memory.errors import PoolError
+from tickgpu.memory.host import _plain_dtype, _shape
 
 __all__ = ["ManagedArray", "FREE_MARGIN_BYTES", "free_margin"]
 
@@ -101,8 +102,6 @@ class ManagedArray:
         block_bytes = int(block_bytes)
         if block_bytes <= 0 or block_bytes % _SMALL_PAGE:
             raise ValueError(f"block_bytes must be a positive multiple of 4096, got {block_bytes}")
-        from tickgpu.memory.host import _plain_dtype, _shape
-
         self.shape = _shape(shape)
         if any(s < 0 for s in self.shape):
             raise ValueError(f"shape must be >= 0, got {self.shape}")

@@ -385,6 +385,11 @@ class GpuPlan:
         return self._host_out(prog, y)
 
 
+def finite(y: np.ndarray) -> bool:
+    """True where every element of y is finite: one float64 sum (NaN or inf where any is not)."""
+    return math.isfinite(float(np.add.reduce(y, None, np.float64)))
+
+
 def _staged_step(prog: _Program, src, wide: bool, m: int, k: int, check: int, not_finite,
                  safe: float = math.inf, overflowed=None) -> np.ndarray:
     """One step of a graph program on a host batch (its plan's lock held): `src`, a native view of a
@@ -407,7 +412,7 @@ def _staged_step(prog: _Program, src, wide: bool, m: int, k: int, check: int, no
         not_finite(i, j, prog.x.host[i, j])
     prog.graph.replay()
     y = prog.out.host.copy()
-    if kind[0] == 2 and overflowed is not None and not math.isfinite(float(np.add.reduce(y, None, np.float64))):
+    if kind[0] == 2 and overflowed is not None and not finite(y):
         overflowed()
     return y
 

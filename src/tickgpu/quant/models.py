@@ -152,10 +152,6 @@ def _explain_overflow(model, x) -> None:
     model.forward_cpu(x32, check=True)
 
 
-def _finite(y) -> bool:
-    return math.isfinite(float(np.add.reduce(y, None, np.float64)))
-
-
 def _float_param(values, name: str, shape: tuple, limit: float = F32_MAX, why: str = "") -> np.ndarray:
     """A float parameter (bias, gamma, beta, float weight) as float32, checked: shape, finite, and
     within +-limit (float32's max; float16's where the scheme rounds it to float16), which a
@@ -211,7 +207,7 @@ def _general_call(model, x32: np.ndarray, single: bool, risky: bool) -> np.ndarr
     # No rows: nothing to launch (an empty grid); the reference gives the empty result.
     if _choose_backend(model.op_name, model.backend, model.scheme, x32.shape[0]) == "gpu" and x32.shape[0]:
         y = _gpu.plan_for(model).run(x32)
-        if risky and not _finite(y):
+        if risky and not _gpu.finite(y):
             _explain_overflow(model, x32)
     else:
         y = model.forward_cpu(x32, check=risky)

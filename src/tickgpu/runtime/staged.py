@@ -38,7 +38,6 @@ __all__ = ["host_call", "bucket", "bucket_sizes", "plan_for", "tick", "addr", "D
 
 DTYPE_CODE = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _U8, _BOOL = np.dtype(np.uint8), np.dtype(np.bool_)
-_REAL_KINDS = frozenset("biuf")    # NumPy scalars taken as numbers (not datetimes, complex, strings)
 _from_buffer = _ffi.from_buffer
 _ndarray = np.ndarray
 _empty = np.empty
@@ -124,7 +123,7 @@ def _convert(x, flag: bool, want: np.dtype, shape: tuple, name: str):
     value, else a C-contiguous array of `shape` (bool or uint8 for a flag, else `want`).
     TypeError naming the input for what is not real numbers (as the CPU backend: NumPy would
     parse strings, drop imaginary parts and make None a NaN)."""
-    if isinstance(x, (float, int)) or (isinstance(x, np.generic) and x.dtype.kind in _REAL_KINDS):
+    if isinstance(x, (float, int)) or (isinstance(x, np.generic) and x.dtype.kind in _checks._REAL_KINDS):
         return _scalar(x, flag), False
     a = _checks.real_array(name, x)
     if flag:
