@@ -91,3 +91,53 @@ def test_finite_float64_beyond_float32_is_clamped_not_masked():
 def test_averaging_constant_outside_0_1_is_refused(c):
     with pytest.raises(ValueError, match=r"averaging_constant: must be in \(0, 1\]"):
         SafeMinMaxObserver(averaging_constant=c)
+
+
+def test_loads_a_moving_average_observers_state(rng):
+    from torch.ao.quantization.observer import MovingAverageMinMaxObserver
+
+    plain = MovingAverageMinMaxObserver(averaging_constant=0.05)
+    for x in rng.standard_normal((10, 32)) * 3 + 1:
+        plain(torch.from_numpy(x.astype(np.float32)))
+    safe = SafeMinMaxObserver(averaging_constant=0.05)
+    safe.load_state_dict(plain.state_dict())            # strict: n_nonfinite is not required
+    assert float(safe.min_val) == float(plain.min_val) and float(safe.max_val) == float(plain.max_val)
+    assert int(safe.n_nonfinite) == 0
+    torch.testing.assert_close(safe.calculate_qparams(), plain.calculate_qparams(), rtol=0, atol=0)
+    x = torch.from_numpy((rng.standard_normal(16) * 5).astype(np.float32))
+    safe(x), plain(x)                                    # and both go on from the same state
+    assert float(safe.min_val) == float(plain.min_val) and float(safe.max_val) == float(plain.max_val)
+    # a fresh observer's state loads as fresh
+    fresh = SafeMinMaxObserver()
+    fresh.load_state_dict(MovingAverageMinMaxObserver().state_dict())
+    assert float(fresh.min_val) == float("inf") and float(fresh.max_val) == float("-inf")
+    # its own state round-trips, n_nonfinite included
+    safe(torch.tensor([float("nan"), 1.0]))
+    again = SafeMinMaxObserver(averaging_constant=0.05)
+    again.load_state_dict(safe.state_dict())
+    assert int(again.n_nonfinite) == 1 and float(again.max_val) == float(safe.max_val)
+
+
+def test_refuses_a_poisoned_or_inconsistent_state():
+    from torch.ao.quantization.observer import MovingAverageMinMaxObserver
+
+    poisoned = MovingAverageMinMaxObserver()
+    poisoned(torch.tensor([1.0, float("nan"), -1.0]))     # torch's observer keeps the NaN
+    assert torch.isnan(poisoned.min_val) or torch.isnan(poisoned.max_val)
+    safe = SafeMinMaxObserver()
+    with pytest.raises(RuntimeError, match="min_val, max_val: NaN"):
+        safe.load_state_dict(poisoned.state_dict())
+    assert float(safe.min_val) == float("inf")            # nothing loaded
+    bad = {"min_val": torch.tensor(2.0), "max_val": torch.tensor(1.0), "eps": torch.tensor([2.0 ** -100])}
+    with pytest.raises(RuntimeError, match="min_val > max_val"):
+        SafeMinMaxObserver().load_state_dict(bad)
+    bad = {"min_val": torch.tensor(float("-inf")), "max_val": torch.tensor(1.0), "eps": torch.tensor([2.0 ** -100])}
+    with pytest.raises(RuntimeError, match="infinite bound"):
+        SafeMinMaxObserver().load_state_dict(bad)
+    huge = {"min_val": torch.tensor(-3e38), "max_val": torch.tensor(3e38), "eps": torch.tensor([2.0 ** -100])}
+    obs = SafeMinMaxObserver()
+    obs.load_state_dict(huge)
+    limit = float(torch.finfo(torch.float32).max) / 2
+    assert (float(obs.min_val), float(obs.max_val)) == (-limit, limit)
+    s, _ = obs.calculate_qparams()
+    assert torch.isfinite(s).all() and (s > 0).all()

@@ -11,7 +11,11 @@ Compared with ``torch.ao.quantization.MovingAverageMinMaxObserver`` it
   range is 1e-8 still gets its 255 levels instead of quantizing to a single code;
 - keeps min/max within +-float32max / 2, so the range and the scale cannot overflow to inf: a
   finite value beyond that (float64 input up to 1.8e308) is clamped to it, not counted as
-  non-finite.
+  non-finite;
+- loads a ``MovingAverageMinMaxObserver`` state dict (no ``n_nonfinite``: counted from 0), with the
+  same guarantees: a loaded min/max that is NaN, an infinite bound other than the fresh state's
+  (+inf, -inf), or min > max is refused (RuntimeError from ``load_state_dict``, naming the key);
+  finite bounds beyond +-float32max / 2 are clamped.
 
 The EMA is the same recursion: ``averaging_constant`` is ``1 - alpha`` of tickgpu's observers (0.01 by
 default, i.e. alpha = 0.99). Like every observer it only ever sees batches up to the current one.
@@ -37,6 +41,25 @@ class SafeMinMaxObserver(MovingAverageMinMaxObserver):
                          eps=eps, **kwargs)
         self.register_buffer("n_nonfinite", torch.tensor(0, dtype=torch.int64))
 
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        # torch's load_state_dict hands each module its own copy of the dict: entries may be replaced.
+        key = prefix + "n_nonfinite"
+        if key not in state_dict:       # a MovingAverageMinMaxObserver's state: nothing masked yet
+            state_dict[key] = torch.zeros((), dtype=torch.int64)
+        lo_key, hi_key = prefix + "min_val", prefix + "max_val"
+        lo, hi = state_dict.get(lo_key), state_dict.get(hi_key)
+        if isinstance(lo, torch.Tensor) and isinstance(hi, torch.Tensor):
+            problem = _bad_bounds(lo.detach().to(torch.float64), hi.detach().to(torch.float64))
+            if problem:
+                error_msgs.append(f"{lo_key}, {hi_key}: {problem}; a SafeMinMaxObserver never holds such "
+                                  f"a state (reset the source observer, or start from a fresh one)")
+                return
+            state_dict[lo_key] = lo.clamp(-_LIMIT, _LIMIT) if lo.numel() and lo.isfinite().all() else lo
+            state_dict[hi_key] = hi.clamp(-_LIMIT, _LIMIT) if hi.numel() and hi.isfinite().all() else hi
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+
     def forward(self, x_orig):
         if x_orig.numel() == 0:
             return x_orig
@@ -58,3 +81,19 @@ class SafeMinMaxObserver(MovingAverageMinMaxObserver):
         self.min_val.copy_(new_min)
         self.max_val.copy_(new_max)
         return x_orig
+
+
+def _bad_bounds(lo: torch.Tensor, hi: torch.Tensor) -> str | None:
+    """Why loaded (min_val, max_val) break the observer's guarantees, or None: the fresh state
+    (+inf, -inf) and finite bounds with min <= max are fine."""
+    if lo.shape != hi.shape or lo.numel() == 0:
+        return None        # torch's own checks report shapes; an empty pair is a fresh per-channel state
+    if torch.isnan(lo).any() or torch.isnan(hi).any():
+        return "NaN in the loaded bounds"
+    fresh = (lo == float("inf")) & (hi == float("-inf"))
+    finite = torch.isfinite(lo) & torch.isfinite(hi)
+    if not bool((fresh | finite).all()):
+        return "an infinite bound outside the fresh state (+inf, -inf)"
+    if bool((finite & (lo > hi)).any()):
+        return "min_val > max_val"
+    return None
