@@ -186,3 +186,21 @@ def test_gpu_path_refuses_dates_as_the_cpu_does(gpu_ctx, value):
     for backend in ("cpu", "gpu"):
         with pytest.raises(TypeError, match=r"^strike: must be a real number"):
             tickgpu.greeks(np.linspace(80, 120, 5), value, 1.0, 0.03, 0.2, backend=backend)
+
+
+@pytest.mark.parametrize("scalar", [np.float16(0.25), np.longdouble(0.25), np.float32(0.25), np.int8(1),
+                                    np.uint16(1), np.uint64(1), np.int16(1)])
+def test_single_values_of_any_real_numpy_type_bind(gpu_ctx, rng, scalar):
+    """A single value may be any real NumPy scalar, as tickgpu.greeks takes it; complex is refused."""
+    n = 12
+    s, k = rng.uniform(80, 120, n), rng.uniform(80, 120, n)
+    want = tickgpu.greeks(s, k, 1.0, 0.03, scalar, 0.0, True, backend="gpu")
+    _same(rt.bind_greeks(s, k, 1.0, 0.03, scalar, 0.0, True)(), want)
+    _same(want, tickgpu.greeks(s, k, 1.0, 0.03, float(scalar), 0.0, True, backend="gpu"))
+    price = rng.uniform(1, 20, n)
+    vol, status = rt.bind_implied_vol(price, 100.0, k, scalar, 0.03, 0.0, True)()
+    want = tickgpu.implied_vol(price, 100.0, k, float(scalar), 0.03, 0.0, True, backend="gpu", return_status=True)
+    np.testing.assert_array_equal(vol, want[0])
+    np.testing.assert_array_equal(status, want[1])
+    with pytest.raises(TypeError, match="vol"):
+        rt.bind_greeks(s, k, 1.0, 0.03, np.complex128(0.2), 0.0, True)

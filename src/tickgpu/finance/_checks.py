@@ -17,7 +17,9 @@ _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 _DTYPE_OF = {np.float64: _F64, np.float32: _F32, _F64: _F64, _F32: _F32, float: _F64,
              "float64": _F64, "float32": _F32, "f8": _F64, "f4": _F32, "d": _F64, "f": _F32}
 # Types whose shape is () without asking NumPy (np.shape(1.0) converts to an array first).
-SCALAR_TYPES = frozenset({float, int, bool, np.float64, np.float32, np.bool_, np.int64, np.int32, np.uint8})
+# Single real numbers: Python's and every real NumPy scalar type (complex ones are not prices).
+SCALAR_TYPES = frozenset({float, int, bool, np.bool_, np.float16, np.float32, np.float64, np.longdouble,
+                          np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64})
 _ndarray = np.ndarray
 
 
