@@ -10,7 +10,9 @@ price with no level, a bad field) is never clamped: it leaves the book unchanged
 """
 from __future__ import annotations
 
+import math
 import os
+import sys
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -19,6 +21,7 @@ import numpy as np
 from tickgpu._native import check, ffi, lib
 from tickgpu.finance.messages import (
     _CODE_REASON,
+    _integers,
     EMPTY_ASK_PRICE,
     EMPTY_BID_PRICE,
     LOBSTER_PRICE_SCALE,
@@ -129,6 +132,18 @@ class ReplayStats:
     row_reasons: np.ndarray = field(repr=False)
 
 
+def _side_levels(values, name: str) -> np.ndarray:
+    """One side's `values` (prices or sizes, best first) as a 1-D C-contiguous int64 array: a single
+    value is one level, an empty array of any dtype no level; more dimensions are refused rather
+    than flattened."""
+    a = np.asarray(values)
+    if a.ndim > 1:
+        raise ValueError(f"{name}: must be one-dimensional (one value per level, best first), got shape {a.shape}")
+    if a.size == 0:     # [] is float64 to NumPy: still no level
+        return np.zeros(0, np.int64)
+    return np.ascontiguousarray(_integers(a, 64, name), np.int64).reshape(-1)
+
+
 def _nonnegative_int(name: str, value) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: must be an integer, got {value!r}")
@@ -145,33 +160,22 @@ def _level_count(name: str, value) -> int:
     return value
 
 
-def _integers(values, bits: int, name: str, field: str | None = None) -> np.ndarray:
-    """`values` as an integer array whose every value fits int`bits`; else TypeError (not
-    integers) or ValueError (a value that does not fit) naming `name`, the `field` of a
-    structured array, and the first offending index (flat, C order).
-
-    NumPy's casts truncate floats and wrap integers silently; the core must never see either.
-    """
-    a = np.asarray(values)
-    label = f"{field} " if field else ""
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    if a.dtype == object:   # Python ints beyond 64 bits, or not numbers at all
-        for i, v in enumerate(a.ravel()):
-            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name}[{i}]: {label}must be an integer, got {v!r}")
-            if not lo <= v <= hi:
-                raise ValueError(f"{name}[{i}]: {label}{v} does not fit int{bits}")
-        return a.astype(np.int64)
-    if not np.issubdtype(a.dtype, np.integer):
-        what = f"field '{field}' " if field else ""
-        raise TypeError(f"{name}: {what}must hold integers, got dtype {a.dtype}")
-    if a.size and not np.can_cast(a.dtype, np.dtype(f"int{bits}")):
-        flat = a.ravel()
-        bad = flat > hi if np.iinfo(a.dtype).min >= 0 else (flat < lo) | (flat > hi)
-        if bad.any():
-            i = int(np.argmax(bad))
-            raise ValueError(f"{name}[{i}]: {label}{flat[i]} does not fit int{bits}")
-    return a
+def _price_scale(value) -> float:
+    """``price_scale`` as the float64 the features are divided by: finite, > 0, and large enough
+    that the largest price (2**62 ticks) divided by it is still finite."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"price_scale: must be a real number, got {value!r}")
+    try:
+        with np.errstate(over="ignore"):     # a longdouble beyond float64's range becomes inf
+            scale = float(value)
+    except OverflowError:                    # a Python int beyond float64's range
+        scale = math.inf
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"price_scale: must be finite and > 0, got {value!r}")
+    if not math.isfinite(_MAX_PRICE_TICKS / scale):
+        raise ValueError(f"price_scale: {value!r} is so small that prices up to 2**62 ticks divided by it "
+                         f"overflow float64 (must be >= {_MAX_PRICE_TICKS / sys.float_info.max!r})")
+    return scale
 
 
 class Book:
@@ -184,10 +188,18 @@ class Book:
         ``instrument`` field).
     price_scale : int or float
         Ticks per currency unit, used only to convert features (LOBSTER: 10,000); TypeError if
-        not a real number, ValueError if not finite and > 0.
+        not a real number, ValueError if not finite and > 0 as a float64, or so small that a price
+        (up to 2**62 ticks) divided by it overflows.
     initial_levels, max_levels : int
         Levels preallocated per side, and the most a side may hold (a new level beyond it is
         rejected with ``MessageCode.TOO_DEEP``).
+
+    Raises
+    ------
+    MemoryError
+        If the levels preallocated up front (about 32 bytes per level per instrument) are more
+        than the machine's memory, or the allocation fails; the message names n_instruments and
+        initial_levels.
     """
 
     def __init__(self, n_instruments: int = 1, *, price_scale=LOBSTER_PRICE_SCALE,
@@ -201,16 +213,24 @@ class Book:
             raise ValueError(
                 f"initial_levels, max_levels: need 1 <= initial_levels <= max_levels < 2**31, "
                 f"got {initial_levels}, {max_levels}")
-        if isinstance(price_scale, (bool, np.bool_)) or not isinstance(price_scale, (int, float, np.integer,
-                                                                                      np.floating)):
-            raise TypeError(f"price_scale: must be a real number, got {price_scale!r}")
-        if not np.isfinite(price_scale) or price_scale <= 0:
-            raise ValueError(f"price_scale: must be finite and > 0, got {price_scale!r}")
+        scale = _price_scale(price_scale)
+        # The core preallocates initial_levels per side of every instrument: refuse what the
+        # machine cannot hold instead of letting the kernel kill the process.
+        need = n_instruments * (_INSTRUMENT_BYTES + 2 * initial_levels * _LEVEL_BYTES)
+        if need > 1 << 30 and need > _physical_memory():
+            raise MemoryError(
+                f"Book: n_instruments={n_instruments} with initial_levels={initial_levels} per side need "
+                f"{need / 2**30:.1f} GiB up front, more than this machine's {_physical_memory() / 2**30:.1f} GiB "
+                "of memory")
         out = ffi.new("tg_book **")
-        check(lib.tg_book_create(n_instruments, initial_levels, max_levels, out), "tg_book_create")
+        status = lib.tg_book_create(n_instruments, initial_levels, max_levels, out)
+        if status == lib.TG_ENOMEM:
+            raise MemoryError(f"Book: out of memory allocating n_instruments={n_instruments} with "
+                              f"initial_levels={initial_levels} per side ({need / 2**30:.2f} GiB)")
+        check(status, "tg_book_create")
         self._book = ffi.gc(out[0], lib.tg_book_destroy)
         self.n_instruments = n_instruments
-        self.price_scale = float(price_scale)
+        self.price_scale = scale
         self.max_levels = max_levels
         # Preallocated so that a call allocates nothing it can avoid: apply_one's code, the counters.
         self._apply_fields = lib.tg_book_apply_fields
@@ -282,7 +302,7 @@ class Book:
             code = MessageCode(self._one_code[0])
             if code == MessageCode.NO_MEMORY:
                 raise MemoryError("Book.apply_one: level growth failed")
-            rec = message_array(type, size, price, direction, instrument=instrument)[()]
+            rec = message_array(int(type), int(size), int(price), int(direction), instrument=int(instrument))[()]
             raise self._error(rec, 0, code, "message")
 
     def step(self, type: int, size: int, price: int, direction: int, row=None, instrument: int = 0):
@@ -458,15 +478,16 @@ class Book:
 
     def set_side(self, direction: int, prices, sizes, instrument: int = 0) -> None:
         """Replace one side (1 bid, -1 ask) with levels best first (prices in ticks, size 0 marks an
-        empty level and only empty levels may follow it). Raises ValueError on an invalid side,
-        TypeError for prices or sizes that are not integers (a float is never truncated)."""
+        empty level and only empty levels may follow it). `prices` and `sizes` are one-dimensional
+        (a single value is one level; empty clears the side). Raises ValueError on an invalid side
+        or arrays of more dimensions, TypeError for prices or sizes that are not integers (a float
+        is never truncated)."""
         instrument = self._instrument(instrument)
         if isinstance(direction, (bool, np.bool_)) or not isinstance(direction, (int, np.integer)):
             raise TypeError(f"direction: must be the integer 1 (bid) or -1 (ask), got {direction!r}")
         if direction not in (1, -1):
             raise ValueError(f"direction: must be 1 (bid) or -1 (ask), got {direction!r}")
-        prices = np.ascontiguousarray(_integers(prices, 64, "prices"), np.int64).reshape(-1)
-        sizes = np.ascontiguousarray(_integers(sizes, 64, "sizes"), np.int64).reshape(-1)
+        prices, sizes = _side_levels(prices, "prices"), _side_levels(sizes, "sizes")
         if prices.shape != sizes.shape:
             raise ValueError(f"prices, sizes: lengths differ ({prices.size} and {sizes.size})")
         status = lib.tg_book_set_side(self._book, instrument, direction, prices.size,
@@ -564,6 +585,13 @@ class Book:
             row_reasons=reasons,
         )
 
+
+# What tg_book_create allocates per instrument (book_internal.h): a tg_instrument, and
+# initial_levels tg_levels (int64 key, int64 size) per side.
+_INSTRUMENT_BYTES = 40
+_LEVEL_BYTES = 16
+# Prices are in (0, 2**62) ticks (the core refuses others).
+_MAX_PRICE_TICKS = float(2**62)
 
 # The resyncs ReplayStats counts by reason (a mismatch is counted on its own).
 _RESYNC_COUNTED = (ResyncReason.INITIAL, ResyncReason.WINDOW_REFILL, ResyncReason.OUTSIDE_WINDOW)

@@ -109,15 +109,51 @@ class BookError(ValueError):
 def message_array(type, size, price, direction, *, order_id=0, time=0.0, instrument=0) -> np.ndarray:
     """A MESSAGE_DTYPE array from per-field values (broadcast together).
 
-    Prices are integer ticks; no field is checked here (the book checks on apply).
+    Prices are integer ticks. Every field but ``time`` must hold integers that fit its C field
+    (int32 for type, direction and instrument, int64 for size, price and order_id): TypeError for
+    floats or non-numbers, ValueError for a value that does not fit, naming the field and the
+    first offending index (flat, C order, in that field's own array); nothing is truncated or
+    wrapped. Whether the values make a valid message the book checks on apply.
     """
-    shape = np.broadcast_shapes(*(np.shape(v) for v in (type, size, price, direction, order_id, time, instrument)))
+    fields = {"type": type, "size": size, "price": price, "direction": direction, "order_id": order_id,
+              "instrument": instrument}
+    checked = {}
+    for name, values in fields.items():
+        a = np.asarray(values)
+        # An empty list is float64 to NumPy: it still holds no value to truncate.
+        checked[name] = a if a.size == 0 else _integers(a, 8 * MESSAGE_DTYPE[name].itemsize, name)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (*checked.values(), time)))
     out = np.zeros(shape, MESSAGE_DTYPE)
-    out["type"] = type
-    out["size"] = size
-    out["price"] = price
-    out["direction"] = direction
-    out["order_id"] = order_id
+    for name, a in checked.items():
+        out[name] = a
     out["time"] = time
-    out["instrument"] = instrument
     return out
+
+
+def _integers(values, bits: int, name: str, field: str | None = None) -> np.ndarray:
+    """`values` as an integer array whose every value fits int`bits`; else TypeError (not
+    integers) or ValueError (a value that does not fit) naming `name`, the `field` of a
+    structured array, and the first offending index (flat, C order).
+
+    NumPy's casts truncate floats and wrap integers silently; the core must never see either.
+    """
+    a = np.asarray(values)
+    label = f"{field} " if field else ""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    if a.dtype == object:   # Python ints beyond 64 bits, or not numbers at all
+        for i, v in enumerate(a.ravel()):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name}[{i}]: {label}must be an integer, got {v!r}")
+            if not lo <= v <= hi:
+                raise ValueError(f"{name}[{i}]: {label}{v} does not fit int{bits}")
+        return a.astype(np.int64)
+    if not np.issubdtype(a.dtype, np.integer):
+        what = f"field '{field}' " if field else ""
+        raise TypeError(f"{name}: {what}must hold integers, got dtype {a.dtype}")
+    if a.size and not np.can_cast(a.dtype, np.dtype(f"int{bits}")):
+        flat = a.ravel()
+        bad = flat > hi if np.iinfo(a.dtype).min >= 0 else (flat < lo) | (flat > hi)
+        if bad.any():
+            i = int(np.argmax(bad))
+            raise ValueError(f"{name}[{i}]: {label}{flat[i]} does not fit int{bits}")
+    return a
