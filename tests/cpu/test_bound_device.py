@@ -308,3 +308,96 @@ def test_mapped_binding_pins_its_buffers_until_it_is_gone(gpu_ctx):
     for b in bufs:
         pool.release(b)
     pool.close()
+
+
+def test_pools_the_gpu_uses_in_place_refuse_to_close(gpu_ctx, rng):
+    """Closing a pool whose memory the GPU reads and writes in place would leave the runtime (its
+    staging) or a zero-copy binding launching on unmapped memory: refused, and everything goes on."""
+    import tickgpu
+    from tickgpu.memory import PoolError, mapped
+
+    k = np.linspace(90, 110, 32)
+    first = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, backend="gpu")
+    with pytest.raises(PoolError, match="read and written in place by the GPU"):
+        mapped(16).pool.close()                      # the runtime's own pool: its staging lives there
+    again = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, backend="gpu")
+    np.testing.assert_array_equal(again.price, first.price)
+    # A pool of one's own, with a zero-copy binding on it: refused until the binding is gone.
+    from tickgpu.memory import PinnedPool
+
+    pool = PinnedPool(gpu_ctx)
+    n = 16
+    bufs = [pool.acquire(n * 8) for _ in range(2)]
+    spot, out_b = bufs[0].array(np.float64, n), pool.acquire(10 * n * 8)
+    spot[:] = 100.0
+    tick = rt.bind_greeks(spot, 100.0, 1.0, 0.03, 0.2, 0.0, True, out=out_b.array(np.float64, (10, n)))
+    with pytest.raises(PoolError, match="in place by the GPU"):
+        pool.close()
+    tick()
+    del tick
+    import gc
+
+    gc.collect()
+    for b in (*bufs, out_b):
+        b.release()
+    pool.close()
+
+
+def test_device_binding_of_a_closed_managed_array_refuses_to_launch(gpu_ctx):
+    from tickgpu.memory import ManagedArray, PoolError
+
+    m = ManagedArray(32, np.float64, mode="explicit")
+    m.write(0, np.linspace(90, 110, 32))
+    m.prefetch()
+    tick = rt.bind_greeks(100.0, m, 0.5, 0.01, 0.2, 0.0, True)
+    tick()
+    launches = len(gpu_ctx.driver.launches)
+    m.close()
+    with pytest.raises(PoolError, match="bind_greeks: strike is a closed ManagedArray"):
+        tick()
+    assert len(gpu_ctx.driver.launches) == launches          # nothing launched on the freed memory
+    with pytest.raises(PoolError, match="closed"):           # not "must be a real number"
+        import tickgpu
+
+        tickgpu.greeks(100.0, m, 0.5, 0.01, 0.2, backend="gpu")
+
+
+def test_misaligned_arrays_are_refused_naming_them(gpu_ctx, rng):
+    import tickgpu
+    from tickgpu.memory import mapped_array
+
+    n = 32
+    k = FakeGpuArray(gpu_ctx.driver, np.linspace(90, 110, n), offset=1)
+    with pytest.raises(ValueError, match="strike: GPU array's data at .* is not aligned to its 8-byte elements"):
+        tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, backend="gpu")
+    with pytest.raises(ValueError, match="bind_greeks: strike's data at .* is not aligned"):
+        rt.bind_greeks(100.0, k, 0.5, 0.01, 0.2, 0.0, True)
+    raw = mapped_array(8 * n + 8, np.uint8)
+    spot = raw[1:8 * n + 1].view(np.float64)
+    spot[:] = 100.0
+    strike = mapped_array(n)
+    strike[:] = 100.0
+    out = mapped_array((10, n))
+    with pytest.raises(ValueError, match="bind_greeks: spot's data at .* is not aligned"):
+        rt.bind_greeks(spot, strike, 0.5, 0.01, 0.2, 0.0, True, out=out)
+    rows = mapped_array(10 * 8 * n + 8, np.uint8)[1:10 * 8 * n + 1].view(np.float64).reshape(10, n)
+    with pytest.raises(ValueError, match=r"bind_greeks: out\[0\]'s data at .* is not aligned"):
+        rt.bind_greeks(strike, strike, 0.5, 0.01, 0.2, 0.0, True, out=rows)
+
+
+def test_zero_copy_results_may_not_overlap_inputs_or_each_other(gpu_ctx):
+    from tickgpu.memory import mapped_array
+
+    n = 16
+    spot, out = mapped_array(n), mapped_array((10, n))
+    spot[:] = 100.0
+    strike = out[1]                                  # the delta row
+    strike[:] = 95.0
+    with pytest.raises(ValueError, match=r"bind_greeks: out\[1\] shares memory with strike"):
+        rt.bind_greeks(spot, strike, 0.5, 0.01, 0.2, 0.0, True, out=out)
+    price = mapped_array(n)
+    price[:] = 5.0
+    rows = mapped_array(2 * n)
+    with pytest.raises(ValueError, match=r"bind_implied_vol: out\[0\] shares memory with out\[1\]"):
+        rt.bind_implied_vol(price, spot, spot, 0.5, 0.01, 0.0, True,
+                            out=(rows[:n], rows[n // 2:].view(np.int8)[:n]))

@@ -204,3 +204,34 @@ def test_single_values_of_any_real_numpy_type_bind(gpu_ctx, rng, scalar):
     np.testing.assert_array_equal(status, want[1])
     with pytest.raises(TypeError, match="vol"):
         rt.bind_greeks(s, k, 1.0, 0.03, np.complex128(0.2), 0.0, True)
+
+
+def test_a_dropped_binding_and_its_arrays_are_freed(gpu_ctx, rng):
+    """The runner whose staging a binding's call filled does not keep the binding (nor its arrays)."""
+    import gc
+    import weakref
+
+    x = _chain(rng, 16, np.float64)
+    tick = rt.bind_greeks(*x)
+    tick()
+    gone = weakref.ref(tick)
+    del tick
+    gc.collect()
+    assert gone() is None
+    x[0].resize(8, refcheck=True)                   # nothing else refers to the array now
+
+
+def test_single_values_beyond_float64_are_named(gpu_ctx, rng):
+    x = _chain(rng, 8, np.float64)
+    with pytest.raises(ValueError, match="bind_greeks: rate: an integer beyond float64's range"):
+        rt.bind_greeks(*x[:3], 10 ** 400, *x[4:])
+
+
+@pytest.mark.parametrize("bad", [0, 8, 17, -16, 1.5, True, "64.0", "x"])
+def test_staging_elements_must_be_a_multiple_of_16(tmp_path, bad):
+    from cuda_mock import MockDriver, default_entries, write_bundle
+
+    with pytest.raises(ValueError, match="staging_elements .* must be a positive multiple of 16"):
+        rt.init(driver=MockDriver(), bundle_dir=write_bundle(tmp_path / "bundle", default_entries()),
+                staging_elements=bad)
+    rt.reset()

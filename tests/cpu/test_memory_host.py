@@ -317,9 +317,13 @@ def test_default_pool_and_mapped(ctx):
     with m:
         m.array(np.float32)[:] = 3
     assert m.released
-    p.close()
-    assert default_pinned_pool(ctx) is not p     # a closed pool is replaced
-    default_pinned_pool(ctx).close()
+    # The context's staging lives in its default pool and the GPU uses it in place: no closing it.
+    with pytest.raises(PoolError, match="read and written in place by the GPU"):
+        p.close()
+    assert not p._closed and default_pinned_pool(ctx) is p
+    m = mapped(256, ctx)
+    m.array(np.float32)[:] = 5                    # still mapped
+    m.release()
 
 
 def test_threads_never_share_a_buffer(pool):

@@ -360,14 +360,28 @@ def test_empty_input_touches_nothing(ctx, drv):
     assert len(drv.calls) == before and out["price"].shape == (0,) and p.last.chunks == 0
 
 
+_SHARED = np.empty(7, np.float32)
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     (dict(spot=np.ones((2, 2))), ValueError, "spot: must be a number or a 1-D array"),
     (dict(strike=np.ones(5)), ValueError, "strike: length 5 does not match spot's length 7"),
-    (dict(vol=np.array(["a"] * 7)), ValueError, "vol: must be numeric"),
-    (dict(rate="high"), ValueError, "rate: must be a number"),
+    (dict(vol=np.array(["a"] * 7)), TypeError, "vol: must be a real number"),
+    (dict(rate="high"), TypeError, "rate: must be a real number"),
+    (dict(spot="100"), TypeError, "spot: must be a real number"),
+    (dict(spot=["100"]), TypeError, "spot: must be a real number"),
+    (dict(rate=1 + 2j), TypeError, "rate: must be a real number"),
+    (dict(rate=None), TypeError, "rate: must be a real number"),
+    (dict(rate=10 ** 400), ValueError, "rate: an integer beyond float64's range"),
+    (dict(call="no"), TypeError, "call: must be a real number"),
+    (dict(call=None), TypeError, "call: must be a real number"),
+    (dict(call=0.5), TypeError, r"call: must be bool or integers \(nonzero: a call\), got float64"),
+    (dict(call=np.full(7, 1.0)), TypeError, "call: must be bool or integers"),
     (dict(sigma=0.2), TypeError, "unexpected input 'sigma'"),
     (dict(out={"price": np.empty(7, np.float64)}), ValueError, r"out\['price'\]: must be"),
     (dict(out={"gamma2": np.empty(7, np.float32)}), ValueError, r"out\['gamma2'\]: not an output"),
+    (dict(out={"price": _SHARED, "delta": _SHARED}), ValueError,
+     r"out\['delta'\]: shares memory with out\['price'\]"),
 ])
 def test_bad_inputs_name_the_argument(ctx, kwargs, exc, match):
     p = Pipeline("greeks", chunk=CHUNK, context=ctx)

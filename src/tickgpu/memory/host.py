@@ -435,12 +435,26 @@ class PinnedPool:
         Buffers still held are reported (a ResourceWarning) and become unusable: their `array`
         and `release` raise PoolError. NOTE: NumPy views taken from them earlier point at memory
         that is unmapped here; they must not be used after close.
+
+        Raises
+        ------
+        PoolError
+            A buffer of the pool is in use in place: the runtime's staging (the runtime context's
+            pool, `default_pinned_pool`, holds it for the life of the context) or the arrays of a
+            zero-copy binding (`bind_greeks(..., out=...)`). Nothing is closed then: the GPU would
+            go on reading and writing memory that is no longer mapped.
         """
         from tickgpu._native import ffi, lib
 
         with self._lock:
             if self._closed:
                 return
+            in_place = [s for s in self._held if s.pins]
+            if in_place:
+                raise PoolError(f"PinnedPool.close: {len(in_place)} of its buffers are read and written in place "
+                                "by the GPU (the runtime's staging, or the arrays of a zero-copy binding); drop "
+                                "the bindings first (the runtime context's own pool stays open for the life of "
+                                "the context)")
             self._closed = True
             self.context.enter()
             for slots in self._pending.values():
@@ -531,6 +545,21 @@ def _held_slot(ptr: int, nbytes: int):
                 if s.dev is not None and s.ptr <= ptr and ptr + nbytes <= s.ptr + s.cls:
                     return pool, s
     return None
+
+
+def hold_in_place(buf: PinnedBuffer):
+    """Pin `buf` (a held buffer) as the runtime's staging: its pool refuses to close while it is
+    held so. Returns the call that ends it (before the buffer's release)."""
+    pool, slot = buf.pool, buf._slot
+    with pool._lock:
+        pool._check_open("hold")
+        slot.pins += 1
+
+    def unpin():
+        with pool._lock:
+            slot.pins -= 1
+
+    return unpin
 
 
 def pin_mapped(ptr: int, nbytes: int):

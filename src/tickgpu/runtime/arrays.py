@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tickgpu.memory.errors import PoolError
+
 __all__ = ["DeviceView", "is_device_array", "device_view", "view_or_none", "producer_stream", "empty_like_kind",
            "empty_outputs", "adopt_outputs", "DeviceArray", "dlpack_capsule"]
 
@@ -31,6 +33,8 @@ def is_device_array(x) -> bool:
     try:
         if getattr(x, "__cuda_array_interface__", None) is not None:
             return True
+    except PoolError:    # a closed tickgpu array (ManagedArray): say so, not "not an array"
+        raise
     except Exception:    # torch raises for a CPU tensor's CAI; that is a "no"
         pass
     dev = getattr(x, "__dlpack_device__", None)
@@ -171,6 +175,8 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = 
         return DeviceView(data.ptr, x.shape, x.dtype, x.flags.c_contiguous, None, data.device_id, x)
     try:
         cai = getattr(x, "__cuda_array_interface__", None)
+    except PoolError:    # a closed tickgpu array (ManagedArray)
+        raise
     except Exception:    # torch raises for a CPU tensor's CAI: not a GPU array through CAI
         cai = None
     if cai is not None and not _unordered(x, cai):

@@ -44,6 +44,16 @@ _rows = operator.itemgetter(*range(10))   # the block's ten rows as views, in on
 _I8 = np.dtype(np.int8)
 
 
+def _single(name: str, x) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        raise ValueError(f"{name}: an integer beyond float64's range (~1.8e308)") from None
+
+
+_STAGED_BY_BINDING = object()   # what a runner's staging holds after a binding's call
+
+
 class _BoundTick:
     """What a binding of one staged op does: check the arrays once, then one round trip a call."""
 
@@ -73,7 +83,7 @@ class _BoundTick:
         for i, (name, x) in enumerate(zip(fam.inputs, values)):
             if type(x) in _checks.SCALAR_TYPES:
                 values[i] = (np.full(n, _checks.call_flag(f"{api}: {name}", x), np.bool_) if name == fam.flag
-                             else np.full(n, float(x), dt))
+                             else np.full(n, _single(f"{api}: {name}", x), dt))
         ctx = context()
         if not 1 <= n <= ctx.staging_elements:
             raise ValueError(f"{api}: {first} has {n} elements; a binding takes 1 to {ctx.staging_elements} "
@@ -122,7 +132,8 @@ class _BoundTick:
                 plan.bind()
             r = plan.runner
             # This call writes every input slot: the plan's record of what its slots hold is stale.
-            r.staged_by = self
+            # (A marker, not the binding: the runner would keep a dropped binding and its arrays.)
+            r.staged_by = _STAGED_BY_BINDING
             ctx.driver.roundtrip(self._t_in, len(self.arrays), plan.graph.exec, r.stream, t_out, self._n_out)
             r.stats["replays"] += 1
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from tickgpu.finance import _checks
 from tickgpu.finance.greeks import Greeks, _greeks_of
+from tickgpu.memory.errors import PoolError
 from tickgpu.runtime import ops
 from tickgpu.runtime.arrays import DeviceArray, view_or_none
 from tickgpu.runtime.direct import outputs_and_stream
@@ -85,6 +86,9 @@ def _gpu_inputs(fam, api: str, values, dt: np.dtype, ordinal: int) -> tuple[dict
                              f"{'' if v.contiguous else ', not contiguous'}")
         if v.ptr == 0:
             raise ValueError(f"{api}: {name} has a null data pointer")
+        if v.ptr % v.dtype.itemsize:
+            raise ValueError(f"{api}: {name}'s data at {v.ptr:#x} is not aligned to its {v.dtype.itemsize}-byte "
+                             f"elements")
         if n is None:
             n, first = v.shape[0], name
         elif v.shape[0] != n:
@@ -143,6 +147,9 @@ def _mapped_inputs(fam, api: str, values, dt: np.dtype, unpins: list) -> tuple[d
             n, first = m, name
         elif m != n:
             raise ValueError(f"{api}: {name} has {m} elements, {first} has {n}")
+        if x.ctypes.data % x.dtype.itemsize:
+            raise ValueError(f"{api}: {name}'s data at {x.ctypes.data:#x} is not aligned to its "
+                             f"{x.dtype.itemsize}-byte elements")
         addr = _pinned_address(x, unpins)
         if addr is None:
             raise ValueError(f"{api}: {name} is not in mapped pinned memory (or its buffer was released); with "
@@ -163,12 +170,26 @@ def _mapped_outputs(api: str, rows: list, n: int, out_dtypes, unpins: list) -> l
             raise ValueError(f"{what} must be a C-contiguous NumPy array of {n} {want}, got {got}")
         if not r.flags.writeable:
             raise ValueError(f"{what} is read-only")
+        if r.ctypes.data % r.dtype.itemsize:
+            raise ValueError(f"{what}'s data at {r.ctypes.data:#x} is not aligned to its {r.dtype.itemsize}-byte "
+                             f"elements")
         addr = _pinned_address(r, unpins)
         if addr is None:
             raise ValueError(f"{what} is not in mapped pinned memory (or its buffer was released): make it with "
                              "tickgpu.memory.mapped_array")
         made.append((r, addr))
     return made
+
+
+def _refuse_overlaps(api: str, fam, values, rows: list) -> None:
+    """ValueError naming the first result row that shares memory with another row or with an
+    input: the kernel writes it while reading the other, so results would change from call to call."""
+    named = [(f"out[{i}]", r) for i, r in enumerate(rows)]
+    inputs = [(name, x) for name, x in zip(fam.inputs, values) if type(x) is np.ndarray]
+    for i, (what, r) in enumerate(named):
+        for other, x in (*named[i + 1:], *inputs):
+            if np.shares_memory(r, x):
+                raise ValueError(f"{api}: {what} shares memory with {other}; results and inputs must not overlap")
 
 
 class _DeviceBoundTick:
@@ -190,7 +211,9 @@ class _DeviceBoundTick:
             try:
                 ptrs, n = _mapped_inputs(fam, self._api, values, dt, unpins)
                 made = _mapped_outputs(self._api, self._out_rows(out, n, dt), n, out_dtypes, unpins)
-                self._bind(ctx, values, dt, n, ptrs, made, out_dtypes, ctx.stream, wait=True, movable=[])
+                _refuse_overlaps(self._api, fam, values, [r for r, _ in made])
+                self._bind(ctx, values, dt, n, ptrs, made, out_dtypes, ctx.stream, wait=True, movable=[],
+                           closable=[])
             except BaseException:
                 _unpin_all(unpins)
                 raise
@@ -202,17 +225,22 @@ class _DeviceBoundTick:
         made, owned, stream = outputs_and_stream(ctx, fam, views, (n,), out_dtypes)
         # Torch tensors can be reallocated in place (resize_): their addresses are checked per call.
         movable = [(o, p) for o, p in [*((v.source, v.ptr) for v in views.values()), *made] if hasattr(o, "data_ptr")]
+        # A ManagedArray can be closed (its memory freed) under the binding: checked per call.
+        from tickgpu.memory.managed import ManagedArray
+
+        closable = [(name, v.source) for name, v in views.items() if isinstance(v.source, ManagedArray)]
         self._bind(ctx, values, dt, n, {name: v.ptr for name, v in views.items()}, made, out_dtypes,
-                   stream, wait=owned, movable=movable)
+                   stream, wait=owned, movable=movable, closable=closable)
 
     def _bind(self, ctx, values, dt, n, in_ptrs: dict, made: list, out_dtypes, stream: int, wait: bool,
-              movable: list) -> None:
+              movable: list, closable: list) -> None:
         """The launches over inputs at `in_ptrs` (by name; the others single values) into `made`
         ((array, address) per output) on `stream`, packed once; `wait`: each call waits for them."""
         fam = self._fam
         self.n, self.dtype, self._ctx, self.stream, self._wait = n, dt, ctx, stream, wait
         self._outs = [o for o, _ in made]
         self._movable = movable
+        self._closable = closable
         # Single values: one element each in device memory of the binding's, read with stride 0.
         ptrs, strides, keep = [], [], []
         with ctx.lock:
@@ -263,6 +291,9 @@ class _DeviceBoundTick:
         for o, p in self._movable:
             if o.data_ptr() != p:
                 raise RuntimeError(f"{self._api}: a bound tensor was reallocated (resize_); bind again")
+        for name, o in self._closable:
+            if o._closed:
+                raise PoolError(f"{self._api}: {name} is a closed ManagedArray (its memory is freed); bind again")
         with ctx.lock:
             if self._epoch != ctx.bundle.scratch_epoch:
                 ctx.enter()

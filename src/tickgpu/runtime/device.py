@@ -6,6 +6,7 @@ that after `warmup` a steady stream of calls allocates nothing and compiles noth
 """
 from __future__ import annotations
 
+import operator
 import os
 import threading
 import time
@@ -79,12 +80,17 @@ class BufferSource:
         return self._pinned
 
     def host(self, nbytes: int):
+        from tickgpu.memory.host import hold_in_place
+
         buf = self.pinned.acquire(nbytes)
-        return buf.ptr, buf
+        # The GPU reads and writes staging in place: its pool may not close under it.
+        return buf.ptr, (buf, hold_in_place(buf))
 
     def free_host(self, token) -> None:
         # Released without a stream: the runner waited for its stream before closing.
-        token.release()
+        buf, unpin = token
+        unpin()
+        buf.release()
 
     def device(self, nbytes: int):
         pool = self.device_pool
@@ -203,10 +209,16 @@ class Context:
         self.manifest = Manifest.read(bundle_dir if bundle_dir is not None else default_bundle_dir())
         self.bundle = Bundle(d, self.manifest, arch)
         self.bundle.synchronize = self.synchronize
-        self.staging_elements = int(staging_elements or os.environ.get("TICKGPU_STAGING_ELEMENTS",
-                                                                        DEFAULT_STAGING_ELEMENTS))
-        if self.staging_elements < 16 or self.staging_elements % 16:
-            raise ValueError(f"staging_elements must be a positive multiple of 16, got {self.staging_elements}")
+        if staging_elements is None:
+            staging_elements = os.environ.get("TICKGPU_STAGING_ELEMENTS", DEFAULT_STAGING_ELEMENTS)
+        try:   # an int, or the environment's string of one (not 1.5 truncated)
+            value = int(staging_elements, 10) if isinstance(staging_elements, str) else operator.index(staging_elements)
+        except (TypeError, ValueError):
+            value = None
+        if value is None or value < 16 or value % 16:
+            raise ValueError(f"staging_elements (or TICKGPU_STAGING_ELEMENTS) must be a positive multiple of 16, "
+                             f"got {staging_elements!r}")
+        self.staging_elements = value
         # Ticks of up to this many elements run the kernel on mapped pinned staging (zero copy)
         # instead of copy -> kernel -> copy; 0 turns that off.
         self.mapped_elements = int(os.environ.get("TICKGPU_MAPPED_ELEMENTS", DEFAULT_MAPPED_ELEMENTS))

@@ -156,6 +156,9 @@ def _check_view(v, name, x, fam, dtype, shape, n, ordinal):
                          f"(cupy.ascontiguousarray(x) or x.contiguous())")
     if v.ptr == 0 and v.size:
         raise ValueError(f"{name}: GPU array has a null data pointer")
+    if v.ptr % v.dtype.itemsize:
+        raise ValueError(f"{name}: GPU array's data at {v.ptr:#x} is not aligned to its {v.dtype.itemsize}-byte "
+                         f"elements; pass an aligned copy")
     return v
 
 

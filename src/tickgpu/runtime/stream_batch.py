@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tickgpu.finance import _checks
+
 __all__ = ["PipelineStats", "PipelineCall", "CONST_SLOT", "CONST_AREA"]
 
 # Each broadcast value gets a 16-byte slot (the aligned kernel variants assume 16-byte aligned
@@ -102,20 +104,28 @@ class PipelineCall:
 
 
 def _prepare(name: str, x, flag: bool, dtype: np.dtype):
-    """`x` as the kernel reads it: a contiguous 1-D array of `dtype` (uint8 for a flag), or a number."""
-    if isinstance(x, (bool, int, float, np.generic)) or np.ndim(x) == 0 or np.size(x) == 1:
-        try:
-            v = np.asarray(x).reshape(-1)[0]
-            if np.ndim(x) > 1:
-                raise ValueError
-            return (1 if v else 0) if flag else float(v)
-        except (TypeError, ValueError, IndexError):
-            raise ValueError(f"{name}: must be a number or a 1-D array, got {x!r:.60}") from None
-    a = np.asarray(x)
-    if a.ndim != 1:
+    """`x` as the kernel reads it: a contiguous 1-D array of `dtype` (uint8 for a flag), or a number.
+
+    Real numbers only, as `tickgpu.greeks` takes them (TypeError naming the input otherwise: NumPy
+    would parse strings, drop imaginary parts and make None a NaN); a flag takes bools or
+    integers, any nonzero one a call.
+    """
+    try:
+        a = _checks.real_array(name, x)
+    except OverflowError:
+        raise ValueError(f"{name}: an integer beyond float64's range (~1.8e308)") from None
+    if a.ndim > 1:
         raise ValueError(f"{name}: must be a number or a 1-D array, got shape {a.shape}")
-    if a.dtype.kind not in "biuf":
-        raise ValueError(f"{name}: must be numeric, got dtype {a.dtype}")
+    if flag and a.dtype.kind not in "biu":
+        raise TypeError(f"{name}: must be bool or integers (nonzero: a call), got {a.dtype}")
+    if a.size == 1:                # a single value, or a one-element array: broadcast like a number
+        v = a.reshape(-1)[0]
+        if flag:
+            return 1 if v != 0 else 0
+        try:
+            return float(v)
+        except OverflowError:
+            raise ValueError(f"{name}: an integer beyond float64's range (~1.8e308)") from None
     if flag:
         if a.dtype not in (_U8, _BOOL):
             a = a != 0            # any nonzero value is a call
@@ -141,5 +151,8 @@ def _outputs(specs, n: int, out: dict | None) -> dict:
             desc = f"{type(a).__name__} {getattr(a, 'shape', '')} {getattr(a, 'dtype', '')}"
             raise ValueError(f"out[{name!r}]: must be a writeable C-contiguous NumPy array of shape ({n},) and "
                              f"dtype {odt}, got {desc}")
+        for other, b in res.items():
+            if out.get(other) is not None and np.shares_memory(a, b):
+                raise ValueError(f"out[{name!r}]: shares memory with out[{other!r}]; each result needs its own")
         res[name] = a
     return res
