@@ -536,6 +536,34 @@ def test_device_bindings_follow_their_gpu_arrays(ctx, rng, dtype):
                     dev_iv[k][...] = to_dev(v)
 
 
+def test_element_misaligned_gpu_arrays_are_refused_before_any_launch(ctx, rng):
+    """A float64 array one byte off its element alignment would make the kernel fault
+    (CUDA_ERROR_MISALIGNED_ADDRESS, which ends the context): refused by name, and the context
+    goes on working."""
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed on this machine")
+    n = 257
+    raw = cupy.zeros(8 * n + 8, dtype=cupy.uint8)
+    odd = cupy.ndarray((n,), dtype=cupy.float64, memptr=raw.data + 1)
+    k = np.linspace(80, 120, n)
+    with pytest.raises(ValueError, match="strike: GPU array's data at .* is not aligned to its 8-byte elements"):
+        tickgpu.greeks(100.0, odd, 0.5, 0.01, 0.2, backend="gpu")
+    with pytest.raises(ValueError, match="bind_greeks: strike's data at .* is not aligned"):
+        rt.bind_greeks(100.0, odd, 0.5, 0.01, 0.2, 0.0, True)
+    g = tickgpu.greeks(100.0, cupy.asarray(k), 0.5, 0.01, 0.2, backend="gpu")
+    c = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, backend="cpu")
+    _agree(_to_host(g.price), c.price, np.float64, "after the refusals")
+
+
+def test_the_runtime_pool_refuses_to_close_under_its_staging(ctx, rng):
+    from tickgpu.memory import PoolError, mapped
+
+    k = np.linspace(80, 120, 64)
+    first = tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, backend="gpu")
+    with pytest.raises(PoolError, match="read and written in place by the GPU"):
+        mapped(16).pool.close()
+    np.testing.assert_array_equal(tickgpu.greeks(100.0, k, 0.5, 0.01, 0.2, backend="gpu").price, first.price)
+
+
 def test_device_binding_single_values_and_refusals(ctx, rng):
     libs = _device_libs_or_skip()
     for lib, to_dev in libs:
