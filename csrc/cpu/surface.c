@@ -96,14 +96,27 @@ static double variance_mode0(const tg_surface *s, double K, double t)
     const double *T = s->expiries;
     strike_weights(s, K, &j, &u);
     if (t >= T[nt - 1]) {
-        double w = row_variance(s, nt - 1, j, u);
-        return t == T[nt - 1] ? w : w * t / T[nt - 1];
+        double w = row_variance(s, nt - 1, j, u), T_last = T[nt - 1];
+        if (t == T_last)
+            return w;
+        double wt = w * t / T_last;
+        /* w t can overflow where the variance w (t / T_last) does not (then w > 0: no 0 x inf). */
+        return isinf(wt) ? w * (t / T_last) : wt;
     }
     if (t <= T[0])
         return row_variance(s, 0, j, u) * (t / T[0]);      /* the implicit zero row at t = 0 */
     int32_t i = interval(T, nt, t);
     double v = (t - T[i]) / (T[i + 1] - T[i]);
     return (1.0 - v) * row_variance(s, i, j, u) + v * row_variance(s, i + 1, j, u);
+}
+
+/* The vol of the last expiry row at K in mode 0 (the flat vol beyond the last expiry). */
+static double last_row_vol(const tg_surface *s, double K)
+{
+    int32_t j;
+    double u;
+    strike_weights(s, K, &j, &u);
+    return sqrt(row_variance(s, s->nt - 1, j, u) / s->expiries[s->nt - 1]);
 }
 
 /* Vol at (K, t), t >= 0, in mode 1. */
@@ -143,6 +156,10 @@ static void surface_range(void *ctx_, int64_t begin, int64_t end)
             } else {
                 double w = variance_mode0(s, K, t);
                 r = c->what ? w : sqrt(w / t);
+                /* Beyond the last expiry the vol is flat: the last row's. Where w(t) overflows
+                   (a huge t) it is taken from that row directly; elsewhere as w / t, as the GPU. */
+                if (isinf(r) && t > s->expiries[s->nt - 1])
+                    r = c->what ? r : last_row_vol(s, K);
             }
         } else {
             double vol = vol_mode1(s, K, t);

@@ -273,3 +273,49 @@ def test_variance_interpolation_refuses_variances_a_double_cannot_hold(expiries,
     s = tickgpu.VolSurface([100.0], expiries, vols, interpolation="vol")
     np.testing.assert_array_equal(s.vol(100.0, expiries), np.asarray(vols)[:, 0])
     assert tickgpu.VolSurface([100.0], [1.0, 2.0], [[0.0], [1e150]]).vol(100.0, 2.0) == 1e150   # 0 and big: fine
+
+
+@pytest.mark.parametrize("interpolation", ["variance", "vol"])
+def test_vols_of_any_memory_order_are_stored_row_major(rng, interpolation):
+    """A Fortran-ordered vols array (e.g. a strike-major grid transposed) used to construct and
+    then fail every CPU evaluation with 'ndarray is not C-contiguous'."""
+    strikes, _, expiries, vols = random_grid(rng, nk=int(rng.integers(2, 13)), nt=int(rng.integers(2, 11)))
+    ref = tickgpu.VolSurface(strikes, expiries, vols, interpolation=interpolation)
+    for given in (np.asfortranarray(vols), np.ascontiguousarray(vols.T).T, np.repeat(vols, 2, axis=1)[:, ::2]):
+        surf = tickgpu.VolSurface(strikes, expiries, given, interpolation=interpolation)
+        assert surf.vols.flags.c_contiguous
+        np.testing.assert_array_equal(surf.vols, vols)
+        K = rng.uniform(strikes[0] - 10, strikes[-1] + 10, 300)
+        t = rng.uniform(0, 1.5 * expiries[-1], 300)
+        np.testing.assert_array_equal(surf.vol(K, t, backend="cpu"), ref.vol(K, t, backend="cpu"))
+        np.testing.assert_array_equal(surf.variance(K, t, backend="cpu"), ref.variance(K, t, backend="cpu"))
+    np.testing.assert_allclose(ref.variance(K, t, backend="cpu"),
+                               surface_variance(strikes, expiries, vols, K, t, interpolation), rtol=1e-13)
+
+
+def test_flat_vol_beyond_the_last_expiry_for_huge_t(rng):
+    """w(t) = w(T_last) t / T_last overflows for a huge t (or a huge vol): the vol is still the last
+    expiry's (it came out inf), and the variance w(T_last) (t / T_last) where that is finite."""
+    surf = tickgpu.VolSurface([100.0], [1.0], [[1e100]])
+    t = np.array([1.0, 2.0, 1e100, 1e200, 1e300, np.finfo(np.float64).max])
+    np.testing.assert_array_equal(surf.vol(100.0, t, backend="cpu"), np.full(t.size, 1e100))
+    strikes, _, expiries, vols = random_grid(rng)
+    vols[-1] = rng.uniform(1.0, 3.0, vols.shape[1])       # w(T_last) > 1: w t overflows near DBL_MAX
+    surf = tickgpu.VolSurface(strikes, expiries, vols)
+    K = rng.uniform(strikes[0] - 10, strikes[-1] + 10, 200)
+    at_last = surf.vol(K, expiries[-1], backend="cpu")
+    for huge in (1e300, 1e307, np.finfo(np.float64).max):
+        got = surf.vol(K, huge, backend="cpu")
+        assert np.all(np.isfinite(got))
+        np.testing.assert_allclose(got, at_last, rtol=1e-14)
+    # The variance: exact where w t overflows but w (t / T_last) does not.
+    surf = tickgpu.VolSurface([100.0], [4.0], [[2.0]])        # w(T_last) = 16, the vol^2 4
+    assert surf.variance(100.0, 4e307, backend="cpu") == 16.0 * (4e307 / 4.0)
+    assert surf.variance(100.0, 1e308, backend="cpu") == np.inf       # 4e308: really beyond a double
+    assert surf.vol(100.0, 1e308, backend="cpu") == 2.0
+    # Ordinary t beyond the last expiry: bit for bit what sqrt(w t / T_last / t) gives (and the GPU).
+    strikes, _, expiries, vols = random_grid(rng)
+    surf = tickgpu.VolSurface(strikes, expiries, vols)
+    t = expiries[-1] * rng.uniform(1.0, 1e6, 200)
+    w = surface_variance(strikes, expiries, vols, np.full(200, strikes[0]), np.full(200, expiries[-1]), "variance")
+    np.testing.assert_array_equal(surf.vol(strikes[0], t, backend="cpu"), np.sqrt(w * t / expiries[-1] / t))

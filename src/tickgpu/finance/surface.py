@@ -78,7 +78,8 @@ class VolSurface:
             raise ValueError(f"interpolation: must be 'variance' or 'vol', got {interpolation!r}")
         strikes = _axis("strikes", strikes, positive=False)
         expiries = _axis("expiries", expiries, positive=True)
-        vols = np.array(_checks.real_array("vols", vols), dtype=np.float64)
+        # Row-major whatever the input's order: the CPU and GPU kernels read vols[it * nk + ik].
+        vols = np.array(_checks.real_array("vols", vols), dtype=np.float64, order="C")
         if vols.shape != (len(expiries), len(strikes)):
             raise ValueError(
                 f"vols: must have shape (len(expiries), len(strikes)) = "
