@@ -369,6 +369,44 @@ def test_demo_bad_data_is_a_clear_usage_error(tmp_path, case, said):
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.parametrize("case, said", [
+    # Both sides quoted by the second message, and the mid never changes after it.
+    ("no_tick", r"x_message_1\.csv: no underlying tick in its 3 messages \(a message after which"),
+    # Opening mid 2 ticks = $0.0002: strikes from 70 % of it, to the cent, are $0.00.
+    ("tiny_prices", r"x_message_1\.csv: the opening mid \$0\.0002 is too small for a chain listed to the cent: "
+                    r"its lowest strikes .* round to \$0\.00"),
+])
+def test_demo_data_with_nothing_to_check_is_a_usage_error(tmp_path, case, said):
+    """A valid file the demo cannot reprice on used to end silently under --quiet with exit 1 (a
+    failed check: no tick), or in all-NaN vols and 'FAILED' (prices too small): now one line
+    saying why, and exit 2, before any report is written."""
+    if case == "no_tick":
+        msg = "1,1,1,100,5000000,1\n2,1,2,100,5010000,-1\n3,1,3,50,5010000,-1\n"
+    else:
+        msg = "1,1,1,100,1,1\n2,1,2,100,3,-1\n3,1,3,100,2,-1\n4,1,4,100,2,1\n"
+    (tmp_path / "x_message_1.csv").write_text(msg)
+    r = tickgpu_cmd("demo", "--data", str(tmp_path / "x_message_1.csv"), "--quiet", "--out", str(tmp_path / "rep"),
+                    "--strikes", "4", "--expiries", "2")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr
+    assert re.search(said, " ".join(r.stderr.split())), r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
+def test_demo_input_that_is_not_a_file_says_what_it_is(tmp_path):
+    msg = _small_day(tmp_path)
+    for args, said in [(("--data", str(tmp_path)), f"--data: {tmp_path} is a directory, not a file"),
+                       (("--data", str(msg), "--orderbook", str(tmp_path)),
+                        f"--orderbook: {tmp_path} is a directory, not a file"),
+                       (("--data", "/dev/null"), "--data: /dev/null is not a regular file"),
+                       (("--data", str(tmp_path / "nope.csv")), f"--data: no such file: {tmp_path / 'nope.csv'}")]:
+        r = tickgpu_cmd("demo", *args, "--quiet", "--out", str(tmp_path / "rep"), timeout=60)
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert said in " ".join(r.stderr.split()), r.stderr
+        assert "no such file" not in r.stderr or "nope" in said
+    assert not (tmp_path / "rep").exists()
+
+
 def _small_day(tmp_path, rows: int = 200) -> Path:
     """The bundled day's first rows (header included) as a message and orderbook pair."""
     (tmp_path / "x_message_1.csv").write_text(_head(AMZN_MESSAGES, rows))

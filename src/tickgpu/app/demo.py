@@ -51,7 +51,8 @@ IV_CHECK_TOL = 1e-6
 # ---- data -----------------------------------------------------------------------------------------
 
 class DataError(ValueError):
-    """The input files cannot be replayed: unreadable, malformed, inconsistent or empty. The
+    """The input files cannot be replayed (unreadable, malformed, inconsistent or empty) or give
+    nothing to reprice (no underlying tick, prices too small for a chain to the cent). The
     message names the file and, where there is one, the line or orderbook row; `tickgpu demo`
     prints it and exits 2, as for a missing file."""
 
@@ -70,16 +71,23 @@ def resolve_data(message: str | None, orderbook: str | None) -> tuple[Path, Path
     Without --orderbook the orderbook file is looked for beside the message file under LOBSTER's
     naming (``_message_`` -> ``_orderbook_``); None if it is not there.
     """
-    msg = Path(message) if message else bundled_data(DEFAULT_MESSAGES)
-    if not msg.is_file():
-        raise FileNotFoundError(f"--data: no such file: {msg}")
+    msg = _input_file("--data", Path(message)) if message else bundled_data(DEFAULT_MESSAGES)
     if orderbook:
-        ob = Path(orderbook)
-        if not ob.is_file():
-            raise FileNotFoundError(f"--orderbook: no such file: {ob}")
-        return msg, ob
+        return msg, _input_file("--orderbook", Path(orderbook))
     guess = msg.with_name(msg.name.replace("_message_", "_orderbook_"))
     return msg, (guess if guess != msg and guess.is_file() else None)
+
+
+def _input_file(option: str, path: Path) -> Path:
+    """`path` if it is a file; else an OSError saying what it is instead (FileNotFoundError,
+    IsADirectoryError), naming `option`."""
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise IsADirectoryError(f"{option}: {path} is a directory, not a file")
+    if path.exists():
+        raise OSError(f"{option}: {path} is not a regular file")
+    raise FileNotFoundError(f"{option}: no such file: {path}")
 
 
 # ---- the option chain and its surface -------------------------------------------------------------
@@ -214,7 +222,9 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
 
     `ticks` underlying ticks are replayed (0: the whole file). `progress(done, total)` is called
     now and then. Raises BackendUnavailable if `backend` is "gpu" and no GPU is usable, and
-    DataError if the files cannot be read or replayed.
+    DataError if the files cannot be read or replayed, the book never has both sides quoted, the
+    prices are so small that the chain's strikes round to $0.00, or the file has no underlying
+    tick.
     """
     # Decided first: an unusable backend should fail before any data is read.
     n_opt = n_expiries * n_strikes * 2
@@ -243,6 +253,11 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         raise DataError(f"{message_path}: the book never has both sides quoted")
     del probe
     chain = build_chain(open_mid, n_expiries, n_strikes)
+    if chain.strike.min() <= 0.0:
+        # A zero strike has no Black vol: every solved vol would be NaN and the check fail.
+        raise DataError(f"{message_path}: the opening mid ${open_mid:.6g} is too small for a chain listed to the "
+                        f"cent: its lowest strikes (70 % of the mid) round to $0.00 (prices are read as "
+                        f"dollars x {feed.book.price_scale:,.0f}, LOBSTER's units)")
     surface = build_surface()
     assert chain.size == n_opt
 
@@ -361,6 +376,9 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         if ticks == 0 and progress is not None and (i & 255) == 0:
             progress(i, total)
     wall_s = time.perf_counter() - wall0 - check_ns * 1e-9
+    if n_ticks == 0:    # (a positive --ticks stops only after a tick: the whole file was replayed)
+        raise DataError(f"{message_path}: no underlying tick in its {i:,} messages ({UNDERLYING_TICK}): "
+                        "nothing to reprice or check")
     if progress is not None:
         progress(total, total)
     n_replayed = i
@@ -407,8 +425,6 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         f"{acc['max_abs_vol_error']:.2e} (the quote offsets' effect); max |solved - (model vol + "
         f"offset/vega, 2nd order)| {acc['max_abs_residual']:.2e} (tolerance {IV_CHECK_TOL:.0e}): "
         + ("passed" if passed else "FAILED"))
-    if n_ticks == 0:
-        check["summary"] = "no underlying tick in the replayed messages: nothing was checked"
 
     from tickgpu.bench.common import machine_info
 
@@ -515,8 +531,9 @@ def print_table(report: dict, console) -> None:
 
 def main(args) -> int:
     """`tickgpu demo` (arguments from cli.build_parser). 0 on success, 1 if the vol check failed,
-    2 if the input files are missing or cannot be replayed, the chain does not fit in memory or
-    the report cannot be written (a message, no traceback), 3 if the asked backend is unavailable."""
+    2 if the input files are missing, cannot be replayed or give nothing to reprice (DataError),
+    the chain does not fit in memory or the report cannot be written (a message, no traceback),
+    3 if the asked backend is unavailable."""
     from rich.console import Console
     from rich.markup import escape
 
@@ -526,7 +543,7 @@ def main(args) -> int:
     console = Console(stderr=False, quiet=args.quiet)
     try:
         msg, ob = resolve_data(args.data, args.orderbook)
-    except FileNotFoundError as e:
+    except OSError as e:    # no such file, a directory, not a regular file
         Console(stderr=True).print(f"[red]tickgpu demo: {escape(str(e))}[/red]")
         return 2
     try:
