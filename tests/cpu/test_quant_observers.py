@@ -540,3 +540,103 @@ def test_check_causal_argument_errors_name_the_argument():
     with pytest.raises(TypeError, match=r"^perturbations: must be a tuple of names, got the string 'noise'"):
         check_causal(f, np.arange(10.0), perturbations="noise")
     assert check_causal(f, np.arange(10)).checks > 0      # integer series are fine
+
+
+# -- scheduled scales: a bad batch is refused before it is recorded ------------------------------------
+
+def test_scheduled_scales_refuse_a_bad_batch_and_go_on(rng):
+    sched = ScheduledScales(lambda: MinMaxObserver(axis=-1, alpha=None), window=3, every=1)
+    good = rng.standard_normal((6, 2, 3))
+    sched.observe(good[0])
+    with pytest.raises(ValueError, match=r"x \(tick 1\): has 4 channels along axis -1 \(shape \(1, 4\)\).*has 3"):
+        sched.observe(np.ones((1, 4)))
+    assert sched.step == 1 and len(sched._past) == 1 and sched.current.version == 1
+    for t, x in enumerate(good[1:], start=1):          # the good ticks after it are unaffected
+        sched.observe(x)
+    ref = ScheduledScales(lambda: MinMaxObserver(axis=-1, alpha=None), window=3, every=1)
+    for x in good:
+        ref.observe(x)
+    assert sched.step == 6 and sched.current.window == ref.current.window == (3, 6)
+    np.testing.assert_array_equal(sched.current.scale, ref.current.scale)
+    # every=4: the bad tick falls between updates and is still refused, naming the real tick
+    sparse = ScheduledScales(lambda: MinMaxObserver(axis=-1), window=4, every=4)
+    for x in good[:5]:
+        sparse.observe(x)
+    with pytest.raises(ValueError, match=r"x \(tick 5\): has 2 channels"):
+        sparse.observe(np.ones((1, 2)))
+    # per-channel initial parameters fix the channel count from the start
+    init = ScheduledScales(lambda: MinMaxObserver(axis=-1), window=4, every=4,
+                           initial=(np.ones(3), np.zeros(3)))
+    with pytest.raises(ValueError, match=r"x \(tick 0\): has 4 channels.*has 3 from the initial parameters"):
+        init.observe(np.ones((1, 4)))
+    assert init.step == 0 and init._past == []
+
+
+def test_scheduled_scales_refuse_complex_and_strict_nonfinite_batches(rng):
+    sched = ScheduledScales(lambda: MinMaxObserver(alpha=None), window=2, every=1)
+    with pytest.raises(TypeError, match=r"x \(tick 0\): must be real numbers, got complex128"):
+        sched.observe(np.array([1 + 100j, -1 + 0j]))
+    with pytest.raises(TypeError, match=r"x \(tick 0\): must be real numbers, got <U"):
+        sched.observe(np.array(["1.0"]))
+    assert sched.step == 0
+    strict = ScheduledScales(lambda: AbsMaxObserver(alpha=None, strict=True), window=3, every=3)
+    strict.observe(np.ones(2))
+    with pytest.raises(ValueError, match=r"x \(tick 1\) at index \(1,\): must be finite"):
+        strict.observe(np.array([1.0, np.nan]))
+    strict.observe(np.ones(2))
+    strict.observe(np.full(2, 4.0))
+    assert strict.current.version == 1 and strict.current.scale[0] == np.float32(4.0 / 127)
+
+
+@pytest.mark.parametrize("arg,value,error,match", [
+    ("window", 1.5, TypeError, r"window: must be an int >= 1, got 1.5"),
+    ("window", float("nan"), TypeError, r"window: must be an int >= 1, got nan"),
+    ("window", "3", TypeError, r"window: must be an int >= 1, got '3'"),
+    ("window", True, TypeError, r"window: must be an int >= 1, got True"),
+    ("window", 0, ValueError, r"window: must be >= 1, got 0"),
+    ("every", 2.0, TypeError, r"every: must be an int >= 1, got 2.0"),
+    ("every", -1, ValueError, r"every: must be >= 1, got -1")])
+def test_scheduled_scales_integer_arguments(arg, value, error, match):
+    kwargs = {"window": 3, "every": 2, arg: value}
+    with pytest.raises(error, match="^" + match):
+        ScheduledScales(lambda: AbsMaxObserver(), **kwargs)
+    assert ScheduledScales(lambda: AbsMaxObserver(), window=np.int64(3), every=np.int32(2)).window == 3
+
+
+# -- calibration noise: keys, sigma ----------------------------------------------------------------
+
+def test_calibration_noise_keeps_its_values_for_existing_seeds():
+    # results computed with these seeds before the key was built as uint64 words must not change
+    x = np.zeros(3)
+    pinned = {(0, 0): [0.15929546600623282, -1.7741885208017214, 1.3265118818830892],
+              (7, 3): [-2.3662085691511003, -1.391050781996294, -0.7264621797154692],
+              (2**53, 5): [-0.6540705509703741, 0.2879883174853349, 0.10165216911009296],
+              (12345, 2**40): [0.679526180060861, 1.60446279438176, -1.7514098711063155]}
+    for (seed, step), want in pinned.items():
+        assert calibration_noise(x, 1.0, seed, step).tolist() == want
+    # and the same as a Philox stream keyed by the plain list, the old construction, for any such seed
+    rng = np.random.default_rng(5)
+    for seed in [int(s) for s in rng.integers(0, 2**53, 20)]:
+        step = int(rng.integers(0, 2**31))
+        old = np.random.Generator(np.random.Philox(key=[seed, step])).standard_normal(4)
+        np.testing.assert_array_equal(calibration_noise(np.zeros(4), 1.0, seed, step), old)
+
+
+def test_calibration_noise_distinct_seeds_give_distinct_noise():
+    x = np.zeros(4)
+    seeds = [0, 1, -1, -2, -1000, 2**53 + 1, 2**63, 2**63 + 1, 2**64 - 3]
+    draws = [calibration_noise(x, 1.0, s, 0).tobytes() for s in seeds]
+    assert len(set(draws)) == len(seeds)
+    # a seed is taken mod 2**64: -1 and 2**64 - 1 are one key
+    np.testing.assert_array_equal(calibration_noise(x, 1.0, -1, 3), calibration_noise(x, 1.0, 2**64 - 1, 3))
+
+
+@pytest.mark.parametrize("sigma,error", [(-0.1, ValueError), (np.inf, ValueError), (np.nan, ValueError),
+                                         ("0.1", TypeError), (None, TypeError), (True, TypeError),
+                                         (1j, TypeError)])
+def test_noise_levels_are_checked(sigma, error):
+    with pytest.raises(error, match="^sigma: must be"):
+        calibration_noise(np.zeros(2), sigma, 0, 0)
+    with pytest.raises(error, match="^noise_sigma: must be"):
+        MinMaxObserver(noise_sigma=sigma)
+    assert MinMaxObserver(noise_sigma=np.float32(0.5)).noise_sigma == 0.5

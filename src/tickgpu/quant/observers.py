@@ -19,6 +19,8 @@ closed window of past ticks and swaps them in atomically.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import threading
 from dataclasses import dataclass
 
@@ -28,17 +30,55 @@ from tickgpu.quant.schemes import EPS
 
 _EPS64 = float(EPS)
 _F32MAX = float(np.finfo(np.float32).max)
+_KEY_MASK = 2**64 - 1
+
+
+def _check_sigma(sigma, name: str) -> float:
+    """A noise level as a float: a real number (not a bool), finite and >= 0."""
+    if isinstance(sigma, np.ndarray) and sigma.ndim == 0 and sigma.dtype.kind in "iuf":
+        sigma = sigma.item()
+    if isinstance(sigma, (bool, np.bool_)) or not isinstance(sigma, numbers.Real):
+        raise TypeError(f"{name}: must be a real number, got {sigma!r}")
+    value = float(sigma)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name}: must be finite and >= 0, got {sigma!r}")
+    return value
+
+
+def _check_count(value, name: str) -> int:
+    """A tick count (window, period) as an int >= 1; bools and non-integers refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: must be an int >= 1, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name}: must be >= 1, got {value!r}")
+    return int(value)
+
+
+def _real_batch(x, what: str) -> np.ndarray:
+    """A tick's batch as float64 (no copy where it already is); TypeError naming `what` for values
+    that are not real numbers (complex, strings, objects)."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise TypeError(f"{what}: must be real numbers, got {x.dtype}")
+    return x.astype(np.float64, copy=False)
 
 
 def calibration_noise(x: np.ndarray, sigma: float, seed: int, step: int) -> np.ndarray:
     """``x + sigma * N(0, 1)``, the noise drawn from a counter-based stream keyed by (seed, step).
 
     The draw at a tick depends only on the seed, the tick number and the batch's shape, never on
-    other ticks, so it is causal and replayable.
+    other ticks, so it is causal and replayable. The Philox key is ``(seed mod 2**64, step mod
+    2**64)`` as two uint64 words, so distinct seeds (negative ones and those past 2**63 included)
+    give distinct noise.
+
+    Raises TypeError for a sigma that is not a real number, ValueError for one that is not finite
+    and >= 0.
     """
+    sigma = _check_sigma(sigma, "sigma")
     if sigma == 0:
         return x
-    gen = np.random.Generator(np.random.Philox(key=[int(seed) & (2**64 - 1), int(step)]))
+    key = np.array([int(seed) & _KEY_MASK, int(step) & _KEY_MASK], dtype=np.uint64)
+    gen = np.random.Generator(np.random.Philox(key=key))
     return x + sigma * gen.standard_normal(np.shape(x))
 
 
@@ -119,8 +159,7 @@ class Observer:
                  strict: bool = False):
         if alpha is not None and not (0.0 <= float(alpha) < 1.0):
             raise ValueError(f"alpha: must be in [0, 1) or None, got {alpha!r}")
-        if not (np.isfinite(noise_sigma) and noise_sigma >= 0):
-            raise ValueError(f"noise_sigma: must be finite and >= 0, got {noise_sigma!r}")
+        noise_sigma = _check_sigma(noise_sigma, "noise_sigma")
         self.alpha = None if alpha is None else float(alpha)
         if axis is not None and (isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer))):
             raise TypeError(f"axis: must be an int or None, got {axis!r}")
@@ -128,7 +167,7 @@ class Observer:
         self.bits = bits
         self.symmetric = self.symmetric_default if symmetric is None else bool(symmetric)
         _qrange(bits, self.symmetric)
-        self.noise_sigma = float(noise_sigma)
+        self.noise_sigma = noise_sigma
         self.seed = int(seed)
         self.strict = strict
         self.step = 0  # ticks seen
@@ -163,33 +202,46 @@ class Observer:
             merged = self.alpha * old + (1.0 - self.alpha) * new
         return np.where(fresh, new, np.where(has, merged, old))
 
+    def check_batch(self, x, tick: int, channels: int | None = None,
+                    source: str = "earlier ticks") -> np.ndarray:
+        """``x`` as float64 (not copied where it already is), checked as tick ``tick``'s batch
+        without observing it: real numbers; for a per-channel observer at least 1-D, the axis in
+        range and ``channels`` channels along it (None: any number; ``source`` says where that
+        count comes from in the error); finite with ``strict``.
+
+        Raises TypeError (complex, strings, objects) or ValueError naming the tick (and the shapes
+        or the index), as :meth:`update` does.
+        """
+        x = _real_batch(x, f"x (tick {tick})")
+        if self.axis is not None:
+            if x.ndim == 0:
+                raise ValueError(f"x (tick {tick}): a per-channel observer (axis={self.axis}) needs "
+                                 f"at least 1-D batches, got a scalar")
+            if not -x.ndim <= self.axis < x.ndim:
+                raise ValueError(f"axis: {self.axis} is out of range for tick {tick}'s batch of shape "
+                                 f"{x.shape} ({x.ndim}-D)")
+            n = x.shape[self.axis % x.ndim]
+            if channels is not None and n != channels:
+                raise ValueError(f"x (tick {tick}): has {n} channels along axis {self.axis} (shape "
+                                 f"{x.shape}), the observer has {channels} from {source}")
+        if self.strict:
+            bad = ~np.isfinite(x)
+            if bad.any():
+                idx = tuple(int(i) for i in np.argwhere(bad)[0])
+                raise ValueError(f"x (tick {tick}) at index {idx}: must be finite, got {x[idx]!r}")
+        return x
+
     def update(self, x) -> "Observer":
         """Observe tick t's batch (any shape; float). Returns self.
 
         Raises ValueError (naming the tick and both shapes) when a per-channel observer gets a
         batch with a different number of channels than the batches before, a scalar, or a batch
-        with fewer dimensions than its axis needs; TypeError for complex values.
+        with fewer dimensions than its axis needs; TypeError for values that are not real numbers
+        (complex, strings, objects). The observer is unchanged after an error.
         """
-        x = np.asarray(x)
-        if np.iscomplexobj(x):
-            raise TypeError(f"x (tick {self.step}): must be real numbers, got {x.dtype}")
-        x = x.astype(np.float64, copy=False)
-        if self.axis is not None:
-            if x.ndim == 0:
-                raise ValueError(f"x (tick {self.step}): a per-channel observer (axis={self.axis}) needs "
-                                 f"at least 1-D batches, got a scalar")
-            if not -x.ndim <= self.axis < x.ndim:
-                raise ValueError(f"axis: {self.axis} is out of range for tick {self.step}'s batch of shape "
-                                 f"{x.shape} ({x.ndim}-D)")
-            n = x.shape[self.axis % x.ndim]
-            if self._lo is not None and n != self._lo.shape[0]:
-                raise ValueError(f"x (tick {self.step}): has {n} channels along axis {self.axis} (shape "
-                                 f"{x.shape}), the observer has {self._lo.shape[0]} from earlier ticks")
+        x = self.check_batch(x, self.step, None if self._lo is None else self._lo.shape[0])
         bad = ~np.isfinite(x)
         if bad.any():
-            if self.strict:
-                idx = tuple(int(i) for i in np.argwhere(bad)[0])
-                raise ValueError(f"x (tick {self.step}) at index {idx}: must be finite, got {x[idx]!r}")
             self.n_nonfinite += int(bad.sum())
         x = calibration_noise(x, self.noise_sigma, self.seed, self.step)
         lo, hi, has = self._batch_stats(x)
@@ -395,17 +447,24 @@ class ScheduledScales:
     previous parameters have another shape, as the unready initial ones of a per-channel observer
     do) the previous :class:`FrozenScales` stays in force, version unchanged.
 
+    Each observed batch is checked before it is recorded (:meth:`Observer.check_batch`), against the
+    observer from ``make_observer`` and the channel count of per-channel ``initial`` parameters or
+    else of the first batch: a batch the observer would refuse (complex values, another channel
+    count, a non-finite value for a strict observer) raises naming the tick and leaves the state as
+    it was, so the following ticks go on as if it had not been offered.
+
     Raises
     ------
+    TypeError
+        window or every not an int (a bool, a float, a string).
     ValueError
         window or every < 1; bad ``initial`` (naming the element and the reason).
     """
 
     def __init__(self, make_observer, *, window: int, every: int, initial=None):
-        if window < 1 or every < 1:
-            raise ValueError(f"window and every: must be >= 1, got window={window}, every={every}")
+        self.window = _check_count(window, "window")
+        self.every = _check_count(every, "every")
         self.make_observer = make_observer
-        self.window, self.every = int(window), int(every)
         probe = make_observer()
         if initial is None:
             initial = probe.qparams()
@@ -420,6 +479,12 @@ class ScheduledScales:
             i = int(np.flatnonzero((zp < qmin) | (zp > qmax))[0])
             raise ValueError(f"initial: zero_point[{i}]: must lie in [{qmin}, {qmax}] (the observer's "
                              f"{probe.bits}-bit grid), got {int(zp[i])}")
+        self._probe = probe        # checks each batch before it is recorded
+        # A per-channel observer's channel count: that of per-channel initial parameters, else of
+        # the first batch
+        width = max(self._current.scale.shape[0], self._current.zero_point.shape[0])
+        self._channels = width if probe.axis is not None and width > 1 else None
+        self._channels_from = "the initial parameters" if self._channels else "earlier ticks"
         self._past: list[np.ndarray] = []
         self.step = 0
         self._lock = threading.Lock()
@@ -429,8 +494,16 @@ class ScheduledScales:
         return self._current
 
     def observe(self, x) -> None:
-        """Record tick ``step``'s batch; refresh the scales when the schedule says so."""
-        self._past.append(np.array(x, np.float64, copy=True))
+        """Record tick ``step``'s batch; refresh the scales when the schedule says so.
+
+        Raises TypeError or ValueError, naming the tick, for a batch the observer would refuse
+        (see the class docstring); nothing is recorded then and ``step`` does not advance.
+        """
+        probe = self._probe
+        x = np.array(probe.check_batch(x, self.step, self._channels, self._channels_from), copy=True)
+        if probe.axis is not None and self._channels is None:
+            self._channels = x.shape[probe.axis % x.ndim]
+        self._past.append(x)
         if len(self._past) > self.window:
             self._past.pop(0)
         self.step += 1
