@@ -359,3 +359,112 @@ def test_gelu_matches_float64(rng):
     got = gemm.gelu(y)
     assert got.dtype == np.float32
     assert np.all(np.abs(got - want) <= 4 * F32_EPS * (np.abs(want) + np.abs(y)) + 1e-30)
+
+
+# -- argument shapes at the public entry points: nothing is broadcast ----------------------------------
+
+def _w8a8_operands(rng, m=3, n=4, k=5):
+    a = quantize_activations(rng.standard_normal((m, k)).astype(np.float32))
+    wq = quantize_weight(rng.standard_normal((n, k)))
+    return a, wq
+
+
+def test_w8a8_refuses_scales_and_bias_of_the_wrong_length(rng):
+    a, wq = _w8a8_operands(rng)
+    with pytest.raises(ValueError, match=r"^x_scale: must have shape \(3,\), one value per token, got shape \(1,\)"):
+        gemm.linear_w8a8(a.q, a.scale[:1], wq.q, wq.scale[:1], np.ones(1))
+    with pytest.raises(ValueError, match=r"^w_scale: must have shape \(4,\), one value per output channel, got shape \(1,\)"):
+        gemm.linear_w8a8(a.q, a.scale, wq.q, wq.scale[:1])
+    with pytest.raises(ValueError, match=r"^bias: must have shape \(4,\), one value per output channel, got shape \(1,\)"):
+        gemm.linear_w8a8(a.q, a.scale, wq.q, wq.scale, np.ones(1))
+    with pytest.raises(ValueError, match=r"^bias: must have shape \(4,\).*got shape \(2, 4\)"):
+        gemm.linear_w8a8(a.q, a.scale, wq.q, wq.scale, np.ones((2, 4)))
+    with pytest.raises(ValueError, match=r"^xq, wq: the reduction dimension K differs: shapes \(3, 4\) \(M, K\) "
+                                         r"and \(4, 5\) \(N, K\)"):
+        gemm.linear_w8a8(a.q[:, :4], a.scale, wq.q, wq.scale)
+    with pytest.raises(TypeError, match=r"^xq: must be int8 codes, got dtype int64"):
+        gemm.linear_w8a8(a.q.astype(np.int64), a.scale, wq.q, wq.scale)
+
+
+def test_entry_points_take_array_likes_with_the_same_result(rng):
+    a, wq = _w8a8_operands(rng)
+    bias = rng.standard_normal(4).astype(np.float32)
+    want = gemm.linear_w8a8(a.q, a.scale, wq.q, wq.scale, bias)
+    got = gemm.linear_w8a8(a.q, a.scale.tolist(), wq.q, wq.scale.tolist(), bias.tolist())
+    np.testing.assert_array_equal(got, want)
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    want = gemm.linear_w8a16(x, wq.q, wq.scale, bias)
+    np.testing.assert_array_equal(gemm.linear_w8a16(x.tolist(), wq.q, wq.scale.tolist(), bias.tolist()), want)
+    acc = gemm.int_gemm(a.q, wq.q)
+    np.testing.assert_array_equal(gemm.epilogue_w8a8(acc.tolist(), a.scale.tolist(), wq.scale.tolist()),
+                                  gemm.epilogue_w8a8(acc, a.scale, wq.scale))
+
+
+def test_limb_entry_points_check_every_shape(rng):
+    m, n, k = 3, 4, 6
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    w16 = quantize_weight(rng.standard_normal((n, k)), "int16")
+    hi, lo = w16.limbs
+    a8 = quantize_activations(x)
+    a16 = quantize_activations(x, bits=16)
+    xh, xl = a16.limbs
+    args8 = dict(xq=a8.q, x_scale=a8.scale, rowsum=a8.rowsum, w_hi=hi, w_lo=lo, w_scale=w16.scale,
+                 limb_offset=w16.limb_offset, bias=np.ones(n))
+    args16 = dict(x_hi=xh, x_lo=xl, x_scale=a16.scale, rowsum=a16.rowsum, w_hi=hi, w_lo=lo,
+                  w_scale=w16.scale, limb_offset=w16.limb_offset, bias=np.ones(n))
+    gemm.linear_w16a8(**args8)
+    gemm.linear_w16a16(**args16)
+    for name, bad, match in [("rowsum", a8.rowsum[:1], r"^rowsum: must have shape \(3,\), one value per token"),
+                             ("x_scale", a8.scale[:2], r"^x_scale: must have shape \(3,\)"),
+                             ("limb_offset", w16.limb_offset[:1], r"^limb_offset: must have shape \(4,\)"),
+                             ("w_scale", np.ones(5), r"^w_scale: must have shape \(4,\)"),
+                             ("bias", np.ones(3), r"^bias: must have shape \(4,\)"),
+                             ("w_lo", lo[:, :5], r"^w_hi, w_lo: must have one shape, got \(4, 6\) and \(4, 5\)")]:
+        with pytest.raises(ValueError, match=match):
+            gemm.linear_w16a8(**{**args8, name: bad})
+        key = name if name != "xq" else "x_hi"
+        with pytest.raises(ValueError, match=match):
+            gemm.linear_w16a16(**{**args16, key: bad})
+    with pytest.raises(ValueError, match=r"^x_hi, x_lo: must have one shape"):
+        gemm.linear_w16a16(**{**args16, "x_lo": xl[:2]})
+    with pytest.raises(ValueError, match=r"^xq, w_hi: the reduction dimension K differs"):
+        gemm.linear_w16a8(**{**args8, "xq": a8.q[:, :5]})
+    with pytest.raises(ValueError, match=r"^acc_hh, acc_mid: must have one shape"):
+        gemm.epilogue_w16a16(np.zeros((3, 4), np.int32), np.zeros((3, 5), np.int32), np.zeros((3, 4), np.int32),
+                             a16.rowsum, a16.scale, w16.scale, w16.limb_offset)
+
+
+def test_w8a16_and_float_baseline_check_k_and_scales(rng):
+    wq = quantize_weight(rng.standard_normal((4, 3)))
+    with pytest.raises(ValueError, match=r"^x, wq: the reduction dimension K differs: shapes \(2, 5\)"):
+        gemm.linear_w8a16(np.ones((2, 5)), wq.q, wq.scale)
+    with pytest.raises(ValueError, match=r"^w_scale: must have shape \(4,\)"):
+        gemm.linear_w8a16(np.ones((2, 3)), wq.q, wq.scale[:1])
+    with pytest.raises(TypeError, match=r"^x: must hold real numbers, got dtype complex128"):
+        gemm.linear_w8a16(np.ones((2, 3)) + 1j, wq.q, wq.scale)
+    with pytest.raises(ValueError, match=r"^x, weight: the reduction dimension K differs"):
+        gemm.linear_float(np.ones((2, 5)), np.ones((4, 3)))
+    with pytest.raises(ValueError, match=r"^bias: must have shape \(4,\)"):
+        gemm.linear_float(np.ones((2, 3)), np.ones((4, 3)), np.ones(1))
+
+
+def test_join_limbs_refuses_limbs_out_of_int8_range():
+    with pytest.raises(ValueError, match=r"^hi\[0\]: must be an int8 limb in \[-128, 127\], got 200"):
+        join_limbs(np.array([200]), np.array([0]))
+    with pytest.raises(ValueError, match=r"^lo\[1\]: must be an int8 limb"):
+        join_limbs(np.array([0, 0], np.int16), np.array([0, -129], np.int16))
+    with pytest.raises(TypeError, match=r"^hi: must be int8 limbs, got dtype float64"):
+        join_limbs(np.array([1.0]), np.array([0], np.int8))
+    with pytest.raises(ValueError, match=r"^hi, lo: must have one shape"):
+        join_limbs(np.zeros(2, np.int8), np.zeros(3, np.int8))
+    # values in range of a wider integer dtype join as int8 limbs do
+    q = np.array([-32768, -1, 0, 12345, 32767], np.int16)
+    hi, lo = split_limbs(q)
+    np.testing.assert_array_equal(join_limbs(hi.astype(np.int64), lo.astype(np.int32)), q)
+
+
+@pytest.mark.parametrize("x", [np.array([[1 + 5j, 2]]), np.array([[True, False]]), np.array([["1", "2"]]),
+                               np.array([[1.0, 2.0]], dtype=object)])
+def test_quantize_activations_refuses_values_that_are_not_real(x):
+    with pytest.raises(TypeError, match=r"^x: must be a real float array, got"):
+        quantize_activations(x)

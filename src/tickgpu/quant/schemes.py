@@ -60,6 +60,15 @@ WEIGHT_FORMATS = ("int8", "int16")
 F32_MAX = float(np.finfo(np.float32).max)
 
 
+def check_real(x, name: str) -> np.ndarray:
+    """``np.asarray(x)``, refused with TypeError naming ``name`` unless it holds real numbers (a
+    float or integer dtype): complex values, bools, strings and objects are not silently cast."""
+    x = np.asarray(x)
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise TypeError(f"{name}: must be a real float array, got {x.dtype}")
+    return x
+
+
 def _rint(x: np.ndarray) -> np.ndarray:
     # np.rint rounds half to even, as cvt.rni / libdevice rint do on the GPU.
     return np.rint(x)
@@ -189,7 +198,25 @@ def split_limbs(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def join_limbs(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`split_limbs`: int16 ``256*hi + lo + 128``."""
+    """Inverse of :func:`split_limbs`: int16 ``256*hi + lo + 128``.
+
+    ``hi`` and ``lo`` are int8 limbs (any integer dtype whose values lie in [-128, 127]) of one
+    shape; TypeError for other dtypes, ValueError naming the first limb out of range (it would wrap
+    int16) or the shapes.
+    """
+    limbs = {"hi": np.asarray(hi), "lo": np.asarray(lo)}
+    for name, v in limbs.items():
+        if not np.issubdtype(v.dtype, np.integer):
+            raise TypeError(f"{name}: must be int8 limbs, got dtype {v.dtype}")
+        if v.dtype != np.int8 and v.size:
+            bad = (v < -128) | (v > 127)
+            if bad.any():
+                i = tuple(int(a) for a in np.argwhere(bad)[0])
+                raise ValueError(f"{name}[{', '.join(map(str, i))}]: must be an int8 limb in [-128, 127], "
+                                 f"got {int(v[i])}")
+    hi, lo = limbs["hi"], limbs["lo"]
+    if hi.shape != lo.shape:
+        raise ValueError(f"hi, lo: must have one shape, got {hi.shape} and {lo.shape}")
     return (256 * hi.astype(np.int32) + lo.astype(np.int32) + 128).astype(np.int16)
 
 
@@ -237,11 +264,13 @@ def quantize_activations(x, bits: int = 8) -> QuantizedActivations:
     ValueError
         Not 2-D; bits not 8 or 16; 16-bit rows longer than ACT16_K_MAX (their int32 row sums
         could wrap).
+    TypeError
+        x not real numbers (complex, bool, strings, objects): nothing is cast silently.
     """
     if bits not in ACT_BITS:
         raise ValueError(f"bits: must be one of {ACT_BITS}, got {bits!r}")
     qmax = INT8_MAX if bits == 8 else ACT16_MAX
-    x = np.asarray(x)
+    x = check_real(x, "x")
     if x.ndim != 2:
         raise ValueError(f"x: must be 2-D (tokens, features), got shape {x.shape}")
     if bits == 16 and x.shape[1] > ACT16_K_MAX:
