@@ -385,3 +385,41 @@ def test_model_errors_name_the_layer_or_module():
     sd = {"0.weight": np.full(4, np.nan), "0.bias": np.zeros(4), "1.weight": w}
     with pytest.raises(ValueError, match=r"^state_dict: module '0' \(the LayerNorm\): gamma\[0\]: must be finite"):
         QuantMLP.from_state_dict(sd)
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("shape", [(2, 0), (0, 3)])
+def test_every_scheme_refuses_an_empty_weight(scheme, shape):
+    with pytest.raises(ValueError, match=rf"^weight: must not be empty, got shape \({shape[0]}, {shape[1]}\)"):
+        QuantLinear(np.zeros(shape), scheme=scheme)
+
+
+@pytest.mark.parametrize("gelu", ["no", 1, None, np.float64(0.0)])
+def test_gelu_must_be_a_bool(gelu):
+    with pytest.raises(TypeError, match=r"^gelu: must be a bool"):
+        QuantLinear(np.ones((2, 3)), gelu=gelu)
+    assert QuantLinear(np.ones((2, 3)), gelu=np.bool_(True)).gelu is True
+
+
+@pytest.mark.parametrize("bad", [np.ones(3) + 2j, np.ones(3, bool), np.array(["1", "1", "1"])])
+def test_layernorm_parameters_must_be_real(bad):
+    w = np.ones((2, 3))
+    with pytest.raises(TypeError, match=r"^layernorm: gamma: must be a real float array"):
+        QuantMLP([(w, None)], layernorm=(bad, np.zeros(3)))
+    with pytest.raises(TypeError, match=r"^layernorm: beta: must be a real float array"):
+        QuantMLP([(w, None)], layernorm=(np.ones(3), bad))
+    # lists of numbers are fine, and give the model arrays do
+    a = QuantMLP([(w, None)], layernorm=([1.0, 2.0, 3.0], [0, 0, 1]))
+    b = QuantMLP([(w, None)], layernorm=(np.array([1.0, 2.0, 3.0]), np.array([0.0, 0.0, 1.0])))
+    x = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(a(x), b(x))
+
+
+@pytest.mark.parametrize("keys", [("0.weight", "00.weight"), ("net.2.weight", "net.02.bias"),
+                                  ("00.weight", "0.bias")])
+def test_state_dict_refuses_two_spellings_of_one_module_index(rng, keys):
+    sd = {keys[0]: rng.standard_normal((2, 3)), keys[1]: rng.standard_normal((2, 3) if "weight" in keys[1] else 2)}
+    if keys[0].startswith("net.2"):
+        sd = {"net.0.weight": rng.standard_normal((3, 3)), **sd}
+    with pytest.raises(ValueError, match=rf"^state_dict: keys '{keys[0]}' and '{keys[1]}' both name module"):
+        QuantMLP.from_state_dict(sd)

@@ -36,6 +36,7 @@ from tickgpu.quant.schemes import (
     OUT_DTYPES,
     QuantizedWeight,
     cast_output,
+    check_real,
     quantize_activations,
     quantize_weight,
 )
@@ -156,10 +157,7 @@ def _float_param(values, name: str, shape: tuple, limit: float = F32_MAX, why: s
     """A float parameter (bias, gamma, beta, float weight) as float32, checked: shape, finite, and
     within +-limit (float32's max; float16's where the scheme rounds it to float16), which a
     float64 value can exceed and then turn into inf."""
-    v = np.asarray(values)
-    if not (np.issubdtype(v.dtype, np.floating) or np.issubdtype(v.dtype, np.integer)):
-        raise TypeError(f"{name}: must be a real float array, got {v.dtype}")
-    v = v.astype(np.float64)
+    v = check_real(values, name).astype(np.float64)
     if v.shape != shape:
         raise ValueError(f"{name}: must have shape {shape}, got {v.shape}")
     bad = ~np.isfinite(v)
@@ -275,9 +273,12 @@ class QuantLinear:
     Raises
     ------
     ValueError
-        Bad shapes, a weight or bias that is not finite or out of range (named by its index), or
-        in_features > :data:`tickgpu.quant.gemm.K_MAX` (:data:`~tickgpu.quant.gemm.K_MAX_A16` for
-        ``w16a16``): int32 accumulation could overflow.
+        Bad shapes, an empty weight (every scheme), a weight or bias that is not finite or out of
+        range (named by its index), or in_features > :data:`tickgpu.quant.gemm.K_MAX`
+        (:data:`~tickgpu.quant.gemm.K_MAX_A16` for ``w16a16``): int32 accumulation could overflow.
+    TypeError
+        A weight or bias that does not hold real numbers (complex, bool, strings); ``gelu`` not a
+        bool.
     """
 
     op_name = "quant_linear"
@@ -289,6 +290,8 @@ class QuantLinear:
         if backend not in _BACKENDS:
             raise ValueError(f"backend: must be one of {_BACKENDS}, got {backend!r}")
         self.backend = backend
+        if not isinstance(gelu, (bool, np.bool_)):
+            raise TypeError(f"gelu: must be a bool, got {gelu!r}")
         self.gelu = bool(gelu)
         # Its GPU step reads float32 input (W8A16 reads float16): see _gpu_step.
         self._stages_f32 = self.scheme in _INT_ACT
@@ -296,6 +299,8 @@ class QuantLinear:
         w = np.asarray(weight)
         if w.ndim != 2:
             raise ValueError(f"weight: must be 2-D (out_features, in_features), got shape {w.shape}")
+        if 0 in w.shape:
+            raise ValueError(f"weight: must not be empty, got shape {w.shape}")
         self.out_features, self.in_features = w.shape
         gemm.check_k(self.in_features, act16=self.scheme == "w16a16")
         # fp16 rounds its weights and bias to float16: past 65504 they would be inf.
@@ -388,7 +393,8 @@ class QuantMLP:
     layernorm : (gamma, beta) or (gamma, beta, eps), optional
         A LayerNorm over the input features, computed in float32 precision (float64 internally,
         rounded once) before the first layer; eps defaults to 1e-5 as in PyTorch. gamma and beta
-        must be finite and within float32's range, eps finite and > 0.
+        must be real numbers (TypeError for complex, bool or strings), finite and within float32's
+        range, eps finite and > 0.
     scheme, out_dtype, backend
         As for :class:`QuantLinear`; ``out_dtype`` applies to the final output (hidden activations
         are float32, float16 for ``w8a16`` and ``fp16``).
@@ -442,8 +448,8 @@ class QuantMLP:
                 eps = float(rest[0]) if rest else 1e-5
             except (TypeError, ValueError):
                 raise TypeError(f"layernorm: eps must be a number, got {rest[0]!r}") from None
-            g = np.asarray(gamma, np.float64)
-            bt = np.asarray(beta, np.float64)
+            g = check_real(gamma, "layernorm: gamma")
+            bt = check_real(beta, "layernorm: beta")
             if g.shape != (self.in_features,) or bt.shape != (self.in_features,):
                 raise ValueError(f"layernorm: gamma and beta must have shape ({self.in_features},), "
                                  f"got {g.shape} and {bt.shape}")
@@ -481,8 +487,11 @@ class QuantMLP:
             ``QuantMLP(layers, layernorm=(np.ones(n), np.zeros(n)))``); so is a 1-D weight
             without a bias (``LayerNorm(bias=False)`` and ``RMSNorm`` cannot be told apart).
             Modules without parameters after the last Linear cannot be seen in a state dict at all.
+            Two keys that spell one module index differently (``"0.weight"`` and ``"00.weight"``)
+            are refused, naming both, rather than one of them being dropped.
         """
         groups: dict[int, dict[str, np.ndarray]] = {}
+        spelled: dict[tuple, str] = {}   # (prefix, index) -> the first key naming it ("0", "00": one index)
         prefixes = set()
         for key, value in state_dict.items():
             path, _, leaf = str(key).rpartition(".")
@@ -495,7 +504,12 @@ class QuantMLP:
                                  "bias of LayerNorm and Linear modules are read; a BatchNorm, a quantized or "
                                  "other module is not supported)")
             prefixes.add(head)
-            groups.setdefault(int(index), {})[leaf] = _host_array(value, key)
+            i, key = int(index), str(key)
+            first = spelled.setdefault((head, i), key)
+            if first is not key and (first.rpartition(".")[0] != path or leaf in groups[i]):
+                raise ValueError(f"state_dict: keys {first!r} and {key!r} both name module {i}: one "
+                                 "of them would be dropped")
+            groups.setdefault(i, {})[leaf] = _host_array(value, key)
         if not groups:
             raise ValueError("state_dict: is empty")
         if len(prefixes) > 1:
