@@ -22,7 +22,8 @@ MB = 1 << 20
 def ctx():
     c = rt.init(bundle_dir=Path(tickgpu.__file__).resolve().parent / "kernels" / "bundle")
     yield c
-    default_pinned_pool(c).close()
+    # The context's default pool holds its staging for the life of the context: it refuses to
+    # close (PinnedPool.close); the process's end returns it.
     rt.reset()
 
 
