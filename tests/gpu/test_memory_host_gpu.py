@@ -11,7 +11,6 @@ import pytest
 import tickgpu
 import tickgpu.runtime as rt
 from tickgpu.memory import ManagedArray, PinnedPool, mapped
-from tickgpu.memory.host import default_pinned_pool
 
 pytestmark = pytest.mark.gpu
 
