@@ -538,6 +538,35 @@ def test_surface_kernel_edges_agree_with_cpu_backend(surface_mod, interpolation,
     np.testing.assert_allclose(got, first, rtol=1e-15)
 
 
+def test_surface_kernel_flat_vol_for_huge_t(surface_mod, rng):
+    """Beyond the last expiry, where w(T_last) t overflows: the vol is still the last row's and the
+    variance w(T_last) (t / T_last) where that is finite, bit for bit the CPU backend's."""
+    import tickgpu
+
+    strikes = np.sort(rng.uniform(50, 150, 7))
+    expiries = np.sort(rng.uniform(0.1, 3.0, 4))
+    vols = rng.uniform(0.1, 0.6, (4, 7))
+    vols[-1] = rng.uniform(1.0, 3.0, 7)            # w(T_last) > 1: w t overflows near DBL_MAX
+    cases = [(strikes, expiries, vols), (np.array([100.0]), np.array([1.0]), np.array([[1e100]])),
+             (np.array([100.0]), np.array([4.0]), np.array([[2.0]]))]
+    t_huge = np.array([1e100, 1e200, 1e300, 1e307, 4e307, 1e308, np.finfo(np.float64).max])
+    for strikes, expiries, vols in cases:
+        k = np.concatenate([rng.uniform(strikes[0] - 10, strikes[-1] + 10, t_huge.size), strikes[:1]])
+        t = np.concatenate([t_huge, [expiries[-1] * 3.0]])
+        surf = tickgpu.VolSurface(strikes, expiries, vols)
+        for what, cpu in ((0, surf.vol(k, t, backend="cpu")), (1, surf.variance(k, t, backend="cpu"))):
+            got = run_surface(surface_mod, strikes, expiries, vols, 0, k, t, what)
+            np.testing.assert_array_equal(got, cpu, err_msg=f"what={what} {vols.shape}")
+        assert np.all(np.isfinite(surf.vol(k, t, backend="cpu")))
+    # The documented values: vol 2.0 at every t, the variance 16 (t / 4) until it overflows.
+    got = run_surface(surface_mod, np.array([100.0]), np.array([4.0]), np.array([[2.0]]), 0,
+                      np.full(2, 100.0), np.array([4e307, 1e308]), 1)
+    assert got[0] == 16.0 * (4e307 / 4.0) and got[1] == np.inf
+    got = run_surface(surface_mod, np.array([100.0]), np.array([4.0]), np.array([[2.0]]), 0,
+                      np.full(2, 100.0), np.array([4e307, 1e308]), 0)
+    np.testing.assert_array_equal(got, [2.0, 2.0])
+
+
 def test_surface_kernel_matches_quantlib_variance_surface(surface_mod, rng):
     """Mode 0 is QuantLib's BlackVarianceSurface with flat strike extrapolation."""
     ql = pytest.importorskip("QuantLib")

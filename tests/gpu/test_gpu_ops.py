@@ -432,6 +432,23 @@ def test_surface_numpy(ctx, rng, n, interpolation):
     _agree(surf.vol(k[0], 0.7, backend="gpu"), surf.vol(k[0], 0.7, backend="cpu"), np.float64, "scalar")
 
 
+def test_surface_flat_vol_for_huge_t(ctx, rng):
+    """Beyond the last expiry, where w(T_last) t overflows, as the CPU: the last row's vol, and the
+    variance w (t / T_last) where that is finite."""
+    strikes = np.sort(rng.uniform(50, 150, 12))
+    expiries = np.sort(rng.uniform(0.05, 3, 6))
+    vols = rng.uniform(0.1, 0.6, (6, 12))
+    vols[-1] = rng.uniform(1.0, 3.0, 12)
+    surf = tickgpu.VolSurface(strikes, expiries, vols)
+    t = np.tile([1e100, 1e300, 1e307, 4e307, 1e308, np.finfo(np.float64).max, 2 * expiries[-1]], 40)
+    k = rng.uniform(30, 170, t.size)
+    for f in (surf.vol, surf.variance):
+        gpu, cpu = f(k, t, backend="gpu"), f(k, t, backend="cpu")
+        np.testing.assert_array_equal(np.isinf(gpu), np.isinf(cpu))
+        _agree(gpu, cpu, np.float64, f.__name__)
+    assert np.all(np.isfinite(surf.vol(k, t, backend="gpu")))
+
+
 # ---- GPU arrays ----------------------------------------------------------------------------------
 def _device_libs():
     libs = []

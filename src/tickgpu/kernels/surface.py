@@ -121,8 +121,11 @@ def vol_surface_kernel(
     w1 = tl.where(nk == 1, a10 * a10 * T1, (1.0 - u) * (a10 * a10 * T1) + u * (a11 * a11 * T1))
     var_first = tl.where(t <= t_first, w0, w1)      # row 0's variance when t <= t_first
     var0 = (1.0 - v) * w0 + v * w1
-    # From the last expiry on (row i1): w(T_last) t / T_last, exactly w(T_last) at T_last.
-    var0 = tl.where(t >= t_last, tl.where(t == t_last, w1, w1 * t / t_last), var0)
+    # From the last expiry on (row i1): w(T_last) t / T_last, exactly w(T_last) at T_last; where
+    # w t overflows (a huge t) and w (t / T_last) does not, the latter (w > 0 there: no 0 x inf).
+    wt = w1 * t / t_last
+    wt = tl.where(wt == inf, w1 * (t / t_last), wt)
+    var0 = tl.where(t >= t_last, tl.where(t == t_last, w1, wt), var0)
     # Before the first expiry: the implicit zero row at t = 0 makes the variance linear in t.
     var0 = tl.where((t <= t_first) & (t < t_last), var_first * (t / t_first), var0)
     # Up to the first expiry the vol is the first row's for every t (and its limit at t = 0),
@@ -130,6 +133,9 @@ def vol_surface_kernel(
     # (w(t) underflowing) come out 0.
     after = t > t_first
     vol0 = tl.where(after, libdevice.sqrt(var0 / tl.where(after, t, 1.0)), libdevice.sqrt(var_first / t_first))
+    # Beyond the last expiry the vol is flat, the last row's: where w(t) overflowed it is taken from
+    # that row directly (elsewhere as w / t, bit for bit the CPU's).
+    vol0 = tl.where((vol0 == inf) & (t > t_last), libdevice.sqrt(w1 / t_last), vol0)
 
     # Mode 1: vol, linear in strike along each row, then linear in t.
     s0 = (1.0 - u) * a00 + u * a01
