@@ -285,8 +285,10 @@ def test_activation_quantization_edges(rng):
     assert np.array_equal(a16.rowsum, a16.q.astype(np.int64).sum(axis=1))
     err16 = np.abs(a16.q[ok] * a16.scale[ok, None].astype(np.float64) - x[ok].astype(np.float64))
     assert np.all(err16 <= 0.5 * a16.scale[ok, None] * (1 + 1e-5) + 1e-45)
-    with pytest.raises(ValueError, match="bits"):
-        quantize_activations(x, bits=4)
+    for bad in (4, 8.0, True, "8", np.float64(16)):
+        with pytest.raises(ValueError, match="bits: must be the integer 8 or 16"):
+            quantize_activations(x, bits=bad)
+    assert np.array_equal(quantize_activations(x, bits=np.int64(8)).q, quantize_activations(x, bits=8).q)
 
 
 def test_int32_overflow_limit_is_where_the_arithmetic_says():

@@ -185,8 +185,12 @@ def test_nonfinite_values_are_masked_and_counted_or_rejected():
 def test_observer_argument_errors():
     with pytest.raises(ValueError, match="alpha"):
         MinMaxObserver(alpha=1.0)
-    with pytest.raises(ValueError, match="bits"):
-        MinMaxObserver(bits=4)
+    for bad in (4, 8.0, True, None):
+        with pytest.raises(ValueError, match="bits: must be the integer 8 or 16"):
+            MinMaxObserver(bits=bad)
+        with pytest.raises(ValueError, match="bits: must be the integer 8 or 16"):
+            qparams_from_range(np.zeros(2), np.ones(2), bits=bad)
+    assert MinMaxObserver(bits=np.int32(16)).bits == 16 and type(MinMaxObserver(bits=np.int32(16)).bits) is int
     with pytest.raises(ValueError, match="noise_sigma"):
         AbsMaxObserver(noise_sigma=-1)
 

@@ -83,8 +83,9 @@ def calibration_noise(x: np.ndarray, sigma: float, seed: int, step: int) -> np.n
 
 
 def _qrange(bits: int, symmetric: bool) -> tuple[int, int]:
-    if bits not in (8, 16):
-        raise ValueError(f"bits: must be 8 or 16, got {bits}")
+    if type(bits) is bool or not isinstance(bits, (int, np.integer)) or bits not in (8, 16):
+        raise ValueError(f"bits: must be the integer 8 or 16, got {bits!r}")
+    bits = int(bits)
     top = 2 ** (bits - 1) - 1
     return (-top, top) if symmetric else (-top - 1, top)
 
@@ -164,9 +165,9 @@ class Observer:
         if axis is not None and (isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer))):
             raise TypeError(f"axis: must be an int or None, got {axis!r}")
         self.axis = None if axis is None else int(axis)
-        self.bits = bits
         self.symmetric = self.symmetric_default if symmetric is None else bool(symmetric)
         _qrange(bits, self.symmetric)
+        self.bits = int(bits)
         self.noise_sigma = noise_sigma
         self.seed = int(seed)
         self.strict = strict

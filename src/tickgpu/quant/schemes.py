@@ -267,8 +267,8 @@ def quantize_activations(x, bits: int = 8) -> QuantizedActivations:
     TypeError
         x not real numbers (complex, bool, strings, objects): nothing is cast silently.
     """
-    if bits not in ACT_BITS:
-        raise ValueError(f"bits: must be one of {ACT_BITS}, got {bits!r}")
+    if type(bits) is bool or not isinstance(bits, (int, np.integer)) or bits not in ACT_BITS:
+        raise ValueError(f"bits: must be the integer 8 or 16, got {bits!r}")
     qmax = INT8_MAX if bits == 8 else ACT16_MAX
     x = check_real(x, "x")
     if x.ndim != 2:
