@@ -499,6 +499,9 @@ class MockDriver:
         gelu = "_gelu" in v
         bias = vec("bias_ptr", n, np.float32)
         if entry in ("w8a16_gemm_kernel", "tg_w8a16_small_kernel"):
+            if entry == "tg_w8a16_small_kernel":
+                # its 16-byte weight loads read each row to K rounded up to 16 (the padding unused)
+                self._matrix(fn, vals["b_ptr"], n, -(-k // 16) * 16, vals["stride_bn"], np.int8, "b_ptr")
             a = self._matrix(fn, vals["a_ptr"], m, k, vals["stride_am"], np.float16, "a_ptr")
             b = self._matrix(fn, vals["b_ptr"], n, k, vals["stride_bn"], np.int8, "b_ptr")
             y = gemm.linear_w8a16(a.astype(np.float32), b, vec("b_scale_ptr", n, np.float32), bias, apply_gelu=gelu)

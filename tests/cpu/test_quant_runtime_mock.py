@@ -154,8 +154,8 @@ def test_aligned_variants_refuse_broken_promises(kr, mock):
     with pytest.raises(ValueError, match="a_ptr.*16-byte"):
         kr.launch("quant_gemm_w8a8_f32_s", None, bad_ptr)
     assert len(mock.launches) == before
-    # stride_cm and N carry no promise
-    kr.launch("quant_gemm_w8a8_f32_s", None, args[:10] + [n, k, k, k, n + 3])
+    # stride_cm and N carry no promise (C's rows n + 3 apart: a buffer that holds them)
+    kr.launch("quant_gemm_w8a8_f32_s", None, bufs[:8] + [kr.empty((m, n + 3), "float32"), m, n, k, k, k, n + 3])
 
 
 @pytest.mark.parametrize("scheme", ["w8a8", "w16a8", "w16a16", "w8a16"])

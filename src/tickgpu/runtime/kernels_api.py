@@ -28,12 +28,21 @@ handed out again at once: whatever the next owner queues runs after what the las
 Buffers come from a small caching pool (power-of-two size classes, 256 bytes and up) so that a
 model step allocates nothing from the driver once warm.
 
-What a launch checks (cheaply, every time): the variant exists; the argument count and kinds;
-i32 range; for an ``aligned16`` variant, that every pointer is 16-byte aligned and its
-``multiple_of_16`` parameters are multiples of 16 (what it was compiled assuming: a wrong promise
-would read the wrong bytes, not fail); and that ``grid`` is the manifest's rule for these
-arguments (``rows``: (M, 1, 1); ``tiles``: (ceil(M/block_m) * ceil(N/block_n), 1, 1)). Bad
-arguments raise ValueError / TypeError naming the variant and the parameter.
+What a launch checks (cheaply, every time; a `PreparedLaunch` once): the variant exists; the
+argument count and kinds; i32 range; for an ``aligned16`` variant, that every pointer is 16-byte
+aligned and its ``multiple_of_16`` parameters are multiples of 16 (what it was compiled assuming:
+a wrong promise would read the wrong bytes, not fail); that ``grid`` is the manifest's rule for
+these arguments (``rows``: (M, 1, 1); ``tiles``: (ceil(M/block_m) * ceil(N/block_n), 1, 1)); that
+a tiled GEMM has M and N of at least 1 (its tile index divides by their tile counts); and that
+every `DeviceBuffer` or `MappedBuffer` holds the bytes the kernel reaches through it for these
+sizes, with a non-negative row stride where it reaches past its first row
+(:mod:`tickgpu.runtime.extents` has the rules: ``(rows - 1) * stride + columns`` elements of the
+kernel's element size, e.g. ``(M - 1) * stride_am + K`` int8 codes for a GEMM's A, with W16A16's
+lo-limb half row, and weight rows to K rounded up to 16 for the CUDA C W8A16 kernel; nothing for
+a pointer the variant never dereferences). Bad arguments raise ValueError / TypeError naming the
+variant and the parameter; a buffer too small names the bytes needed, the sizes they follow from,
+and the buffer's bytes. A raw integer device address is checked for none of this: passing one is
+the caller's promise that it addresses enough memory.
 """
 from __future__ import annotations
 
@@ -42,6 +51,7 @@ import threading
 import numpy as np
 
 from tickgpu.runtime.bundle import QUANT_FAMILY, BundleError
+from tickgpu.runtime.extents import compile_reach, reach_formula
 from tickgpu.runtime.launch import Launcher
 
 __all__ = ["DeviceBuffer", "MappedBuffer", "BufferPool", "KernelRuntime", "PreparedLaunch", "StepGraph", "DTYPES"]
@@ -185,6 +195,9 @@ class MappedBuffer:
                 pass
 
 
+_SIZED = (DeviceBuffer, MappedBuffer)   # arguments whose size a launch checks
+
+
 class StepGraph:
     """Prepared launches captured once as one CUDA graph on the runtime's stream (`KernelRuntime.capture`).
 
@@ -273,6 +286,7 @@ class KernelRuntime:
         # themselves (the bundle's sm_90 quant variants, manifest "pdl"); False captures plain edges.
         # Read when a graph is captured: graphs captured before a change keep their edges.
         self.programmatic = True
+        self._reach: dict = {}   # variant -> extents.VariantReach, compiled on first launch
 
     # ---- memory ------------------------------------------------------------------------------
     def empty(self, shape, dtype: str) -> DeviceBuffer:
@@ -365,8 +379,10 @@ class KernelRuntime:
         BundleError
             No such variant in the bundle.
         TypeError, ValueError
-            Wrong argument count or kind, an i32 out of range, a broken alignment promise, or a
-            grid other than the manifest's for these arguments.
+            Wrong argument count or kind, an i32 out of range, a broken alignment promise, a
+            grid other than the manifest's for these arguments, a buffer smaller than the bytes
+            the kernel reaches through it for these sizes (or a negative row stride into one), or
+            M or N below 1 for a tiled GEMM.
         CudaError
             The driver refused the launch.
         """
@@ -384,6 +400,7 @@ class KernelRuntime:
             if grid != want:
                 raise ValueError(f"{variant}: grid {grid} is not the manifest's {spec.grid!r} grid {want} "
                                  f"for these arguments")
+        self._check_reach(spec, args, values)
         with ctx.lock:
             ctx.enter()
             lau = ctx.launchers.get(variant)
@@ -405,6 +422,7 @@ class KernelRuntime:
         if grid != want:
             raise ValueError(f"{variant}: grid {grid} is not the manifest's {spec.grid!r} grid {want} "
                              f"for these arguments")
+        self._check_reach(spec, args, values)
         lk = self.ctx.bundle.kernels[variant]
         with self.ctx.lock:
             self.ctx.bundle.ensure_scratch(lk, grid[0])
@@ -442,6 +460,37 @@ class KernelRuntime:
                     raise TypeError(f"{spec.variant}: parameter {p.name} takes a float, got {a!r}")
                 values.append(float(a))
         return values
+
+    def _check_reach(self, spec, args, values) -> None:
+        """Buffers hold what the kernel reaches for these sizes; a tiled GEMM's M and N are >= 1."""
+        reach = self._reach.get(spec.variant)
+        if reach is None:
+            reach = self._reach[spec.variant] = compile_reach(spec)
+        for i in reach.positive:
+            if values[i] < 1:
+                raise ValueError(f"{spec.variant}: parameter {spec.params[i].name} must be at least 1, got "
+                                 f"{values[i]} (the kernel's tile index divides by the number of tiles it "
+                                 f"makes; launch nothing for an empty problem)")
+        for i, rows_i, cols_i, stride_i, element, half, cols_to in reach.rules:
+            buf = args[i]
+            if not isinstance(buf, _SIZED):
+                continue   # a raw device address: the caller's promise
+            rows = values[rows_i] if rows_i >= 0 else 1
+            end = values[cols_i]
+            if rows <= 0 or end <= 0:
+                continue   # every lane masked off: nothing dereferenced
+            if cols_to > 1:
+                end = -(-end // cols_to) * cols_to
+            if stride_i >= 0 and (rows > 1 or half):
+                stride = values[stride_i]
+                if stride < 0:
+                    raise ValueError(f"{spec.variant}: parameter {spec.params[stride_i].name} is {stride}: a "
+                                     f"negative row stride reaches before {spec.params[i].name}'s buffer")
+                end += (rows - 1) * stride + (stride // 2 if half else 0)
+            if end * element > buf.nbytes:
+                raise ValueError(f"{spec.variant}: parameter {spec.params[i].name} needs a buffer of at least "
+                                 f"{end * element} bytes, {reach_formula(spec, i, values)}; got {buf.nbytes} "
+                                 f"bytes ({buf.dtype} {buf.shape})")
 
     # ---- warm-up -------------------------------------------------------------------------------
     def warm(self) -> int:
