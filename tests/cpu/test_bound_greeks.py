@@ -181,6 +181,26 @@ def test_a_single_call_flag_is_a_bool_as_greeks_takes_it(gpu_ctx, call, err):
         _same(got, tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, 0.01, bool(ok), backend="gpu"))
 
 
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), "array"])
+@pytest.mark.parametrize("n", [5, 40, 200])   # a tick, a larger tick bucket, a pipeline (64 staged)
+def test_gpu_paths_refuse_booleans_as_numbers(gpu_ctx, value, n):
+    """The staged tick, the pipeline and the bindings refuse a boolean in a number's place, as the
+    CPU backend does, naming it; call flags take them."""
+    s = np.linspace(80, 120, n)
+    v = np.arange(n) % 2 == 0 if isinstance(value, str) else value
+    for backend in ("cpu", "gpu"):
+        with pytest.raises(TypeError, match=r"^div: must be a real number"):
+            tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, v, backend=backend)
+        with pytest.raises(TypeError, match=r"^rate: must be a real number"):
+            tickgpu.implied_vol(np.full(n, 5.0), s, 100.0, 1.0, v, 0.01, backend=backend)
+    if n <= 64:
+        with pytest.raises(TypeError, match=r"^bind_greeks: div:? must be"):
+            rt.bind_greeks(s, 100.0, 1.0, 0.03, 0.2, v, True)
+    got = tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, 0.0, v, backend="gpu")
+    _same(got, tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, 0.0, np.broadcast_to(np.asarray(v), (n,)).astype(bool),
+                              backend="gpu"))
+
+
 @pytest.mark.parametrize("value", [np.timedelta64(100, "ns"), np.datetime64(1, "D")])
 def test_gpu_path_refuses_dates_as_the_cpu_does(gpu_ctx, value):
     for backend in ("cpu", "gpu"):

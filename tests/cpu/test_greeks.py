@@ -495,6 +495,32 @@ def test_inputs_must_be_real_numbers(value):
             tickgpu.greeks(100.0, 100.0, 1.0, 0.05, value, strict=strict, dtype=np.float32)
 
 
+BOOLEANS = [True, False, np.bool_(True), np.array([True, False, True]), [False, True, False]]
+
+
+@pytest.mark.parametrize("value", BOOLEANS, ids=repr)
+def test_booleans_are_not_numbers(value):
+    """A boolean in a number's place (``greeks(S, K, t, r, vol, False)`` meant as a put is a
+    dividend yield of 0) is refused, naming the argument; as call flags they are the values."""
+    S = np.array([90.0, 100.0, 110.0])
+    for strict in (False, True):
+        for dtype in (np.float64, np.float32):
+            with pytest.raises(TypeError, match=r"^div: must be a real number or an array of real numbers, got"):
+                tickgpu.greeks(S, 100.0, 1.0, 0.05, 0.2, value, strict=strict, dtype=dtype)
+            with pytest.raises(TypeError, match=r"^spot: must be a real number"):
+                tickgpu.greeks(value, 100.0, 1.0, 0.05, 0.2, strict=strict, dtype=dtype)
+        with pytest.raises(TypeError, match=r"^rate: must be a real number"):
+            tickgpu.implied_vol(5.0, S, 100.0, 1.0, value, strict=strict)
+    surf = tickgpu.VolSurface([90.0, 110.0], [0.5, 1.0], [[0.2, 0.25], [0.22, 0.24]])
+    with pytest.raises(TypeError, match=r"^t: must be a real number"):
+        surf.vol(100.0, value)
+    # The flag takes them, and integers stay numbers.
+    want = tickgpu.greeks(S, 100.0, 1.0, 0.05, 0.2, 0.0, call=False)
+    np.testing.assert_array_equal(tickgpu.greeks(S, 100, 1, 0, 0.2, 0, call=np.bool_(False)).price,
+                                  tickgpu.greeks(S, 100.0, 1.0, 0.0, 0.2, 0.0, call=False).price)
+    assert np.all(want.delta < 0)
+
+
 def mp_greeks(S, K, t, r, sig, q, call):
     """The ten outputs from Haug's formulas in 60-digit mpmath (QuantLib's units)."""
     mp = pytest.importorskip("mpmath")

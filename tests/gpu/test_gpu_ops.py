@@ -203,6 +203,24 @@ def test_greeks_at_the_money_is_at_the_money(ctx, dtype, t):
         assert np.all(np.abs(getattr(g, name) - getattr(c, name)) <= 4 * tol * leg), (t, name)
 
 
+@pytest.mark.parametrize("n", (5, 1024, 300_001))   # a mapped tick, a copied tick, a pipeline
+def test_booleans_are_not_numbers_on_the_gpu(ctx, n):
+    """``greeks(S, K, t, r, vol, False)`` meant as a put: refused naming div, as on the CPU, from
+    NumPy and from a GPU array's call (a host value mixed in); the call flag takes booleans."""
+    s = np.linspace(80, 120, n)
+    for v in (False, np.bool_(True), np.arange(n) % 2 == 0):
+        with pytest.raises(TypeError, match=r"^div: must be a real number"):
+            tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, v, backend="gpu")
+        with pytest.raises(TypeError, match=r"^rate: must be a real number"):
+            tickgpu.implied_vol(np.full(n, 5.0), s, 100.0, 1.0, v, 0.0, backend="gpu")
+    for name, to_device in _device_libs()[:1]:
+        with pytest.raises(TypeError, match=r"^div: must be a real number"):
+            tickgpu.greeks(to_device(s), 100.0, 1.0, 0.03, 0.2, False)
+    got = tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, 0.0, np.bool_(False), backend="gpu")
+    _agree(got.price, tickgpu.greeks(s, 100.0, 1.0, 0.03, 0.2, 0.0, False, backend="cpu").price, np.float64,
+           "put price")
+
+
 def test_greeks_non_contiguous_numpy(ctx, rng):
     a = _bsm(rng, 2000, np.float64)
     strided = {k: (v[::2] if k != "call" else v[::2]) for k, v in a.items()}

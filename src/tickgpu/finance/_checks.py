@@ -149,7 +149,7 @@ def int_overflow(names, values, error: OverflowError) -> Exception:
             if isinstance(v, int):
                 float(v)
             elif isinstance(v, (list, tuple)):
-                real_array(name, v)
+                real_array(name, v, flags=True)   # only its integers' range matters here
         except OverflowError:
             return ValueError(f"{name}: an integer beyond float64's range (~1.8e308)")
         except ValueError as e:
@@ -169,11 +169,13 @@ def call_flag(name: str, x) -> bool:
     raise TypeError(f"{name}: must be a bool, got {type(x).__name__}")
 
 
-def real_array(name: str, a) -> np.ndarray:
+def real_array(name: str, a, flags: bool = False) -> np.ndarray:
     """`a` as an ndarray of real numbers (not converted further), or TypeError naming `name`.
 
     NumPy would parse strings ("100"), drop the imaginary part of complex numbers (with a
-    warning only) and turn None into NaN on the way to float; none of those is a price.
+    warning only) and turn None into NaN on the way to float; none of those is a price. Nor is a
+    boolean (True as 1.0: ``greeks(S, K, t, r, vol, False)`` meant as a put would be a dividend
+    yield of 0): refused unless `flags` (an input of call flags, where bools are the values).
     """
     arr = a if type(a) is _ndarray else np.asarray(a)
     if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
@@ -182,7 +184,7 @@ def real_array(name: str, a) -> np.ndarray:
             return arr.astype(np.float64)
         except OverflowError:
             raise ValueError(f"{name}: an integer beyond float64's range (~1.8e308)") from None
-    if arr.dtype.kind not in _REAL_KINDS:
+    if arr.dtype.kind not in _REAL_KINDS or (arr.dtype.kind == "b" and not flags):
         what = f"an array of {arr.dtype}" if isinstance(a, (np.ndarray, list, tuple)) else type(a).__name__
         raise TypeError(f"{name}: must be a real number or an array of real numbers, got {what}")
     return arr

@@ -81,7 +81,8 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
         float32)"``.
     TypeError
         A `dtype` other than float64 / float32, a `call` that is not boolean, or an input that is
-        not real numbers (strings, complex, None).
+        not real numbers (strings, complex, None, booleans: ``greeks(S, K, t, r, vol, False)`` is
+        refused, not a dividend yield of 0).
 
     Notes
     -----
@@ -174,14 +175,15 @@ def bind_inputs(pointers, strides, values, dt: np.dtype, shape, scratch, names) 
         if tv is _ndarray and v.dtype is dt and v.shape == shape and v.flags.c_contiguous:
             pointers[i] = _from_buffer(v)
             strides[i + 1] = 1 if v.size != 1 else 0
-        elif tv is float or tv is int or tv is bool:
+        elif tv is float or tv is int:
             k = i >> 1
             scratch[k] = v
             pointers[i] = scratch + k
             strides[i + 1] = 0
         else:
             # real_array converts a non-array once, as as_input would, and refuses what would
-            # only become a number by parsing ("100"), truncation (complex) or as NaN (None).
+            # only become a number by parsing ("100"), truncation (complex) or as NaN (None),
+            # and booleans (a flag passed in a number's place).
             arr, stride = as_input(_checks.real_array(names[i >> 1], v), shape, dt)
             keep.append(arr)
             pointers[i] = _from_buffer(arr)

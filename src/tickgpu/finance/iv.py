@@ -110,7 +110,7 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     premiums keep their own relative precision in float32 and are never flagged for being small.
 
     Mismatched shapes always raise ValueError; bad values raise only with ``strict=True``. Inputs
-    that are not real numbers (strings, complex, None) raise TypeError.
+    that are not real numbers (strings, complex, None, booleans) raise TypeError.
     """
     dt = _checks.check_dtype(dtype)
     if type(backend) is not str or backend not in _BACKENDS:

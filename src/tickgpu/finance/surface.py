@@ -68,7 +68,7 @@ class VolSurface:
         hold (vols beyond ~1e150, or vols and expiries so small that it falls below 1e-300):
         "vol" interpolation takes those.
     TypeError
-        Grid values, strikes or times that are not real numbers (strings, complex, None).
+        Grid values, strikes or times that are not real numbers (strings, complex, None, booleans).
     """
 
     __slots__ = ("_strikes", "_expiries", "_vols", "_interpolation", "_native")

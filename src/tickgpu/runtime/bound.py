@@ -45,6 +45,8 @@ _I8 = np.dtype(np.int8)
 
 
 def _single(name: str, x) -> float:
+    if isinstance(x, (bool, np.bool_)):
+        _checks.real_array(name, x)   # raises: a boolean in a number's place
     try:
         return float(x)
     except OverflowError:

@@ -63,7 +63,7 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
                 continue
             # A host value mixed in: real numbers only, as on the host path (NumPy would parse
             # strings, drop imaginary parts and make None a NaN).
-            a = _checks.real_array(name, x)
+            a = _checks.real_array(name, x, flags=name == fam.flag)
             if a.size == 1:
                 scalars.append((len(ptrs), np.ascontiguousarray(a, dtype=want).reshape(1)))
                 ptrs.append(0)

@@ -122,10 +122,12 @@ def _convert(x, flag: bool, want: np.dtype, shape: tuple, name: str):
     """(value, is_array) for an input that is not already right: a Python number for a single
     value, else a C-contiguous array of `shape` (bool or uint8 for a flag, else `want`).
     TypeError naming the input for what is not real numbers (as the CPU backend: NumPy would
-    parse strings, drop imaginary parts and make None a NaN)."""
+    parse strings, drop imaginary parts and make None a NaN; a boolean is a flag's value only)."""
+    if isinstance(x, (bool, np.bool_)) and not flag:
+        _checks.real_array(name, x)   # raises: a boolean in a number's place
     if isinstance(x, (float, int)) or (isinstance(x, np.generic) and x.dtype.kind in _checks._REAL_KINDS):
         return _scalar(x, flag), False
-    a = _checks.real_array(name, x)
+    a = _checks.real_array(name, x, flags=flag)
     if flag:
         if a.dtype is not _BOOL and a.dtype is not _U8:
             a = a != 0            # any nonzero value is a call
@@ -152,7 +154,7 @@ def host_inputs(fam, dtype, shape, n, inputs) -> tuple[list, int]:
                 x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
             vals.append(x)
             pattern |= 1 << i
-        elif tx is float or tx is int or tx is bool:
+        elif tx is float or tx is int or (tx is bool and i == flag):
             vals.append(((1 if x else 0) if i == flag else x))
         else:
             v, is_array = _convert(x, i == flag, want[i], shape, fam.inputs[i])
@@ -288,7 +290,7 @@ class _TickPlan:
                     nbytes[j + 2] = n * self.itemsizes[i]
                     held[i] = _ARRAY
                 continue
-            if tx is float or tx is int or tx is bool:
+            if tx is float or tx is int or (tx is bool and i == flag):
                 v = (1 if x else 0) if i == flag else x
             else:
                 v, is_array = _convert(x, i == flag, want[i], shape, self.fam.inputs[i])

@@ -111,7 +111,7 @@ def _prepare(name: str, x, flag: bool, dtype: np.dtype):
     integers, any nonzero one a call.
     """
     try:
-        a = _checks.real_array(name, x)
+        a = _checks.real_array(name, x, flags=flag)
     except OverflowError:
         raise ValueError(f"{name}: an integer beyond float64's range (~1.8e308)") from None
     if a.ndim > 1:
