@@ -17,3 +17,23 @@ def gpu_ctx(tmp_path):
                 staging_elements=64)
     yield c
     rt.reset()
+
+
+@pytest.fixture
+def quant_driver():
+    from cuda_mock import MockDriver
+
+    return MockDriver()
+
+
+@pytest.fixture
+def quant_ctx(quant_driver, tmp_path):
+    """The runtime on `quant_driver` (the mock) with the quant kernels' entries besides the
+    element-wise ones, 64 staging elements a tick."""
+    import tickgpu.runtime as rt
+    from cuda_mock import default_entries, quant_entries, write_bundle
+
+    entries = default_entries() + quant_entries("sm_90")
+    c = rt.init(driver=quant_driver, bundle_dir=write_bundle(tmp_path / "bundle", entries), staging_elements=64)
+    yield c
+    rt.reset()

@@ -9,9 +9,6 @@ naming the parameter; the mock driver, with every buffer an allocation of its ex
 accept the same launch and trip on the same short buffer passed as a raw address (which the
 runtime leaves unchecked).
 """
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -21,21 +18,17 @@ from tickgpu.quant import QuantMLP, _gpu
 from tickgpu.runtime.extents import REACH, variant_features
 from tickgpu.runtime.kernels_api import DTYPES, BufferPool
 
-sys.path.insert(0, str(Path(__file__).parent))
-from cuda_mock import MockDriver, default_entries, quant_entries, write_bundle  # noqa: E402
+from cuda_mock import quant_entries   # tests/cpu is on sys.path (conftest.py)
 
 
 @pytest.fixture
-def mock():
-    return MockDriver()
+def mock(quant_driver):
+    return quant_driver
 
 
 @pytest.fixture
-def kr(mock, tmp_path):
-    rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries() + quant_entries("sm_90")),
-            staging_elements=64)
-    yield rt.kernel_runtime()
-    rt.reset()
+def kr(quant_ctx):   # tests/cpu/conftest.py
+    return rt.kernel_runtime()
 
 
 @pytest.fixture

@@ -27,16 +27,13 @@ from cuda_mock import MockDriver, default_entries, kernel_entry, quant_entries, 
 
 
 @pytest.fixture
-def mock():
-    return MockDriver()
+def mock(quant_driver):
+    return quant_driver
 
 
 @pytest.fixture
-def ctx(mock, tmp_path):
-    entries = default_entries() + quant_entries("sm_90")
-    c = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", entries), staging_elements=64)
-    yield c
-    rt.reset()
+def ctx(quant_ctx):   # tests/cpu/conftest.py
+    return quant_ctx
 
 
 @pytest.fixture
