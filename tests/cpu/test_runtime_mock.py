@@ -1093,3 +1093,97 @@ def test_gpu_reason_says_it_was_disabled(monkeypatch):
 
     monkeypatch.setenv("TICKGPU_DISABLE_GPU", "1")
     assert dispatch.gpu_reason() == "disabled by TICKGPU_DISABLE_GPU"
+
+
+# ---- random call sequences: the staged path's cached state never leaks between calls -----------------
+def _random_input(rng, n, dtype, flag: bool):
+    """One input of a staged call, as a caller might pass it: (the value passed, its float64 reference
+    as the kernel reads it). Arrays of the call's dtype and other dtypes, strided and reversed views,
+    lists, 0-d and one-element arrays, NumPy and Python numbers; flags as bools, bool / uint8 / int
+    arrays."""
+    if flag:
+        kind = rng.integers(5)
+        if kind == 0:
+            v = bool(rng.integers(2))
+            return v, np.full(n, v)
+        c = rng.random(n) < 0.5
+        if kind == 1:
+            return c, c
+        if kind == 2:
+            return c.astype(np.uint8), c
+        if kind == 3:
+            return c.astype(np.int64), c
+        return np.bool_(c[0]), np.full(n, c[0])
+    base = rng.uniform(0.5, 2.0, n)
+    kind = rng.integers(9)
+    if kind == 0:
+        x = base.astype(dtype)                                  # the per-tick case: read in place
+    elif kind == 1:
+        x = base.astype(np.float32 if np.dtype(dtype) == np.float64 else np.float64)   # converted
+    elif kind == 2:
+        wide = np.empty((n, 2), dtype)
+        wide[:, 0] = base
+        x = wide[:, 0]                                          # strided
+    elif kind == 3:
+        x = base.astype(dtype)[::-1].copy()[::-1]               # reversed view
+    elif kind == 4:
+        x = base.tolist()
+    elif kind == 5:
+        x = float(base[0])                                      # a single value, filled into its slot
+    elif kind == 6:
+        x = np.float64(base[0]) if rng.integers(2) else np.float32(base[0])
+    elif kind == 7:
+        x = np.array(base[0]) if rng.integers(2) else np.array([base[0]])
+    else:
+        x = -0.0 if rng.integers(2) else 0.0                    # signed zeros are different inputs
+    ref = np.broadcast_to(np.asarray(x).astype(dtype).astype(np.float64).reshape(-1), (n,))
+    return x, ref
+
+
+def test_random_call_sequences_match_the_reference(ctx, rng):
+    """Hundreds of staged calls in random order -- both ops, both dtypes, sizes sharing a bucket,
+    crossing buckets and taking the pipeline, single values changing and repeating, bindings made
+    and called in between, their arrays changed in place -- each equal to the reference: what one
+    call leaves in staging (a slot's single value, a binding's arrays, a pipeline's chunks) never
+    shows in another's results."""
+    sizes = (1, 2, 15, 16, 17, 30, 31, 32, 33, 48, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5)
+    bindings = []
+    for step in range(400):
+        dtype = (np.float64, np.float32)[rng.integers(2)]
+        n = int(sizes[rng.integers(len(sizes))])
+        if bindings and rng.random() < 0.2:
+            op, tick, arrays, bdtype = bindings[rng.integers(len(bindings))]
+            for a in arrays[:-1]:
+                a[:] = rng.uniform(0.5, 2.0, a.size)          # in place: the binding reads them anew
+            arrays[-1][:] = rng.random(arrays[-1].size) < 0.5
+            refs = [np.asarray(a, np.float64) for a in arrays[:-1]] + [arrays[-1]]
+            if op == "greeks":
+                got, want = tick().as_dict(), expected_greeks(*refs)
+                for k in want:
+                    _close(got[k], want[k], bdtype)
+            else:
+                vol, status = tick()
+                want_vol, want_status = expected_iv(*refs)
+                _close(vol, want_vol, bdtype)
+                np.testing.assert_array_equal(status, want_status)
+            continue
+        op = ("greeks", "implied_vol")[rng.integers(2)]
+        pairs = [_random_input(rng, n, dtype, flag=i == 6) for i in range(7)]
+        values, refs = [p[0] for p in pairs], [p[1] for p in pairs]
+        if op == "greeks":
+            got = ops.greeks(*values, dtype=dtype, shape=(n,))
+            want = expected_greeks(*refs)
+            for k in want:
+                assert got[k].shape == (n,) and got[k].dtype == dtype, (step, k)
+                _close(got[k], want[k], dtype)
+        else:
+            vol, status = ops.implied_vol(*values, dtype=dtype, shape=(n,))
+            want_vol, want_status = expected_iv(*refs)
+            assert vol.shape == status.shape == (n,) and vol.dtype == dtype
+            _close(vol, want_vol, dtype)
+            np.testing.assert_array_equal(status, want_status)
+        if n <= CHUNK and rng.random() < 0.1:
+            arrays = [rng.uniform(0.5, 2.0, n).astype(dtype) for _ in range(6)] + [rng.random(n) < 0.5]
+            bind = rt.bind_greeks if op == "greeks" else rt.bind_implied_vol
+            bindings.append((op, bind(*arrays, dtype=dtype), arrays, dtype))
+    assert len(bindings) >= 5
