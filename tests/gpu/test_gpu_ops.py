@@ -365,6 +365,79 @@ def test_bound_implied_vols_follow_their_arrays(ctx, rng, dtype, n):
             args[k][:] = v
 
 
+def _presented(rng, x, dtype, flag):
+    """`x` (an array of n) as a caller might pass it: in place, of another dtype, a strided or
+    reversed view, a list, or one of its values as a Python, NumPy or 0-d number (flags: a bool,
+    bool / uint8 / int64 arrays)."""
+    kind = int(rng.integers(7))
+    if flag:
+        return (bool(x[0]), x, x.astype(np.uint8), x.astype(np.int64), np.bool_(x[0]), x, x)[kind]
+    if kind == 0:
+        return x
+    if kind == 1:
+        return x.astype(np.float32 if np.dtype(dtype) == np.float64 else np.float64)
+    if kind == 2:
+        wide = np.empty((x.size, 3), x.dtype)
+        wide[:, 1] = x
+        return wide[:, 1]
+    if kind == 3:
+        return x[::-1].copy()[::-1]
+    if kind == 4:
+        return x.tolist()
+    return (float(x[0]), np.array(x[0]))[kind - 5]
+
+
+def test_random_call_sequences_agree_with_the_cpu(ctx, rng):
+    """Staged calls in random order -- greeks and implied vols, both dtypes, sizes sharing a bucket,
+    crossing buckets and taking the pipeline, inputs in place, converted, strided or single values
+    that change and repeat -- with bindings made and called in between on arrays changed in place:
+    each call agrees with the CPU backend on the same arguments, so nothing one call leaves in
+    staging (a slot's single value, a binding's arrays, a pipeline's chunks) shows in another's."""
+    sizes = (1, 2, 16, 17, 31, 32, 1000, 1024, 1100, 4096, 131_073)
+    names = {"greeks": ("spot", "strike", "t", "rate", "vol", "div", "call"),
+             "iv": ("price", "spot", "strike", "t", "rate", "div", "call")}
+    bindings = []
+    for step in range(240):
+        dtype = (np.float64, np.float32)[int(rng.integers(2))]
+        n = int(sizes[rng.integers(len(sizes))])
+        if n > 4096 and rng.random() < 0.8:
+            n = 33
+        if bindings and rng.random() < 0.2:
+            op, tick, arrays, bdtype = bindings[int(rng.integers(len(bindings)))]
+            fresh = _bsm(rng, arrays["call"].size, bdtype) if op == "greeks" else _iv_inputs(rng, arrays["call"].size, bdtype)
+            for k, v in fresh.items():
+                arrays[k][:] = v                              # in place: the binding reads them anew
+            if op == "greeks":
+                b, c = tick(), tickgpu.greeks(**arrays, dtype=bdtype, backend="cpu")
+                floors = cancelling_scale(arrays)
+                for name in GREEKS:
+                    _agree(getattr(b, name), getattr(c, name), bdtype, f"step {step} bound {name}", floors.get(name))
+            else:
+                c = tickgpu.implied_vol(**arrays, dtype=bdtype, backend="cpu", return_status=True)
+                _iv_agree(arrays, tick(), c, bdtype, f"step {step} bound iv")
+            continue
+        op = ("greeks", "iv")[int(rng.integers(2))]
+        canonical = _bsm(rng, n, dtype) if op == "greeks" else _iv_inputs(rng, n, dtype)
+        args = {k: _presented(rng, canonical[k], dtype, k == "call") for k in names[op]}
+        read = {k: np.broadcast_to(np.asarray(v).astype(bool if k == "call" else dtype), (n,)) for k, v in args.items()}
+        what = f"step {step} {op} n={n} {np.dtype(dtype).name} {[type(v).__name__ for v in args.values()]}"
+        if op == "greeks":
+            g, c = _greeks_both(args, dtype)
+            floors = cancelling_scale(read)
+            for name in GREEKS:
+                assert getattr(g, name).shape == (n,) and getattr(g, name).dtype == dtype, what
+                _agree(getattr(g, name), getattr(c, name), dtype, f"{what} {name}", floors.get(name))
+        else:
+            g, c = _iv_both(args, dtype)
+            assert g[0].shape == (n,) and g[0].dtype == dtype, what
+            _iv_agree(read, g, c, dtype, what)
+        if n <= 4096 and rng.random() < 0.1:
+            arrays = {k: np.array(v) for k, v in canonical.items()}
+            bind = rt.bind_greeks if op == "greeks" else rt.bind_implied_vol
+            bindings.append((op, bind(*(arrays[k] for k in names[op]), dtype=dtype), arrays, dtype))
+    assert len(bindings) >= 3
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_mapped_bindings_compute_in_place(ctx, rng, dtype):
     """bind_greeks / bind_implied_vol with out=: NumPy arrays in mapped pinned memory, read and
