@@ -158,3 +158,31 @@ def test_native_allocation_failure_is_a_memory_error():
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("MemoryError: Book: out of memory allocating n_instruments=4000000 with "
                                "initial_levels=64"), r.stdout + r.stderr
+
+
+# ---- Book.step -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field", ["type", "size", "price", "direction", "instrument"])
+@pytest.mark.parametrize("flag", [True, False, np.True_, np.False_])
+def test_step_refuses_bools_naming_the_field(field, flag):
+    """The native call takes True / False as 1 / 0: step(True, 5, 100, 1) was a submit, direction=True
+    a buy, instrument=True instrument 1. A flag is no message field: TypeError, nothing applied."""
+    b = Book(2)
+    row = np.array([101, 5, 100, 5], np.int64)
+    args = dict(type=1, size=5, price=100, direction=1, instrument=0)
+    args[field] = flag
+    for r in (None, row):
+        with pytest.raises(TypeError, match=rf"^Book.step: {field} must be an integer, got {flag!r}$"):
+            b.step(args["type"], args["size"], args["price"], args["direction"], r, instrument=args["instrument"])
+    for inst in (0, 1):
+        assert b.level_counts(inst) == (0, 0)
+
+
+def test_step_takes_numpy_integers_and_returns_message_codes():
+    from tickgpu.finance.book import MessageCode
+
+    b = Book()
+    f, code, resynced = b.step(np.int8(1), np.int64(5), np.uint32(100), np.int32(1), None, np.int64(0))
+    assert code is MessageCode.OK and not resynced and b.snapshot(1)[0, 2:].tolist() == [100, 5]
+    f, code, resynced = b.step(2, 9, 100, 1)
+    assert code is MessageCode.OVERSIZE and b.snapshot(1)[0, 3] == 5

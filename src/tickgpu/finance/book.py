@@ -332,7 +332,9 @@ class Book:
         ------
         TypeError, ValueError
             A `row` that is not such an array, or not a valid book (the book is then as the
-            message left it). MemoryError if level growth failed.
+            message left it). MemoryError if level growth failed. A message field or `instrument`
+            that is not an integer (floats, bools) raises TypeError, one that does not fit its C
+            field OverflowError, naming it, before anything is applied.
         """
         if row is None:
             levels, ptr = 0, ffi.NULL
@@ -346,6 +348,11 @@ class Book:
             if row.size == 0 or row.size % 4:
                 raise ValueError(f"row: must hold 4 * levels values (levels >= 1), got {row.size}")
             levels, ptr = row.size // 4, ffi.from_buffer("int64_t[]", row)
+        # Python ints (the per-tick case) are answered by their class alone; anything else is
+        # looked at for a bool, which the native call would take as 0 / 1.
+        if (type.__class__ is not _int or size.__class__ is not _int or price.__class__ is not _int
+                or direction.__class__ is not _int or instrument.__class__ is not _int):
+            _refuse_bools("Book.step", type, size, price, direction, instrument)
         buf = self._reused_buffer(1)
         try:
             status = self._step(self._book, instrument, type, size, price, direction, levels, ptr, buf.c,
@@ -358,7 +365,7 @@ class Book:
             if status == lib.TG_ERANGE:
                 self._instrument(instrument)   # a bad instrument, else the row's levels
             self._row_status(status, row, "tg_book_step")
-        return self._reused_result(buf), MessageCode(self._one_code[0]), bool(self._step_resynced[0])
+        return self._reused_result(buf), _CODES[self._one_code[0]], bool(self._step_resynced[0])
 
     def _as_messages(self, messages, name: str = "messages") -> np.ndarray:
         """`messages` as a C-contiguous MESSAGE_DTYPE array. Another structured dtype is converted
@@ -646,12 +653,25 @@ class _FeatureBuffers:
 
 # The C types of a message's fields in tg_book_apply_fields / tg_book_step.
 _FIELD_BITS = (("type", 32), ("size", 64), ("price", 64), ("direction", 32), ("instrument", 32))
+_int = int
+# MessageCode by value (the core's codes are 0 .. 10): a tuple index, where MessageCode(c) would cost
+# more than the rest of a step's Python.
+_CODES = tuple(MessageCode)
+assert all(c.value == i for i, c in enumerate(_CODES))
+
+
+def _refuse_bools(where: str, *values) -> None:
+    """TypeError naming the first message field (in `_FIELD_BITS` order) that is a bool: the native
+    call would take True / False as 1 / 0 (a submit, a buy), where a flag was passed for a number."""
+    for (name, _), v in zip(_FIELD_BITS, values):
+        if isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{where}: {name} must be an integer, got {v!r}")
 
 
 def _field_error(where: str, *values) -> Exception:
     """The exception for a message field the native call could not take, naming the field."""
     for (name, bits), v in zip(_FIELD_BITS, values):
-        if not isinstance(v, (int, np.integer)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
             return TypeError(f"{where}: {name} must be an integer, got {v!r}")
         if not -(1 << (bits - 1)) <= int(v) < 1 << (bits - 1):
             return OverflowError(f"{where}: {name} {int(v)} does not fit int{bits}")
