@@ -539,3 +539,20 @@ def test_features_of_more_levels_than_memory_holds_refuse_cleanly(monkeypatch):
     with pytest.raises(MemoryError, match=r"^features: 2147483647 levels"):
         b.apply(message_array(1, [10], [100], 1), features=2**31 - 1)
     assert b.features(3).bid_depth.tolist() == [10, 0, 0]
+
+
+def test_snapshot_of_more_levels_than_memory_holds_refuses_cleanly(monkeypatch):
+    """snapshot(2**31 - 1) asked NumPy for 64 GiB (its MemoryError names no argument; a size under
+    the machine's overcommit but over its memory would be written level by level and the process
+    killed): a MemoryError naming levels, on a machine of 8 GiB so that the test never depends on
+    this one's."""
+    import tickgpu.finance.book as book
+
+    monkeypatch.setattr(book, "_physical_memory", lambda: 8 << 30)
+    b = Book()
+    b.apply_one(1, 10, 100, 1)
+    for levels, gib in [(2**31 - 1, "64.0"), (3 * 10**8, "8.9")]:
+        with pytest.raises(MemoryError, match=rf"^snapshot: {levels} levels need {gib} GiB, more than this "
+                                              r"machine's 8.0 GiB"):
+            b.snapshot(levels)
+    assert b.snapshot(2).tolist() == [[EMPTY_ASK_PRICE, 0, 100, 10], [EMPTY_ASK_PRICE, 0, EMPTY_BID_PRICE, 0]]

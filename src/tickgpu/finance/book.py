@@ -420,9 +420,15 @@ class Book:
     def snapshot(self, levels: int, instrument: int = 0) -> np.ndarray:
         """The ``levels`` best levels: int64 array (levels, 4) of ask price, ask size, bid price,
         bid size per level, best first; prices in ticks; empty levels as LOBSTER encodes them
-        (EMPTY_ASK_PRICE / EMPTY_BID_PRICE, size 0). ``.ravel()`` is a LOBSTER orderbook row."""
+        (EMPTY_ASK_PRICE / EMPTY_BID_PRICE, size 0). ``.ravel()`` is a LOBSTER orderbook row.
+        MemoryError, naming `levels`, where the array (32 bytes a level) is more than the machine's
+        memory: the core writes every level, so it would be really used."""
         levels = _level_count("levels", levels)
         instrument = self._instrument(instrument)
+        need = 32 * levels
+        if need > 1 << 30 and need > _physical_memory():   # (a syscall: not for every tick's small arrays)
+            raise MemoryError(f"snapshot: {levels} levels need {need / 2**30:.1f} GiB, more than this machine's "
+                              f"{_physical_memory() / 2**30:.1f} GiB of memory")
         out = np.empty((levels, 4), np.int64)
         p = ffi.from_buffer("int64_t[]", out)
         check(lib.tg_book_snapshot(self._book, instrument, levels, p, p + 1, p + 2, p + 3, 4),
