@@ -320,6 +320,21 @@ def test_empty_arrays_touch_nothing(ctx, mock):
     assert out["price"].shape == (0,) and len(mock.calls) == before
 
 
+@pytest.mark.parametrize("bad", [np.array([0.01], dtype=object), ["x"], np.array([True]), None])
+def test_empty_calls_refuse_what_is_not_real_numbers(ctx, mock, bad):
+    """An empty broadcast shape computes nothing, but a value that is not real numbers is refused
+    as at any other size, with the CPU backend's message, on the host path and with a GPU array."""
+    for backend in ("cpu", "gpu"):
+        with pytest.raises(TypeError, match=r"^div: must be a real number"):
+            tickgpu.greeks(np.ones((0, 1)), 100.0, 1.0, 0.01, 0.2, bad, backend=backend)
+        with pytest.raises(TypeError, match=r"^div: must be a real number"):
+            tickgpu.implied_vol(np.ones((0, 1)), 100.0, 100.0, 1.0, 0.01, bad, backend=backend)
+    before = len(mock.calls)
+    with pytest.raises(TypeError, match=r"^div: must be a real number"):
+        tickgpu.greeks(FakeGpuArray(mock, np.empty(0)), 100.0, 1.0, 0.01, 0.2, bad, backend="gpu")
+    assert not any(c.startswith("cuLaunch") or c.startswith("cuGraph") for c in mock.calls[before:])
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("n", [1, 33, 3 * CHUNK + 5])
 def test_implied_vol_host_path(ctx, rng, dtype, n):

@@ -221,6 +221,96 @@ def test_booleans_are_not_numbers_on_the_gpu(ctx, n):
            "put price")
 
 
+def _odd_value(rng, n, base):
+    """One argument of a call as a careless or hostile caller might pass it, around a valid array
+    `base` of n: bad elements (NaN, infinities, zeros of both signs, negatives, subnormals, huge),
+    another length or a shape that does not broadcast, an empty array, integers (huge ones too),
+    and what is not a number at all."""
+    kind = int(rng.integers(16))
+    if kind <= 3:
+        return base
+    if kind == 4:
+        x = base.copy()
+        idx = rng.integers(0, n, max(1, n // 4))
+        with np.errstate(over="ignore"):   # float32: 1e308 is inf
+            x[idx] = rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0, -1.0, 5e-324, 1e308, 3e38, 1e-45],
+                                idx.size)
+        return x
+    if kind == 5:
+        return float(rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0, -2.5, 5e-324, 1e308, 1e-40]))
+    if kind == 6:
+        return base[: max(0, n - 1)] if n > 1 else np.ones(3)      # another length
+    if kind == 7:
+        return base.reshape(n, 1) if rng.integers(2) else np.ones((2, 3))
+    if kind == 8:
+        return np.empty(0)
+    if kind == 9:
+        return np.round(base).astype(np.int64)
+    if kind == 10:
+        return (10**400, 2**63, -(2**63), 2**64)[int(rng.integers(4))]
+    if kind == 11:
+        return ("100", None, 1 + 2j, [1.0, "x"], object())[int(rng.integers(5))]
+    if kind == 12:
+        return np.array(base, dtype=object)
+    if kind == 13:
+        return np.float16(base[0])
+    if kind == 14:
+        return base.astype(np.float32)
+    return np.array([])[:, None]
+
+
+def _outcome(fn):
+    """What a call gave: ("raised", type, message) or ("returned", value)."""
+    try:
+        return ("returned", fn())
+    except Exception as e:   # noqa: BLE001 - the exception itself is the outcome compared
+        return ("raised", type(e), str(e))
+
+
+def test_odd_arguments_meet_the_same_answer_on_both_backends(ctx, rng):
+    """Arguments with bad elements, wrong shapes, wrong types and out-of-range integers, on
+    `tickgpu.greeks` and `tickgpu.implied_vol` (strict and not, both dtypes): the GPU backend raises
+    what the CPU backend raises, with the same message, or returns what it returns (NaN where it
+    gives NaN, the same statuses, values within the usual tolerance)."""
+    cases = {"raised": 0, "returned": 0}
+    for case in range(400):
+        dtype = (np.float64, np.float32)[int(rng.integers(2))]
+        strict = bool(rng.random() < 0.3)
+        n = int((1, 3, 17, 1024)[rng.integers(4)])
+        iv = bool(rng.integers(2))
+        base = _iv_inputs(rng, n, dtype) if iv else _bsm(rng, n, dtype)
+        names = list(base)
+        args = {k: (base[k] if k == "call" or rng.random() < 0.6 else _odd_value(rng, n, base[k])) for k in names}
+        if iv:
+            call = lambda b: tickgpu.implied_vol(**args, dtype=dtype, backend=b, strict=strict,   # noqa: E731
+                                                 return_status=True)
+        else:
+            call = lambda b: tickgpu.greeks(**args, dtype=dtype, backend=b, strict=strict)   # noqa: E731
+        with np.errstate(all="ignore"):
+            c = _outcome(lambda: call("cpu"))
+            g = _outcome(lambda: call("gpu"))
+        what = f"case {case} {'iv' if iv else 'greeks'} {np.dtype(dtype).name} strict={strict} " + \
+            str({k: (type(v).__name__, getattr(v, "shape", None)) for k, v in args.items()})
+        assert g[0] == c[0], f"{what}: gpu {g[:3]} cpu {c[:3]}"
+        cases[c[0]] += 1
+        if c[0] == "raised":
+            assert g[1:] == c[1:], what
+            continue
+        if iv:
+            (vg, sg), (vc, sc) = g[1], c[1]
+            np.testing.assert_array_equal(sg, sc, err_msg=what)
+            np.testing.assert_array_equal(np.isnan(vg), np.isnan(vc), err_msg=what)
+            ok = np.isfinite(vc) & (sc == int(tickgpu.IVStatus.OK))
+            if ok.any():
+                np.testing.assert_allclose(np.asarray(vg)[ok], np.asarray(vc)[ok], rtol=1e-4, err_msg=what)
+        else:
+            for name in GREEKS:
+                a, b = np.asarray(getattr(g[1], name)), np.asarray(getattr(c[1], name))
+                assert a.shape == b.shape and a.dtype == b.dtype, (what, name)
+                np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f"{what} {name}")
+    assert cases["raised"] >= 40 and cases["returned"] >= 40, cases
+
+
 def test_greeks_non_contiguous_numpy(ctx, rng):
     a = _bsm(rng, 2000, np.float64)
     strided = {k: (v[::2] if k != "call" else v[::2]) for k, v in a.items()}

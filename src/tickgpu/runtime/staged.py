@@ -349,6 +349,9 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list | tuple:
     fkey = (fam.name, dtype)
     spec, rows = _BLOCKS.get(fkey) or _output_blocks(fam, dtype)
     if n == 0:
+        # Nothing to compute, but the arguments are refused as at any other size (and as the CPU
+        # backend does): an empty result is no excuse for an array of strings.
+        host_inputs(fam, dtype, shape, n, inputs)
         return [_empty(shape, spec[b][0]) for b, _ in rows]
     ctx = context()
     if n > ctx.staging_elements:
