@@ -34,6 +34,8 @@ from tickgpu.finance.book import MESSAGE_DTYPE, message_array
     (dict(type=1, size=5, price=100, direction=1, order_id=1.5), TypeError, "order_id: must hold integers"),
     (dict(type=[1, None], size=5, price=100, direction=1), TypeError, r"type\[1\]: must be an integer, got None"),
     (dict(type=True, size=5, price=100, direction=1), TypeError, "type: must hold integers, got dtype bool"),
+    (dict(type=[[1, 1], [1]], size=5, price=100, direction=1), ValueError, r"^type: not an array of one shape \("),
+    (dict(type=1, size=5, price=[100, [101]], direction=1), ValueError, r"^price: not an array of one shape \("),
 ])
 def test_message_array_never_truncates_or_wraps(kwargs, err, match):
     with pytest.raises(err, match=match):
@@ -97,6 +99,16 @@ def test_set_side_refuses_arrays_of_more_dimensions():
         with pytest.raises(ValueError, match=rf"^{name}: must be one-dimensional .*got shape"):
             b.set_side(1, prices, sizes)
     np.testing.assert_array_equal(b.snapshot(2), before)
+
+
+def test_ragged_levels_and_rows_name_the_argument():
+    b = Book()
+    for call, name in [(lambda: b.set_side(1, [[100], [99, 98]], [5, 5]), "prices"),
+                       (lambda: b.set_side(1, [100, 99], [5, [5, 6]]), "sizes"),
+                       (lambda: b.sync_from_orderbook_row([[101, 5], [100]]), "row")]:
+        with pytest.raises(ValueError, match=rf"^{name}: not an array of one shape \("):
+            call()
+    assert b.level_counts() == (0, 0)
 
 
 @pytest.mark.parametrize("empty", [[], (), np.zeros(0), np.zeros(0, np.int32), np.array([], dtype=object)])

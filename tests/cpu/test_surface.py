@@ -206,6 +206,9 @@ def test_grid_values_must_be_real_numbers(kwargs, name):
     (dict(vols=[[0.2, 0.2], [np.inf, 0.2]]), r"vols\[\(1, 0\)\]: must be finite"),
     (dict(vols=[[0.2, 0.2]]), r"vols: must have shape \(len\(expiries\), len\(strikes\)\) = \(2, 2\), got \(1, 2\)"),
     (dict(interpolation="cubic"), r"interpolation: must be 'variance' or 'vol'"),
+    (dict(vols=[[0.2, 0.2], [0.2]]), r"^vols: not an array of one shape \("),
+    (dict(strikes=[90.0, [110.0, 120.0]]), r"^strikes: not an array of one shape \("),
+    (dict(expiries=[[0.5], 1.0]), r"^expiries: not an array of one shape \("),
 ])
 def test_grid_validation_messages(kwargs, message):
     args = dict(strikes=[90.0, 110.0], expiries=[0.5, 1.0], vols=[[0.2, 0.2], [0.2, 0.2]])

@@ -169,6 +169,15 @@ def call_flag(name: str, x) -> bool:
     raise TypeError(f"{name}: must be a bool, got {type(x).__name__}")
 
 
+def array_of(name: str, a) -> np.ndarray:
+    """np.asarray(a), or, for a ragged nesting of lists, a ValueError naming `name` (NumPy's own
+    names no argument)."""
+    try:
+        return np.asarray(a)
+    except ValueError as e:
+        raise ValueError(f"{name}: not an array of one shape ({e})") from None
+
+
 def real_array(name: str, a, flags: bool = False) -> np.ndarray:
     """`a` as an ndarray of real numbers (not converted further), or TypeError naming `name`.
 
@@ -177,7 +186,13 @@ def real_array(name: str, a, flags: bool = False) -> np.ndarray:
     boolean (True as 1.0: ``greeks(S, K, t, r, vol, False)`` meant as a put would be a dividend
     yield of 0): refused unless `flags` (an input of call flags, where bools are the values).
     """
-    arr = a if type(a) is _ndarray else np.asarray(a)
+    if type(a) is _ndarray:
+        arr = a
+    else:
+        try:
+            arr = np.asarray(a)
+        except ValueError as e:     # a ragged nesting of lists (array_of, inline: a per-call path)
+            raise ValueError(f"{name}: not an array of one shape ({e})") from None
     if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
         # Python ints beyond int64: numbers, as floats where they fit
         try:

@@ -19,6 +19,7 @@ from enum import IntEnum
 import numpy as np
 
 from tickgpu._native import check, ffi, lib
+from tickgpu.finance._checks import array_of
 from tickgpu.finance.messages import (
     _CODE_REASON,
     _integers,
@@ -136,7 +137,7 @@ def _side_levels(values, name: str) -> np.ndarray:
     """One side's `values` (prices or sizes, best first) as a 1-D C-contiguous int64 array: a single
     value is one level, an empty array of any dtype no level; more dimensions are refused rather
     than flattened."""
-    a = np.asarray(values)
+    a = array_of(name, values)
     if a.ndim > 1:
         raise ValueError(f"{name}: must be one-dimensional (one value per level, best first), got shape {a.shape}")
     if a.size == 0:     # [] is float64 to NumPy: still no level
@@ -482,7 +483,7 @@ class Book:
         bid price, bid size per level, prices in ticks). Levels beyond the row are dropped.
         Raises ValueError, leaving the book unchanged, if the row is not a valid book."""
         instrument = self._instrument(instrument)
-        row = np.asarray(row)
+        row = array_of("row", row)
         if row.ndim != 1 or row.size % 4:
             raise ValueError(f"row: must be one row of 4 * levels values, got shape {row.shape}")
         row = np.ascontiguousarray(_integers(row, 64, "row"), np.int64)

@@ -12,6 +12,7 @@ from enum import IntEnum
 import numpy as np
 
 from tickgpu._native import ffi
+from tickgpu.finance._checks import array_of
 
 __all__ = [
     "BookError",
@@ -119,7 +120,7 @@ def message_array(type, size, price, direction, *, order_id=0, time=0.0, instrum
               "instrument": instrument}
     checked = {}
     for name, values in fields.items():
-        a = np.asarray(values)
+        a = array_of(name, values)
         # An empty list is float64 to NumPy: it still holds no value to truncate.
         checked[name] = a if a.size == 0 else _integers(a, 8 * MESSAGE_DTYPE[name].itemsize, name)
     shape = np.broadcast_shapes(*(np.shape(v) for v in (*checked.values(), time)))
@@ -137,7 +138,7 @@ def _integers(values, bits: int, name: str, field: str | None = None) -> np.ndar
 
     NumPy's casts truncate floats and wrap integers silently; the core must never see either.
     """
-    a = np.asarray(values)
+    a = array_of(name, values)
     label = f"{field} " if field else ""
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     if a.dtype == object:   # Python ints beyond 64 bits, or not numbers at all
