@@ -283,6 +283,10 @@ def test_sync_and_set_side():
     book.set_side(-1, [200, 201], [1, 2])
     assert book.snapshot(2)[:, 0].tolist() == [200, 201]
     assert book.snapshot(1)[0, 2] == 99
+    for empty in ([], (), np.zeros(0), np.zeros(0, np.int64)):   # a row of no level empties the book
+        book.sync_from_orderbook_row(row)
+        book.sync_from_orderbook_row(empty)
+        assert book.level_counts() == (0, 0)
 
 
 @pytest.mark.parametrize("row, reason", [
@@ -439,6 +443,8 @@ def _other_dtype(**fields) -> np.dtype:
      "messages: field 'size' must hold integers, got dtype float64"),
     (_other_dtype(price="f8"), [(1, 10, np.nan, 1, 0)], TypeError, "messages: field 'price' must hold integers"),
     (_other_dtype(direction="?"), [(1, 10, 1000, True, 0)], TypeError, "field 'direction' must hold integers"),
+    (_other_dtype(type=("i4", (2,))), [((1, 1), 10, 1000, 1, 0)], TypeError,
+     r"messages: field 'type' must hold one value per message, got dtype \('<i4', \(2,\)\)"),
 ])
 def test_apply_refuses_values_another_dtype_cannot_carry(dtype, values, err, match):
     """A structured array of another dtype is never cast silently (2**32 + 1 used to apply as a

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import re
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -221,6 +222,9 @@ def test_replay_rejects_bad_data():
         Book().replay_lobster(LobsterData(msgs, bad, 1, Path("m"), Path("o")))
     empty = Book().replay_lobster(LobsterData(msgs[:0], np.zeros((0, 4), np.int64), 1, Path("m"), Path("o")))
     assert empty.messages == 0 and empty.exact == 0
+    for not_data in (5, {"messages": msgs}, msgs, types.SimpleNamespace(orderbook=np.zeros((2, 4), np.int64))):
+        with pytest.raises(TypeError, match=r"^data: must be a LobsterData \(messages, orderbook, levels"):
+            Book().replay_lobster(not_data)
 
 
 # ---- the reader on hand-made files -----------------------------------------------------------

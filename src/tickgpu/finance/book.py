@@ -385,6 +385,9 @@ class Book:
             for f in names:
                 if f not in MESSAGE_DTYPE.names:
                     continue
+                if messages.dtype[f].shape:
+                    raise TypeError(f"{name}: field '{f}' must hold one value per message, got dtype "
+                                    f"{messages.dtype[f]}")
                 if f == "time":
                     dt = messages.dtype[f]
                     if not (np.issubdtype(dt, np.integer) or np.issubdtype(dt, np.floating)):
@@ -481,12 +484,13 @@ class Book:
     def sync_from_orderbook_row(self, row, instrument: int = 0) -> None:
         """Set both sides from a LOBSTER orderbook row (4 * L int64 values: ask price, ask size,
         bid price, bid size per level, prices in ticks). Levels beyond the row are dropped.
-        Raises ValueError, leaving the book unchanged, if the row is not a valid book."""
+        Raises ValueError, leaving the book unchanged, if the row is not a valid book. An empty row
+        (of any dtype: ``[]`` is float64 to NumPy) has no level: it empties both sides."""
         instrument = self._instrument(instrument)
         row = array_of("row", row)
         if row.ndim != 1 or row.size % 4:
             raise ValueError(f"row: must be one row of 4 * levels values, got shape {row.shape}")
-        row = np.ascontiguousarray(_integers(row, 64, "row"), np.int64)
+        row = np.zeros(0, np.int64) if row.size == 0 else np.ascontiguousarray(_integers(row, 64, "row"), np.int64)
         status = lib.tg_book_sync_row(self._book, instrument, row.size // 4, ffi.from_buffer("int64_t[]", row))
         self._row_status(status, row, "tg_book_sync_row")
 
@@ -549,13 +553,17 @@ class Book:
         Raises
         ------
         TypeError, ValueError
-            Messages or orderbook values that are not integers fitting their C fields (never
+            `data` without messages, orderbook and levels (TypeError); messages or orderbook
+            values that are not integers fitting their C fields (never
             truncated or wrapped); an orderbook shape other than (messages, 4 * levels); levels
             not in 1 .. 2**31 - 1; an orderbook row that is not a valid book, or holds more than
             ``max_levels`` levels on a side (naming the row; the rows before it stay replayed).
         """
         instrument = self._instrument(instrument)
-        if getattr(data, "orderbook", None) is None:
+        if not (hasattr(data, "messages") and hasattr(data, "orderbook") and hasattr(data, "levels")):
+            raise TypeError(f"data: must be a LobsterData (messages, orderbook, levels: read_lobster's result), "
+                            f"got {type(data).__name__}")
+        if data.orderbook is None:
             raise ValueError("data: replay needs the orderbook file (read_lobster(..., orderbook_path))")
         msgs = self._as_messages(data.messages, "data.messages").reshape(-1)
         book_rows = np.ascontiguousarray(_integers(data.orderbook, 64, "data.orderbook"), np.int64)
