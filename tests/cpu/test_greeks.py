@@ -264,6 +264,9 @@ def test_mismatched_shapes_always_raise():
 def test_bad_dtype_and_backend():
     with pytest.raises(TypeError, match="dtype"):
         tickgpu.greeks(100, 100, 1, 0.05, 0.2, dtype=np.float16)
+    for dtype in ("banana", 5, "float64x"):     # not a dtype at all: NumPy's own error named no argument
+        with pytest.raises(TypeError, match=rf"^dtype: must be float64 or float32, got {dtype!r}$"):
+            tickgpu.greeks(100, 100, 1, 0.05, 0.2, dtype=dtype)
     with pytest.raises(ValueError, match="backend"):
         tickgpu.greeks(100, 100, 1, 0.05, 0.2, backend="tpu")
 

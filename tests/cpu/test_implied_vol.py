@@ -3,6 +3,7 @@ formula and QuantLib, agreement with py_lets_be_rational, the normalised Black f
 mpmath, statuses at every bound and bad input, float32, threads, and the CUDA compilability of the
 shared core."""
 import math
+import re
 import shutil
 import signal
 import subprocess
@@ -524,6 +525,18 @@ def test_inputs_must_be_real_numbers(value):
             tickgpu.implied_vol(5.0, 100.0, value, 1.0, 0.0, strict=strict, dtype=np.float32)
 
 
+@pytest.mark.parametrize("value, what", [("5.0", "str"), (None, "NoneType"), (5 + 0j, "complex"), (False, "bool"),
+                                         (np.True_, "bool"), (["5.0"], "an array of <U3"), ([True], "an array of bool")],
+                         ids=repr)
+def test_strict_names_the_type_a_value_was_passed_as(value, what):
+    """strict=True says what the caller passed, as the call without it does ("got bool" for div=False,
+    not "got an array of bool")."""
+    for strict in (False, True):
+        with pytest.raises(TypeError, match=rf"^div: must be a real number or an array of real numbers, "
+                                            rf"got {re.escape(what)}$"):
+            tickgpu.implied_vol(5.0, 100.0, 100.0, 1.0, 0.0, value, strict=strict, backend="cpu")
+
+
 # ---- shapes, dtypes, backends ------------------------------------------------------------------
 
 
@@ -554,6 +567,9 @@ def test_shapes_and_broadcasting():
 def test_argument_checks():
     with pytest.raises(TypeError, match="dtype"):
         tickgpu.implied_vol(10.0, 100.0, 100.0, 1.0, 0.0, dtype=np.int32)
+    for dtype in ("banana", 5):     # not a dtype at all: NumPy's own error named no argument
+        with pytest.raises(TypeError, match=rf"^dtype: must be float64 or float32, got {dtype!r}$"):
+            tickgpu.implied_vol(10.0, 100.0, 100.0, 1.0, 0.0, dtype=dtype)
     with pytest.raises(ValueError, match="backend"):
         tickgpu.implied_vol(10.0, 100.0, 100.0, 1.0, 0.0, backend="tpu")
 

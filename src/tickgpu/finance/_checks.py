@@ -28,7 +28,10 @@ def check_dtype(dtype) -> np.dtype:
         return _DTYPE_OF[dtype]
     except (KeyError, TypeError):
         pass
-    dt = np.dtype(dtype)
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"dtype: must be float64 or float32, got {dtype!r}") from None
     if dt not in (_F64, _F32):
         raise TypeError(f"dtype: must be float64 or float32, got {dt}")
     return dt

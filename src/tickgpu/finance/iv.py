@@ -177,9 +177,12 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     return vols, status
 
 
-def _to_host(a) -> np.ndarray:
-    if isinstance(a, (np.ndarray, np.generic, int, float, bool)):
-        return np.asarray(a)
+def _to_host(a):
+    """`a` on the host: host values as they are (so that a check names their own type: "got bool",
+    not "got an array of bool"), GPU arrays copied."""
+    if isinstance(a, (np.ndarray, np.generic)) or not (hasattr(a, "__cuda_array_interface__")
+                                                        or hasattr(a, "__dlpack_device__")):
+        return a
     if hasattr(a, "get"):  # CuPy
         return np.asarray(a.get())
     if hasattr(a, "cpu"):  # PyTorch
