@@ -653,3 +653,21 @@ def test_inputs_numpy_cannot_take_are_named():
         tickgpu.greeks(100.0, 100.0, 1.0, 0.0, 0.2, backend=["cpu"])
     with pytest.raises(ValueError, match=r"^interpolation: must be 'variance' or 'vol'"):
         tickgpu.VolSurface([90.0, 110.0], [1.0], [[0.2, 0.3]], interpolation=["vol"])
+
+
+def test_python_ints_beyond_int64_beside_floats_are_numbers():
+    """[2**64, 1.5e19] is an object array to NumPy, as [2**64, 2**65] is: both are numbers (the
+    first was refused as "an array of object" while the second was taken); a bool, None or a string
+    beside them is still refused, and object arrays of floats are numbers too."""
+    want = tickgpu.greeks(np.array([2.0**64, 1.5e19, 100.0]), 1e19, 1.0, 0.0, 0.2, backend="cpu").price
+    for spot in ([2**64, 1.5e19, 100.0], [2**64, 1.5e19, 100], np.array([2**64, 1.5e19, 100.0], dtype=object),
+                 np.array([np.float32(2.0**64), np.float64(1.5e19), np.int64(100)], dtype=object)):
+        np.testing.assert_array_equal(tickgpu.greeks(spot, 1e19, 1.0, 0.0, 0.2, backend="cpu").price, want)
+    v = tickgpu.implied_vol([2**64, 1.5e18], 1e19, 1e19, 1.0, 0.0, backend="cpu")
+    assert np.isnan(v[0]) and 0 < v[1] < 1      # 2**64 is above the maximum; 1.5e18 an ordinary premium
+    for odd in (True, None, "1", 1j):
+        with pytest.raises(TypeError, match=r"^spot: must be a real number or an array of real numbers, "
+                                            r"got an array of object"):
+            tickgpu.greeks([2**64, odd], 1e19, 1.0, 0.0, 0.2, backend="cpu")
+    with pytest.raises(ValueError, match=r"^spot: an integer beyond float64's range"):
+        tickgpu.greeks([10**400, 1.5], 100.0, 1.0, 0.0, 0.2, backend="cpu")

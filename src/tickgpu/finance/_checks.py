@@ -142,6 +142,9 @@ def _index(a: np.ndarray, flat: int):
 
 # dtype kinds that are real numbers: bool, signed and unsigned integers, floats.
 _REAL_KINDS = frozenset("biuf")
+# The elements of an object array (Python ints beyond int64, and what NumPy put beside them) that
+# are real numbers: no bool (a flag), no string, None or complex.
+_OBJECT_REALS = SCALAR_TYPES - {bool, np.bool_}
 
 
 def int_overflow(names, values, error: OverflowError) -> Exception:
@@ -196,8 +199,8 @@ def real_array(name: str, a, flags: bool = False) -> np.ndarray:
             arr = np.asarray(a)
         except ValueError as e:     # a ragged nesting of lists (array_of, inline: a per-call path)
             raise ValueError(f"{name}: not an array of one shape ({e})") from None
-    if arr.dtype == object and arr.size and all(type(v) is int for v in arr.flat):
-        # Python ints beyond int64: numbers, as floats where they fit
+    if arr.dtype == object and arr.size and all(type(v) in _OBJECT_REALS for v in arr.flat):
+        # Python ints beyond int64 (alone, or with floats: [2**64, 1.5]): numbers, as floats where they fit
         try:
             return arr.astype(np.float64)
         except OverflowError:
