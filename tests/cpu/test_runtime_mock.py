@@ -320,7 +320,7 @@ def test_empty_arrays_touch_nothing(ctx, mock):
     assert out["price"].shape == (0,) and len(mock.calls) == before
 
 
-@pytest.mark.parametrize("bad", [np.array([0.01], dtype=object), ["x"], np.array([True]), None])
+@pytest.mark.parametrize("bad", [np.array(["x"], dtype=object), ["x"], np.array([True]), None])
 def test_empty_calls_refuse_what_is_not_real_numbers(ctx, mock, bad):
     """An empty broadcast shape computes nothing, but a value that is not real numbers is refused
     as at any other size, with the CPU backend's message, on the host path and with a GPU array."""
@@ -333,6 +333,13 @@ def test_empty_calls_refuse_what_is_not_real_numbers(ctx, mock, bad):
     with pytest.raises(TypeError, match=r"^div: must be a real number"):
         tickgpu.greeks(FakeGpuArray(mock, np.empty(0)), 100.0, 1.0, 0.01, 0.2, bad, backend="gpu")
     assert not any(c.startswith("cuLaunch") or c.startswith("cuGraph") for c in mock.calls[before:])
+    for backend in ("cpu", "gpu"):
+        with pytest.raises(ValueError, match=r"^strike: an integer beyond float64's range"):
+            tickgpu.greeks(np.ones((0, 1)), 10**400, 1.0, 0.01, 0.2, backend=backend)
+        with pytest.raises(ValueError, match=r"^strike: an integer beyond float64's range"):
+            tickgpu.implied_vol(np.ones((0, 1)), 100.0, 10**400, 1.0, 0.01, backend=backend)
+    with pytest.raises(ValueError, match=r"^strike: an integer beyond float64's range"):
+        tickgpu.greeks(FakeGpuArray(mock, np.empty(0)), 10**400, 1.0, 0.01, 0.2, backend="gpu")
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -419,6 +426,30 @@ def test_single_values_in_ticks_change_no_graph(ctx, mock, rng):
     ops.greeks(**dict(d, t=0.5), dtype=np.float64, shape=(40,) if False else (n,))
     out = ops.greeks(**d, dtype=np.float64, shape=(n,))   # back to arrays: right again
     _close(out["gamma"], expected_greeks(**_ref(d))["gamma"], np.float64)
+
+
+def test_a_refused_call_leaves_no_stale_copy_sizes(ctx, rng):
+    """Sizes 1 and 3 share a bucket. A call of 3 refused half way (its third input is not numbers)
+    has already rewritten the first two rows' copy sizes; the next call of 3 must copy all of every
+    array, not what the call of 1 left in the table (it once copied one element and computed the
+    other two from stale staging)."""
+    for bad_at in range(7):
+        small = _bsm_inputs(rng, 1, np.float64)
+        ops.greeks(**small, dtype=np.float64, shape=(1,))
+        d = _bsm_inputs(rng, 3, np.float64)
+        names = list(d)
+        refused = dict(d, **{names[bad_at]: np.array(["x"] * 3, dtype=object)})
+        with pytest.raises(TypeError):
+            ops.greeks(**refused, dtype=np.float64, shape=(3,))
+        out = ops.greeks(**d, dtype=np.float64, shape=(3,))
+        want = expected_greeks(**_ref(d))
+        for k in want:
+            _close(out[k], want[k], np.float64)
+        single = dict(d, vol=0.25)                      # and a slot's single value after a refusal
+        with pytest.raises(TypeError):
+            ops.greeks(**dict(single, t=None), dtype=np.float64, shape=(3,))
+        out = ops.greeks(**single, dtype=np.float64, shape=(3,))
+        _close(out["price"], expected_greeks(**_ref(single))["price"], np.float64)
 
 
 def test_staging_shared_by_plans_is_refilled(ctx, rng):

@@ -54,6 +54,8 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
             for name, x in zip(fam.inputs, inputs):   # host values refused as at any other size
                 if name not in views:
                     _checks.real_array(name, x, flags=name == fam.flag)
+                    if type(x) is int:
+                        float(x)   # OverflowError beyond float64's range, which the caller names
             return first.source, out_arrays, owned
 
         ptrs, strides, scalars, uploaded = [], [], [], False

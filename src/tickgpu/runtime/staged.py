@@ -280,33 +280,40 @@ class _TickPlan:
         keep = None
         same_n = n == self.staged_n
         self.staged_n = n
-        for i, x in enumerate(inputs):
-            tx = type(x)
-            if tx is _ndarray and x.shape == shape and x.flags.c_contiguous and (
-                    x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
-                j = 3 * (row + i)
-                src[j + 1] = _from_buffer(x)
-                if not same_n or held[i] is not _ARRAY:
-                    nbytes[j + 2] = n * self.itemsizes[i]
-                    held[i] = _ARRAY
-                continue
-            if tx is float or tx is int or (tx is bool and i == flag):
-                v = (1 if x else 0) if i == flag else x
-            else:
-                v, is_array = _convert(x, i == flag, want[i], shape, self.fam.inputs[i])
-                if is_array:
-                    keep = [v] if keep is None else keep + [v]
+        try:
+            for i, x in enumerate(inputs):
+                tx = type(x)
+                if tx is _ndarray and x.shape == shape and x.flags.c_contiguous and (
+                        x.dtype is want[i] or (i == flag and x.dtype is _BOOL)):
                     j = 3 * (row + i)
-                    src[j + 1] = _from_buffer(v)
-                    nbytes[j + 2] = n * self.itemsizes[i]
-                    held[i] = _ARRAY
+                    src[j + 1] = _from_buffer(x)
+                    if not same_n or held[i] is not _ARRAY:
+                        nbytes[j + 2] = n * self.itemsizes[i]
+                        held[i] = _ARRAY
                     continue
-            h = held[i]
-            # (value, count, sign): -0.0 == 0.0 but is not the same input
-            if h is None or h is _ARRAY or h[0] != v or h[1] < n or (v == 0 and h[2] != math.copysign(1.0, v)):
-                nbytes[3 * (row + i) + 2] = 0
-                self.slots[i][:n] = v
-                held[i] = (v, n, math.copysign(1.0, v))
+                if tx is float or tx is int or (tx is bool and i == flag):
+                    v = (1 if x else 0) if i == flag else x
+                else:
+                    v, is_array = _convert(x, i == flag, want[i], shape, self.fam.inputs[i])
+                    if is_array:
+                        keep = [v] if keep is None else keep + [v]
+                        j = 3 * (row + i)
+                        src[j + 1] = _from_buffer(v)
+                        nbytes[j + 2] = n * self.itemsizes[i]
+                        held[i] = _ARRAY
+                        continue
+                h = held[i]
+                # (value, count, sign): -0.0 == 0.0 but is not the same input
+                if h is None or h is _ARRAY or h[0] != v or h[1] < n or (v == 0 and h[2] != math.copysign(1.0, v)):
+                    nbytes[3 * (row + i) + 2] = 0
+                    self.slots[i][:n] = v
+                    held[i] = (v, n, math.copysign(1.0, v))
+        except BaseException:
+            # A call refused half way (an input that is not numbers) has rewritten some rows' copy
+            # sizes and slots and not others: the next call trusts none of them.
+            self.staged_n = -1
+            held[:] = [None] * len(held)
+            raise
         return keep
 
     def write_scalars(self, vals) -> None:
@@ -352,6 +359,9 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list | tuple:
         # Nothing to compute, but the arguments are refused as at any other size (and as the CPU
         # backend does): an empty result is no excuse for an array of strings.
         host_inputs(fam, dtype, shape, n, inputs)
+        for x in inputs:
+            if type(x) is int:
+                float(x)   # OverflowError beyond float64's range, which the caller names
         return [_empty(shape, spec[b][0]) for b, _ in rows]
     ctx = context()
     if n > ctx.staging_elements:
