@@ -9,28 +9,61 @@ import argparse
 import sys
 
 SUITES = ("cpu", "gpu", "memory", "quant")
+# Suites that measure the GPU (each warms the GPU backend up first): refused, with the runtime's
+# reason, where no GPU is usable, before they import what they compare against (CuPy, PyTorch).
+GPU_SUITES = ("gpu", "memory", "quant")
 # The demo's largest chain, strikes x expiries (each a call and a put). Measured at the bound:
 # 2M options, 0.75 GB resident and 1 s a tick on two CPU cores; beyond, a demo is a stress test
 # (and 1e8 x 1e5 would ask for 146 TiB).
 DEMO_MAX_CHAIN = 1_000_000
 
-# Exit codes: 0 success, 1 a check inside the command failed, 2 usage (bad arguments, or input
-# files that are missing or cannot be used), 3 not available here.
+# Exit codes: 0 success, 1 a check inside the command failed (or the output's reader went away,
+# as with rich and Python's own advice on SIGPIPE), 2 usage (bad arguments, or input files that
+# are missing or cannot be used), 3 not available here.
 EXIT_FAILED, EXIT_USAGE, EXIT_UNAVAILABLE = 1, 2, 3
 
 
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+
+
 def _positive_or_zero(text: str) -> int:
-    v = int(text)
+    v = _integer(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
     return v
 
 
 def _positive(text: str) -> int:
-    v = int(text)
+    v = _integer(text)
     if v <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {v}")
     return v
+
+
+def readable_file(text: str) -> str:
+    """argparse type for an input file: `text` unchanged if it names a regular file this process
+    can read; otherwise ArgumentTypeError saying why (missing, a directory, not a regular file,
+    unreadable), so that a mistyped path is refused before a run rather than ignored."""
+    import os
+
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
+    if not os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"{text} is not a regular file")
+    try:
+        with open(text, "rb"):
+            pass
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read {text}: {e.strerror or e}") from None
+    return text
 
 
 def writable_dir(text: str) -> str:
@@ -45,6 +78,9 @@ def writable_dir(text: str) -> str:
     import tempfile
     from pathlib import Path
 
+    if not text:
+        # Path("") is the working directory: results would land wherever the command was run.
+        raise argparse.ArgumentTypeError("an empty path names no directory (use . for this one)")
     path = Path(text)
     base = next(b for b in (path, *path.parents) if os.path.exists(b))
     if not base.is_dir():
@@ -65,16 +101,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     d = sub.add_parser(
-        "demo", help="replay a day of real order-book data as a market maker: book, surface, greeks, implied vol",
+        "demo", help="replay a day of real order-book data as a market maker: book, signal model, surface, greeks, "
+                     "implied vol",
         description="Replays a LOBSTER message file tick by tick. Every message updates the book and its "
                     "features; on every underlying tick (a message after which the mid price differs from "
-                    "the mid before it) an option chain around the mid is repriced with full greeks and "
-                    "its implied vols are solved back from simulated quotes. Reports per-stage latency.")
+                    "the mid before it) the shipped quantized signal model predicts the mid's next move and "
+                    "an option chain around the mid is repriced with full greeks from a vol surface, its "
+                    "implied vols solved back from simulated quotes. Reports per-stage latency (a table, "
+                    "and demo.json and demo.html in --out). Exit 1 if the implied vol check fails, 2 for "
+                    "bad arguments or input files, 3 if --backend gpu is asked for and no GPU is usable.")
     d.add_argument("--data", metavar="MESSAGE_CSV",
                    help="LOBSTER message file (default: the bundled AMZN 2012-06-21 level-1 day)")
     d.add_argument("--orderbook", metavar="ORDERBOOK_CSV",
                    help="matching LOBSTER orderbook file (default: found beside --data by name)")
-    d.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto")
+    d.add_argument("--backend", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where the library calls run (default auto: the GPU where one is usable and it wins, "
+                        "the CPU otherwise)")
     d.add_argument("--ticks", type=_positive_or_zero, default=2000,
                    help="underlying ticks to replay (default 2000; 0 = the whole file)")
     d.add_argument("--strikes", type=_positive, default=100,
@@ -89,12 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks side by side against what you would use otherwise",
                        description="Runs a benchmark suite and saves JSON to --out. Suites: cpu (native core "
-                                   "vs NumPy/SciPy, vollib, QuantLib, a Python book), gpu, memory, quant.")
-    b.add_argument("--suite", choices=(*SUITES, "all"), default="cpu")
+                                   "vs NumPy/SciPy, vollib, QuantLib, a Python book); gpu, memory and quant "
+                                   "need a usable GPU (gpu also CuPy and PyTorch, quant PyTorch with CUDA); "
+                                   "all runs every suite that can run here and says why the others cannot.")
+    b.add_argument("--suite", choices=(*SUITES, "all"), default="cpu", help="the suite to run (default cpu)")
     b.add_argument("--quick", action="store_true", help="small sizes and few repeats: a smoke run")
     b.add_argument("--out", type=writable_dir, default="benchmarks/results",
                    help="result directory (default benchmarks/results)")
-    b.add_argument("--floor", metavar="FLOOR_TXT",
+    b.add_argument("--floor", metavar="FLOOR_TXT", type=readable_file,
                    help="gpu, memory and quant suites: output of the floor programs, to compare tickgpu "
                         "against the hardware floor")
 
@@ -129,8 +173,18 @@ def cmd_doctor(args) -> int:
 
 
 def _load_suite(name: str):
-    """The suite's module, or (None, reason) where it is not part of this installation."""
+    """The suite's module, or (None, reason) where it is not part of this installation or, for a
+    GPU suite, where no GPU is usable."""
     import importlib
+    import importlib.util
+
+    if importlib.util.find_spec(f"tickgpu.bench.{name}") is None:
+        return None, f"suite '{name}' is not part of this installation"
+    if name in GPU_SUITES:
+        from tickgpu import runtime
+
+        if not runtime.available():
+            return None, f"suite '{name}' needs a usable GPU: {runtime.unavailable_reason()}"
 
     try:
         mod = importlib.import_module(f"tickgpu.bench.{name}")
@@ -193,7 +247,21 @@ def cmd_build_kernels(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # `tickgpu doctor --json | head -1`: the reader closed the pipe. Stop without a traceback;
+        # stdout goes to /dev/null so that the interpreter's final flush does not fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+def _run(argv: list[str]) -> int:
     # Everything after build-kernels belongs to the builder, --help included.
     if argv and argv[0] == "build-kernels":
         return cmd_build_kernels(argv[1:])
@@ -208,11 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     handlers = {"demo": cmd_demo, "doctor": cmd_doctor, "bench": cmd_bench}
-    try:
-        return handlers[args.command](args)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    return handlers[args.command](args)
 
 
 if __name__ == "__main__":

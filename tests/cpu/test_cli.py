@@ -498,3 +498,146 @@ def test_bench_cpu_quick_writes_results(tmp_path):
     assert res["sections"]["surface"]["checks"][-1]["max_abs_diff"] < 1e-12
     syn = [c for c in res["sections"]["book"]["checks"] if c["stream"] == "synthetic"][0]
     assert syn["tickgpu_rejected"] == 0 and syn["max_abs_mid_diff"] == 0.0
+
+
+# ---- argument checks, pipes and unusable inputs ----------------------------------------------------
+
+@pytest.mark.parametrize("option, value", [("--ticks", "abc"), ("--strikes", "1.5"), ("--expiries", "1e3")])
+def test_count_that_is_not_a_whole_number_says_so(option, value):
+    """argparse used to answer with the checking function's name: 'invalid _positive value'."""
+    r = tickgpu_cmd("demo", option, value, "--quiet", timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert f"argument {option}: must be a whole number, got '{value}'" in r.stderr, r.stderr
+    assert "_positive" not in r.stderr
+
+
+@pytest.mark.parametrize("command", [["demo", "--quiet"], ["bench", "--suite", "cpu", "--quick"]])
+def test_empty_out_is_a_usage_error(tmp_path, command):
+    """Path('') is the working directory: the results landed wherever the command was run."""
+    r = tickgpu_cmd(*command, "--out", "", timeout=60, cwd=tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "argument --out: an empty path names no directory" in r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_floor_that_cannot_be_read_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    """A mistyped --floor was ignored: the suite ran (minutes on a GPU) without its floor ratios."""
+    from tickgpu import cli
+
+    monkeypatch.setattr(cli, "_load_suite", lambda name: pytest.fail("the suite ran"))
+    for floor, why in [(tmp_path / "nope.txt", "no such file"), (tmp_path, "is a directory, not a file"),
+                       ("", "an empty path names no file")]:
+        with pytest.raises(SystemExit) as e:
+            cli.main(["bench", "--suite", "gpu", "--out", str(tmp_path / "out"), "--floor", str(floor)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --floor: " in err and why in err, err
+    (tmp_path / "floor.txt").write_text("")
+    assert cli.readable_file(str(tmp_path / "floor.txt")) == str(tmp_path / "floor.txt")
+
+
+@pytest.mark.parametrize("suite", ["gpu", "memory", "quant"], ids=lambda s: f"{s}_suite")   # not "gpu": a GPU-test mark
+def test_gpu_suites_without_a_gpu_say_the_gpu_is_missing(tmp_path, suite):
+    """The gpu suite used to say it needed CuPy, the quant suite that torch saw no device: the
+    reason is the GPU, and the runtime's reason for it is given."""
+    r = tickgpu_cmd("bench", "--suite", suite, "--quick", "--out", str(tmp_path), timeout=120)
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert f"suite '{suite}' needs a usable GPU: disabled by TICKGPU_DISABLE_GPU" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_bench_help_says_which_suites_need_a_gpu():
+    r = tickgpu_cmd("bench", "--help", timeout=60)
+    assert r.returncode == 0
+    assert "gpu, memory and quant need a usable GPU" in " ".join(r.stdout.split())
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["doctor", "--json"], ["doctor"]])
+def test_closed_output_pipe_is_not_a_traceback(argv):
+    """`tickgpu doctor --json | head -1` ended in a BrokenPipeError traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)                        # the reader is gone before the first write
+    try:
+        r = subprocess.run([sys.executable, "-m", "tickgpu", *argv], stdout=write_end, stderr=subprocess.PIPE,
+                           text=True, timeout=60, env=dict(os.environ, TICKGPU_DISABLE_GPU="1"))
+    finally:
+        os.close(write_end)
+    assert r.returncode == 1, r.stderr
+    assert "Traceback" not in r.stderr and "BrokenPipe" not in r.stderr, r.stderr
+
+
+def _without_read_override():
+    """A command prefix under which chmod 000 keeps this process out (root reads anything)."""
+    if os.geteuid() != 0:
+        return []
+    import shutil
+
+    if shutil.which("setpriv") is None:
+        pytest.skip("running as root without setpriv: an unreadable file cannot be made")
+    caps = "-dac_override,-dac_read_search"
+    return ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", "--"]
+
+
+@pytest.mark.parametrize("which", ["--data", "--orderbook", "beside"])
+def test_demo_unreadable_input_names_the_option(tmp_path, which):
+    """An unreadable file was reported as '[Errno 13] Permission denied: PATH', naming no option."""
+    msg = _small_day(tmp_path)
+    book = tmp_path / "x_orderbook_1.csv"
+    args = ["--data", str(msg)] + (["--orderbook", str(book)] if which == "--orderbook" else [])
+    locked = msg if which == "--data" else book
+    locked.chmod(0)
+    try:
+        env = dict(os.environ, TICKGPU_DISABLE_GPU="1", COLUMNS="200")
+        r = subprocess.run([*_without_read_override(), sys.executable, "-m", "tickgpu", "demo", *args, "--quiet",
+                            "--out", str(tmp_path / "rep")], capture_output=True, text=True, timeout=120, env=env)
+    finally:
+        locked.chmod(0o644)
+    option = "the orderbook file beside --data" if which == "beside" else which
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"tickgpu demo: {option}: cannot read {locked}: Permission denied" in " ".join(r.stderr.split()), r.stderr
+    assert "Errno" not in r.stderr and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("case, said", [
+    ("backwards", r"message 6 is at 1 s, before message 5 at 34200\.\d+ s \(LOBSTER times are seconds after midnight, "
+                  r"in order\)"),
+    ("past_a_day", r"its message times span 1,000,000,\d{3} s, more than a day"),
+])
+def test_demo_message_times_out_of_order_or_beyond_a_day_are_usage_errors(tmp_path, case, said):
+    """Times 31 years on reprice every option past its expiry: the demo ended in a 'FAILED' vol
+    check and exit 1 (the library's fault, as it read) on a file that is not a LOBSTER day."""
+    msg = _small_day(tmp_path)
+    lines = msg.read_text().splitlines(keepends=True)     # a header, then messages 1, 2, ...
+    for k in range(6, len(lines)) if case == "past_a_day" else (6,):
+        f = lines[k].split(",")
+        f[0] = repr(float(f[0]) + 1e9) if case == "past_a_day" else "1"
+        lines[k] = ",".join(f)
+    msg.write_text("".join(lines))
+    r = tickgpu_cmd("demo", "--data", str(msg), "--ticks", "0", "--quiet", "--out", str(tmp_path / "rep"),
+                    "--strikes", "4", "--expiries", "2")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert re.search(said, " ".join(r.stderr.split())), r.stderr
+    assert not (tmp_path / "rep").exists()
+
+
+def test_demo_failed_check_under_quiet_is_said(tmp_path, monkeypatch, capsys):
+    """With --quiet a failed vol check exited 1 and printed nothing at all."""
+    import argparse
+
+    from tickgpu.app import demo
+
+    real = demo.run_demo
+
+    def failing(*a, **k):
+        result = real(*a, **k)
+        result.report["iv_check"]["passed"] = False
+        result.report["iv_check"]["summary"] = "1 without a vol: FAILED"
+        return result
+
+    monkeypatch.setattr(demo, "run_demo", failing)
+    args = argparse.Namespace(data=str(_small_day(tmp_path)), orderbook=None, backend="cpu", ticks=5,
+                              strikes=4, expiries=2, out=str(tmp_path / "rep"), quiet=True)
+    assert demo.main(args) == 1
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert "tickgpu demo: implied vol check: 1 without a vol: FAILED" in " ".join(out.err.split())

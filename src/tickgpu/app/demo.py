@@ -75,13 +75,20 @@ def resolve_data(message: str | None, orderbook: str | None) -> tuple[Path, Path
     if orderbook:
         return msg, _input_file("--orderbook", Path(orderbook))
     guess = msg.with_name(msg.name.replace("_message_", "_orderbook_"))
-    return msg, (guess if guess != msg and guess.is_file() else None)
+    if guess == msg or not guess.is_file():
+        return msg, None
+    return msg, _input_file("the orderbook file beside --data", guess)
 
 
 def _input_file(option: str, path: Path) -> Path:
-    """`path` if it is a file; else an OSError saying what it is instead (FileNotFoundError,
-    IsADirectoryError), naming `option`."""
+    """`path` if it is a file this process can read; else an OSError saying what it is instead
+    (FileNotFoundError, IsADirectoryError) or why it cannot be read, naming `option`."""
     if path.is_file():
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as e:
+            raise type(e)(f"{option}: cannot read {path}: {e.strerror or e}") from None
         return path
     if path.is_dir():
         raise IsADirectoryError(f"{option}: {path} is a directory, not a file")
@@ -203,6 +210,22 @@ class DemoResult:
     samples_ns: dict[str, np.ndarray]
 
 
+def _check_times(path: Path, t: np.ndarray) -> None:
+    """DataError unless the message times are in order and within one day: LOBSTER's times are
+    seconds after midnight of one trading day. Times that run backwards, or jump past the chain's
+    first expiry (a week), would reprice options at the wrong (or a negative) time to expiry, and
+    the vol check would fail on the file rather than on the library."""
+    back = np.flatnonzero(t[1:] < t[:-1])
+    if back.size:
+        k = int(back[0]) + 1       # 0-based index of the first message earlier than the one before it
+        raise DataError(f"{path}: message {k + 1:,} is at {t[k]:.9g} s, before message {k:,} at {t[k - 1]:.9g} s "
+                        "(LOBSTER times are seconds after midnight, in order)")
+    span = float(t[-1] - t[0])
+    if span > 86400.0:
+        raise DataError(f"{path}: its message times span {span:,.0f} s, more than a day (LOBSTER times are seconds "
+                        "after midnight of one trading day)")
+
+
 def _check_accumulate(acc: dict, iv: np.ndarray, status: np.ndarray, vol: np.ndarray, offset: np.ndarray,
                       g) -> None:
     """Compare solved vols with vol + offset/vega - 1/2 volga/vega (offset/vega)^2."""
@@ -222,9 +245,9 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
 
     `ticks` underlying ticks are replayed (0: the whole file). `progress(done, total)` is called
     now and then. Raises BackendUnavailable if `backend` is "gpu" and no GPU is usable, and
-    DataError if the files cannot be read or replayed, the book never has both sides quoted, the
-    prices are so small that the chain's strikes round to $0.00, or the file has no underlying
-    tick.
+    DataError if the files cannot be read or replayed, the message times run backwards or span
+    more than a day, the book never has both sides quoted, the prices are so small that the
+    chain's strikes round to $0.00, or the file has no underlying tick.
     """
     # Decided first: an unusable backend should fail before any data is read.
     n_opt = n_expiries * n_strikes * 2
@@ -239,6 +262,7 @@ def run_demo(message_path: Path, orderbook_path: Path | None, *, backend: str = 
         raise DataError(str(e)) from e
     if len(data) == 0:
         raise DataError(f"{message_path}: no messages")
+    _check_times(message_path, data.messages["time"])
     feed = BookFeed(data)
 
     # The opening mid sets the listed strikes and the surface's moneyness axis: find it by
@@ -580,4 +604,8 @@ def main(args) -> int:
         return 2
     print_table(result.report, console)
     console.print(f"report: {jpath}  {hpath}")
-    return 0 if result.report["iv_check"]["passed"] else 1
+    check = result.report["iv_check"]
+    if not check["passed"] and args.quiet:   # the table says it; --quiet must not make exit 1 silent
+        Console(stderr=True).print(f"[red]tickgpu demo: implied vol check: {escape(check['summary'])}; "
+                                   f"report: {escape(str(jpath))}[/red]")
+    return 0 if check["passed"] else 1
