@@ -509,17 +509,18 @@ def test_random_call_sequences_agree_with_the_cpu(ctx, rng):
         op = ("greeks", "iv")[int(rng.integers(2))]
         canonical = _bsm(rng, n, dtype) if op == "greeks" else _iv_inputs(rng, n, dtype)
         args = {k: _presented(rng, canonical[k], dtype, k == "call") for k in names[op]}
-        read = {k: np.broadcast_to(np.asarray(v).astype(bool if k == "call" else dtype), (n,)) for k, v in args.items()}
+        shape = np.broadcast_shapes(*(np.shape(v) for v in args.values()))   # () where all are single values
+        read = {k: np.broadcast_to(np.asarray(v).astype(bool if k == "call" else dtype), shape) for k, v in args.items()}
         what = f"step {step} {op} n={n} {np.dtype(dtype).name} {[type(v).__name__ for v in args.values()]}"
         if op == "greeks":
             g, c = _greeks_both(args, dtype)
             floors = cancelling_scale(read)
             for name in GREEKS:
-                assert getattr(g, name).shape == (n,) and getattr(g, name).dtype == dtype, what
+                assert getattr(g, name).shape == shape and getattr(g, name).dtype == dtype, what
                 _agree(getattr(g, name), getattr(c, name), dtype, f"{what} {name}", floors.get(name))
         else:
             g, c = _iv_both(args, dtype)
-            assert g[0].shape == (n,) and g[0].dtype == dtype, what
+            assert g[0].shape == shape and g[0].dtype == dtype, what
             _iv_agree(read, g, c, dtype, what)
         if n <= 4096 and rng.random() < 0.1:
             arrays = {k: np.array(v) for k, v in canonical.items()}
