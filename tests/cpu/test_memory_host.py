@@ -3,6 +3,7 @@
 The mock registers host memory without pinning it, so everything here runs on a CPU; the
 mappings themselves are real (tg_host_map), so alignment, sizes and backing are the OS's.
 """
+import re
 import sys
 import threading
 from pathlib import Path
@@ -302,10 +303,11 @@ def test_fallback_arena_without_device_mapping_is_freed(ctx, mock):
         raise CudaError("cuMemHostGetDevicePointer", "CUDA_ERROR_NOT_SUPPORTED", 801)
 
     mock.host_device_pointer = no_mapping
-    with pytest.warns(RuntimeWarning), pytest.raises(PoolError, match="NOT_SUPPORTED"):
+    with pytest.raises(PoolError, match="NOT_PERMITTED.*NOT_SUPPORTED"):
         p.acquire(MB)
     assert set(mock.sizes) == live, "the cuMemHostAlloc arena leaked"
-    assert p.stats()["arenas"] == 0
+    # No arena came of it: the pool has not turned to cuMemHostAlloc (nor said it had).
+    assert p.stats()["arenas"] == 0 and p.stats()["fallback_reason"] is None
     p.close()
 
 
@@ -474,3 +476,86 @@ def test_a_dropped_pool_unmaps_its_arenas_but_never_under_a_view(ctx, mock):
     del view
     gc.collect()
     assert len(mock.registered) == registered
+
+
+def test_a_request_too_large_for_any_memory_leaves_the_pool_on_huge_pages(ctx, mock):
+    """One request that neither a mapping nor cuMemHostAlloc could serve (say 1 TB on a smaller
+    host) turned the pool to cuMemHostAlloc for good, and warned that it was using it: every later
+    arena lost its huge pages."""
+    import warnings
+
+    p = PinnedPool(ctx, arena_bytes=2 * MB)
+    mock.fail["cuMemHostRegister"] = "CUDA_ERROR_OUT_OF_MEMORY"
+    mock.fail["cuMemHostAlloc"] = "CUDA_ERROR_OUT_OF_MEMORY"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(PoolError, match=r"cuMemHostRegister .* refused.*; refused by cuMemHostAlloc too: "
+                                            r".*CUDA_ERROR_OUT_OF_MEMORY"):
+            p.acquire(64 * MB)
+        del mock.fail["cuMemHostRegister"], mock.fail["cuMemHostAlloc"]
+        buf = p.acquire(MB)                      # a size the machine has: mapped, no warning
+    s = p.stats()
+    assert s["fallback_reason"] is None and s["backing"] in ("hugetlb", "thp", "pages") and s["arenas"] == 1
+    assert buf.ptr in mock.registered
+    p.release(buf)
+    p.close()
+
+
+def test_a_collection_under_the_pool_lock_releasing_to_the_pool_does_not_hang(ctx, mock):
+    """A garbage collection can run at any allocation made while the pool's lock is held; a
+    `mapped_array` caught in a reference cycle is then released from its finalizer, on the same
+    thread, into the same pool. With a plain lock the thread waited on itself for ever."""
+    import gc
+
+    from tickgpu.memory import mapped_array
+
+    collect = []
+
+    def query_collecting(event):         # where an allocation under the lock would collect
+        collect.append(gc.collect())
+        return True
+
+    mock.event_query = query_collecting
+    pool = default_pinned_pool(ctx)
+
+    class Holder:
+        pass
+
+    h = Holder()
+    h.self, h.array = h, mapped_array(16, context=ctx)        # a cycle: freed only by a collection
+    held = pool.stats()["in_use"]
+    del h
+    pool.release(mapped(64, ctx), stream=7)                   # in flight: the next acquire queries it
+    done = []
+    t = threading.Thread(target=lambda: done.append(mapped(64, ctx)), daemon=True)
+    t.start()
+    t.join(30)
+    assert done, "acquire hung on the pool's own lock"
+    assert collect and collect[0] > 0
+    assert pool.stats()["in_use"] == held     # the cycle's buffer returned (4 KB), the new one held (4 KB)
+    done[0].release()
+
+
+def test_bad_pool_arguments_and_bools_are_refused_by_name(ctx, pool):
+    """arena_bytes went through int() (2.5 -> 2, 'abc' -> "invalid literal for int()"), one past
+    what any arena can map failed at the first acquire; True served as a 1-byte request and a
+    1-element shape; an unhashable huge_pages said 'unhashable type'."""
+    for bad in (2.5, "abc", None, True, np.bool_(True)):
+        with pytest.raises(TypeError, match=f"^arena_bytes: must be an int, got {re.escape(repr(bad))}"):
+            PinnedPool(ctx, arena_bytes=bad)
+    for bad in (0, -5, (1 << 47) + 1):
+        with pytest.raises(ValueError, match="^arena_bytes must be > 0 and at most 140737488355328 bytes"):
+            PinnedPool(ctx, arena_bytes=bad)
+    for bad in ([], 1, "on"):
+        with pytest.raises(ValueError, match="^huge_pages must be 'auto', 'thp' or 'off'"):
+            PinnedPool(ctx, huge_pages=bad)
+    for bad in (True, False, np.bool_(True)):
+        with pytest.raises(TypeError, match="^nbytes: must be an int"):
+            pool.acquire(bad)
+    buf = pool.acquire(64)
+    for bad in (True, (True, 2)):
+        with pytest.raises(TypeError, match="^shape: must be an int or a tuple of ints"):
+            buf.array(np.float64, bad)
+    with pytest.raises(ValueError, match=r"^shape: must not be negative, got \(-1,\)"):
+        buf.array(np.float64, [-1])
+    assert PinnedPool(ctx, arena_bytes=np.int64(3 * MB)).arena_bytes == 4 * MB   # NumPy ints are ints

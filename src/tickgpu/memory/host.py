@@ -53,11 +53,25 @@ def _plain_dtype(dtype) -> np.dtype:
 
 
 def _shape(shape) -> tuple[int, ...]:
-    """A shape of Python ints: integers only (2.7 elements is an error, not 2)."""
+    """A shape of Python ints: integers only (2.7 elements is an error, not 2; True is not 1)."""
     try:
-        return (operator.index(shape),) if np.ndim(shape) == 0 else tuple(operator.index(s) for s in shape)
+        dims = (shape,) if np.ndim(shape) == 0 else tuple(shape)
+        if any(isinstance(d, (bool, np.bool_)) for d in dims):
+            raise TypeError
+        return tuple(operator.index(d) for d in dims)
     except TypeError:
         raise TypeError(f"shape: must be an int or a tuple of ints, got {shape!r}") from None
+
+
+def _byte_count(name: str, value) -> int:
+    """`value` as a byte count: an int (or NumPy integer), not a bool, a float or a string;
+    TypeError naming `name` otherwise."""
+    if not isinstance(value, (bool, np.bool_)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{name}: must be an int, got {value!r}")
 
 
 def size_class(nbytes: int) -> int:
@@ -160,8 +174,10 @@ class PinnedBuffer:
         if shape is None:
             shape = (self.nbytes // dtype.itemsize,)
         shape = _shape(shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"shape: must not be negative, got {shape}")
         need = math.prod(shape) * dtype.itemsize
-        if need > self.nbytes or any(s < 0 for s in shape):
+        if need > self.nbytes:
             raise ValueError(f"shape {shape} of {dtype} needs {need} bytes; the buffer holds {self.nbytes}")
         # The view's base holds this buffer, hence its pool: the memory stays mapped while a view
         # lives (after a release it may belong to the next holder: views must not outlive it).
@@ -199,7 +215,8 @@ class PinnedPool:
     context : tickgpu.runtime.device.Context, optional
         The runtime context whose driver registers the memory; default `tickgpu.runtime.context()`.
     arena_bytes : int
-        Bytes per arena (64 MB); a request larger than that gets an arena of its own size.
+        Bytes per arena (64 MB), rounded up to 2 MB; a request larger than that gets an arena of its
+        own size. An int in (0, `MAX_BYTES`]: anything else raises TypeError or ValueError.
     huge_pages : {"auto", "thp", "off"}
         "auto" tries explicit huge pages, then transparent huge pages, then plain pages; "thp" skips
         explicit huge pages; "off" uses plain pages.
@@ -218,23 +235,30 @@ class PinnedPool:
             import tickgpu.runtime as rt
 
             context = rt.context()
-        if huge_pages not in _WANT_HUGE:
+        if not isinstance(huge_pages, (str, bool, type(None))) or huge_pages not in _WANT_HUGE:
             raise ValueError(f"huge_pages must be 'auto', 'thp' or 'off', got {huge_pages!r}")
-        if int(arena_bytes) <= 0:
-            raise ValueError(f"arena_bytes must be > 0, got {arena_bytes}")
+        arena_bytes = _byte_count("arena_bytes", arena_bytes)
+        if not 0 < arena_bytes <= MAX_BYTES:
+            # refused here: every arena would fail, each failure another mapping tried
+            raise ValueError(f"arena_bytes must be > 0 and at most {MAX_BYTES} bytes, got {arena_bytes}")
         self.context, self.driver = context, context.driver
-        self.arena_bytes = -(-int(arena_bytes) // _HUGE) * _HUGE
+        self.arena_bytes = -(-arena_bytes // _HUGE) * _HUGE
         self.want_huge = _WANT_HUGE[huge_pages]
         self.mapped = bool(mapped)
         self.flags = _REGISTER_PORTABLE | (_REGISTER_DEVICEMAP if mapped else 0)
         self.offered = huge_pages_offered()
         # NOTE: one lock guards the arenas, free lists, pending lists and counters. acquire and
         # release are short (a few dict operations and, for in-flight buffers, an event query),
-        # so a finer scheme would not pay. The memory itself is not guarded: between acquire
+        # so a finer scheme would not pay. It is reentrant because a garbage collection can run
+        # at any allocation made while it is held, and the finalizers it runs release buffers to
+        # this pool from the same thread (a `mapped_array` in a reference cycle, a ManagedArray's
+        # staging, a zero-copy binding's unpin): with a plain lock that thread waited on itself for
+        # good. Every section leaves the pool consistent at each allocation it makes (`_collect`
+        # edits the pending list in place for that reason). The memory itself is not guarded: between acquire
         # and release a buffer belongs to its holder alone, and the holder must release it with
         # the stream of the last asynchronous copy that touches it (released without a stream
         # while a copy is queued, it could be handed out and overwritten mid-copy).
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._arenas: list[_Arena] = []
         self._free: dict[int, list[_Slot]] = {}
         self._pending: dict[int, list[_Slot]] = {}
@@ -249,16 +273,15 @@ class PinnedPool:
             _every_pool.add(self)
 
     # ---- arenas -------------------------------------------------------------------------------
-    def _map_arena(self, size: int) -> _Arena | None:
-        """A tg_host_map'd, registered arena, or None after recording why not."""
+    def _map_arena(self, size: int) -> tuple[_Arena | None, str]:
+        """(a tg_host_map'd, registered arena, "") or (None, why not)."""
         from tickgpu._native import ffi, lib
 
         out, mapped_bytes, backing = ffi.new("void **"), ffi.new("uint64_t *"), ffi.new("int *")
         st = lib.tg_host_map(size, self.want_huge, out, mapped_bytes, backing)
         if st != lib.TG_OK:
             name = ffi.string(lib.tg_status_name(st)).decode()
-            self._fallback_reason = f"tg_host_map({size} bytes) failed: {name} (errno {ffi.errno})"
-            return None
+            return None, f"tg_host_map({size} bytes) failed: {name} (errno {ffi.errno})"
         base, length = int(ffi.cast("uintptr_t", out[0])), int(mapped_bytes[0])
         kind = _BACKING_NAMES[backing[0]]
         if kind == "thp" and self.offered["thp"] == "never":
@@ -272,28 +295,31 @@ class PinnedPool:
             except Exception:
                 pass
             lib.tg_host_unmap(out[0], length)
-            self._fallback_reason = f"cuMemHostRegister of a {kind} mapping refused: {e}"
-            return None
-        return _Arena(base, length, dev, kind, length)
+            return None, f"cuMemHostRegister of a {kind} mapping refused: {e}"
+        return _Arena(base, length, dev, kind, length), ""
 
     def _new_arena(self, need: int) -> _Arena:
         size = max(self.arena_bytes, -(-need // _HUGE) * _HUGE)
-        arena = None if self._fallback_reason else self._map_arena(size)
+        arena, why = (None, self._fallback_reason) if self._fallback_reason else self._map_arena(size)
         if arena is None:
-            if self._backing != "cuMemHostAlloc":
-                # Said once per pool: the memory works, but without huge pages, and on some
-                # platforms cuMemHostAlloc is slower to allocate.
-                warnings.warn(f"PinnedPool: using cuMemHostAlloc: {self._fallback_reason}", RuntimeWarning,
-                              stacklevel=5)
             try:
                 base = self.driver.mem_host_alloc(size, self.flags)
             except Exception as e:
-                raise PoolError(f"pinned arena of {size} bytes refused by cuMemHostAlloc: {e}") from e
+                raise PoolError(f"pinned arena of {size} bytes: {why}; refused by cuMemHostAlloc too: {e}") from e
             try:
                 dev = self.driver.host_device_pointer(base) if self.mapped else None
             except Exception as e:
                 self.driver.mem_free_host(base)    # not an arena yet: nothing else would free it
-                raise PoolError(f"pinned arena of {size} bytes: no device mapping: {e}") from e
+                raise PoolError(f"pinned arena of {size} bytes: {why}; a cuMemHostAlloc arena has no device "
+                                f"mapping: {e}") from e
+            if self._fallback_reason is None:
+                # The pool turns to cuMemHostAlloc for good only once cuMemHostAlloc gave what the
+                # mapping refused: a request too large for both (1 TB on a smaller host) says so
+                # in its PoolError and leaves the next arenas to huge pages. Said once per pool:
+                # the memory works, but without huge pages, and on some platforms cuMemHostAlloc
+                # is slower to allocate.
+                self._fallback_reason = why
+                warnings.warn(f"PinnedPool: using cuMemHostAlloc: {why}", RuntimeWarning, stacklevel=5)
             arena = _Arena(base, size, dev, "cuMemHostAlloc", 0)
         self._backing = arena.backing
         self._arenas.append(arena)
@@ -319,10 +345,10 @@ class PinnedPool:
         pending = self._pending.get(cls)
         if not pending:
             return
-        still = []
-        for s in pending:
-            (self._free.setdefault(cls, []) if self.driver.event_query(s.event) else still).append(s)
-        self._pending[cls] = still
+        done = [s for s in pending if self.driver.event_query(s.event)]
+        for s in done:
+            pending.remove(s)
+            self._free.setdefault(cls, []).append(s)
 
     def acquire(self, nbytes: int) -> PinnedBuffer:
         """A pinned buffer of at least `nbytes` bytes.
@@ -332,18 +358,18 @@ class PinnedPool:
 
         Raises
         ------
+        TypeError
+            `nbytes` is not an int (a float, a string or a bool).
         ValueError
-            `nbytes` < 0.
+            `nbytes` < 0, or more than any pinned buffer can hold (`MAX_BYTES`).
         PoolError
-            The pool is closed, or no pinned memory could be had (the message says why).
+            The pool is closed, or no pinned memory could be had (the message says why; the
+            pool is left as it was, its next arenas still mapped on huge pages where offered).
         """
         return self._acquire(nbytes, PinnedBuffer)
 
     def _acquire(self, nbytes, kind) -> PinnedBuffer:
-        try:
-            nbytes = operator.index(nbytes)
-        except TypeError:
-            raise TypeError(f"nbytes: must be an int, got {nbytes!r}") from None
+        nbytes = _byte_count("nbytes", nbytes)
         if nbytes < 0:
             raise ValueError(f"nbytes must be >= 0, got {nbytes}")
         if nbytes > MAX_BYTES:
