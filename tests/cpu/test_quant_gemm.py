@@ -145,6 +145,19 @@ def test_w16a16_extreme_codes_at_large_k_are_exact():
     assert np.array_equal(combined, want)
 
 
+def test_limb_accumulators_refuse_hi_limbs_whose_middle_sums_could_wrap():
+    """An activation hi limb of -128 (split_act_limbs never makes one) doubles the middle step to
+    2 * 128 * 128: at K = K_MAX_A16 its sum, 2.16e9, would wrap int32 into a wrong value."""
+    k = gemm.K_MAX_A16
+    limb = np.full((1, k), -128, np.int8)
+    with pytest.raises(ValueError, match=r"limb_accumulators: K = 65793 .*x_hi up to 128"):
+        gemm.limb_accumulators(limb, limb, limb, limb)
+    # the limbs split_act_limbs makes are accepted at the same K, and exact
+    x_hi = np.full((1, k), -127, np.int8)
+    hh, mid, ll = gemm.limb_accumulators(x_hi, limb, limb, limb)
+    assert int(mid[0, 0]) == (127 * 128 + 128 * 128) * k
+
+
 @pytest.mark.parametrize("m", ODD_M)
 def test_w16a16_matches_float64_of_the_same_quantized_math(rng, m):
     n, k = _shapes(rng)

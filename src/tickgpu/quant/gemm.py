@@ -251,11 +251,24 @@ def epilogue_w16a16(acc_hh, acc_mid, acc_ll, rowsum, x_scale, w_scale, limb_offs
 
 def limb_accumulators(x_hi, x_lo, w_hi, w_lo):
     """W16A16's three int32 accumulators ``(acc_hh, acc_mid, acc_ll)`` of int8 limb matrices (M, K),
-    (N, K), exact (the K_MAX_A16 limit makes int32 hold them in any order)."""
+    (N, K), exact (the K_MAX_A16 limit makes int32 hold them in any order). Activation hi limbs
+    are those of :func:`~tickgpu.quant.schemes.split_act_limbs`, within +-127: limbs whose middle
+    sums could pass int32 at this K (-128 there, past K = 65535) raise ValueError."""
     x_hi, x_lo = _codes(x_hi, "x_hi"), _codes(x_lo, "x_lo")
     w_hi, w_lo = _codes(w_hi, "w_hi"), _codes(w_lo, "w_lo")
     _operands({"x_hi": x_hi, "x_lo": x_lo}, {"w_hi": w_hi, "w_lo": w_lo})
-    check_k(x_hi.shape[1], act16=True)
+    k = x_hi.shape[1]
+    check_k(k, act16=True)
+    # K_MAX_A16 assumes activation hi limbs within +-127 (split_act_limbs never makes -128): a
+    # -128 there makes the middle step 2 * 128 * 128, which K past INT32_MAX // 32768 = 65535 can
+    # overflow, so look at the peaks there only
+    if k > INT32_MAX // (2 * 128 * 128):
+        peaks = [int(np.abs(v.astype(np.int16)).max(initial=0)) for v in (x_hi, x_lo, w_hi, w_lo)]
+        step = peaks[0] * peaks[3] + peaks[1] * peaks[2]
+        if step * k > INT32_MAX:
+            raise ValueError(f"limb_accumulators: K = {k} with middle-limb steps up to {step} (x_hi up to "
+                             f"{peaks[0]}, past split_act_limbs' 127) could overflow int32; split the "
+                             "layer along K")
     hh = int_gemm(x_hi, w_hi)
     mid = int_gemm(x_hi, w_lo).astype(np.int64) + int_gemm(x_lo, w_hi)
     return hh, mid.astype(np.int32), int_gemm(x_lo, w_lo)
