@@ -395,6 +395,27 @@ def test_scheduled_update_keeps_the_channels_without_data(rng):
     assert dark.current.version == 0
 
 
+def test_scheduled_trace_of_a_per_channel_observer_without_initial_scales(rng):
+    """The unready initial parameters are one value for every channel, the scheduled ones one per
+    channel: trace gives rows of one width (it raised NumPy's inhomogeneous-shape error)."""
+    series = rng.standard_normal((12, 3))
+    series[3:6, 1] = np.nan
+
+    def fn(s):
+        return ScheduledScales(lambda: MinMaxObserver(alpha=0.9, axis=-1), window=3, every=2).trace(s)
+
+    tr = fn(series)
+    assert tr["scale"].shape == tr["zero_point"].shape == (12, 3)
+    np.testing.assert_array_equal(tr["scale"][:2], np.float32(EPS / 255))     # the unready floor
+    assert list(tr["version"]) == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    sched = ScheduledScales(lambda: MinMaxObserver(alpha=0.9, axis=-1), window=3, every=2)
+    for t, x in enumerate(series):
+        np.testing.assert_array_equal(tr["scale"][t], np.broadcast_to(sched.current.scale, (3,)))
+        np.testing.assert_array_equal(tr["zero_point"][t], np.broadcast_to(sched.current.zero_point, (3,)))
+        sched.observe(x)
+    check_causal(fn, series, strict=True)
+
+
 @pytest.mark.parametrize("initial,match", [
     ((0.0, 0), r"scale\[0\]: must be finite and > 0"), ((np.nan, 0), r"scale\[0\]: must be finite"),
     ((np.inf, 0), r"scale\[0\]"), ((-1.0, 0), r"scale\[0\]"), (([1.0, 1e39], 0), r"scale\[1\].*1e\+39"),

@@ -537,7 +537,12 @@ class ScheduledScales:
             self._current = frozen
 
     def trace(self, series) -> dict[str, np.ndarray]:
-        """Scales in force when each tick of ``series`` is quantized (state left unchanged)."""
+        """Scales in force when each tick of ``series`` is quantized (state left unchanged).
+
+        Returns ``scale`` and ``zero_point`` with one row per tick, all of one width (a
+        per-channel observer's channel count): parameters holding one value for every channel
+        (such as the unready initial ones of a per-channel observer) are repeated across the
+        channels; and ``version``."""
         me = copy.copy(self)
         me._past = list(self._past)
         me._lock = threading.Lock()
@@ -548,4 +553,13 @@ class ScheduledScales:
             zp.append(cur.zero_point)
             version.append(cur.version)
             me.observe(x)
-        return {"scale": np.array(scale), "zero_point": np.array(zp), "version": np.array(version)}
+        # A per-channel observer's width is known from the first batch on, whether or not an
+        # update has come yet (so it does not depend on how many ticks follow)
+        width = me._channels if me._channels is not None else max((len(r) for r in scale + zp), default=0)
+        return {"scale": _stack_rows(scale, width), "zero_point": _stack_rows(zp, width),
+                "version": np.array(version)}
+
+
+def _stack_rows(rows: list, width: int) -> np.ndarray:
+    """Rows of FrozenScales parameters as one (T, width) array; a one-value row covers every channel."""
+    return np.array([np.broadcast_to(r, (width,)) if len(r) == 1 else r for r in rows])
