@@ -116,3 +116,25 @@ def test_a_function_that_is_not_deterministic_is_not_reported_as_a_leak(rng):
         check_causal(drifts, x)
     # a NaN output is the same bits twice: deterministic
     assert check_causal(lambda s: np.full(len(s), np.nan), x).checks > 0
+
+
+def _one_tick_ahead(s):
+    return np.concatenate([s[1:], np.zeros_like(s[:1])])
+
+
+def test_a_perturbation_that_changes_nothing_is_skipped_not_counted(rng):
+    """Zeros on a zero series, NaN on a NaN series: the 'perturbed' run is the series itself, so
+    its agreement proves nothing; counted as checks, a look-ahead passed."""
+    with pytest.raises(ValueError, match=r"nothing was compared.*'zeros' left the ticks from the cut on as they were"):
+        check_causal(_one_tick_ahead, np.zeros((20, 2)), perturbations=("zeros",), truncate=False)
+    with pytest.raises(ValueError, match=r"nothing was compared.*'nan' left the ticks"):
+        check_causal(_one_tick_ahead, np.full(20, np.nan), perturbations=("nan", "noise"), truncate=False)
+    batches = [np.zeros(3) for _ in range(6)]
+    with pytest.raises(ValueError, match=r"nothing was compared.*'zeros' left the ticks"):
+        check_causal(lambda b: _one_tick_ahead(np.array([x.sum() for x in b])), batches, perturbations=("zeros",))
+    # the perturbations that do change the future still run, and catch the look-ahead
+    report = check_causal(lambda s: np.cumsum(s, axis=0), np.full((6, 2), np.nan))
+    assert report.skipped == [f"{k}@{c}" for c in range(1, 6) for k in ("noise", "nan")]
+    assert report.checks == 5 * 2
+    with pytest.raises(CausalityError, match="replaced by outliers"):
+        check_causal(_one_tick_ahead, np.zeros(20), perturbations=("zeros", "outliers"))

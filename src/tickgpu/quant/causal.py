@@ -91,18 +91,24 @@ def _copy_series(series):
 
 
 def _replace_future(series, cut: int, kind: str, gen):
-    """A copy of series with the ticks from ``cut`` on perturbed, or (None, why) where nothing could be."""
+    """A copy of series with the ticks from ``cut`` on perturbed, or (None, why) where nothing could be.
+
+    A perturbation that leaves every tick from the cut on as it was, bit for bit (zeros on zeros,
+    NaN or noise on NaN), is no change: a run on it would compare outputs that nothing could alter."""
+    unchanged = f"{kind!r} left the ticks from the cut on as they were (bit for bit)"
     if isinstance(series, np.ndarray):
         if series[cut:].size == 0:
             return None, "the ticks from the cut on hold no values"
         new = _perturb(series[cut:], kind, gen)
         if new is None:
             return None, f"{kind!r} does not apply to {series.dtype} ticks"
+        if _same_bits(new, series[cut:]):
+            return None, unchanged
         out = series.copy()
         out[cut:] = new
         return out, ""
     out = _copy_series(series)
-    changed = False
+    nonempty = changed = False
     for t in range(cut, len(out)):
         # An empty batch (a tick without trades) has nothing to perturb: leave it, perturb the rest.
         if out[t].size == 0:
@@ -110,10 +116,13 @@ def _replace_future(series, cut: int, kind: str, gen):
         new = _perturb(out[t], kind, gen)
         if new is None:
             return None, f"{kind!r} does not apply to {out[t].dtype} ticks"
+        nonempty = True
+        changed = changed or not _same_bits(new, out[t])
         out[t] = new
-        changed = True
-    if not changed:
+    if not nonempty:
         return None, "every batch from the cut on is empty"
+    if not changed:
+        return None, unchanged
     return out, ""
 
 
@@ -259,7 +268,9 @@ def check_causal(fn, series, *, cuts: int | list[int] | None = None,
     CausalReport
         ``checks`` (outputs compared after a perturbation) is always > 0; ``truncated_checks``
         counts those compared on truncated series; ``skipped`` lists the "kind@cut" pairs that
-        could not be run (NaN on integers; only empty batches after the cut).
+        could not be run (NaN on integers; only empty batches after the cut) or that changed
+        nothing (a perturbation that left every tick from the cut on bit for bit as it was:
+        zeros on zeros, NaN or noise on NaN).
 
     Raises
     ------
