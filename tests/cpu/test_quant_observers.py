@@ -204,6 +204,20 @@ def test_qparams_from_range_edges():
     assert np.isfinite(s) and s > 0 and z == 0
 
 
+def test_qparams_from_range_refuse_bounds_that_do_not_fit_or_are_not_numbers():
+    with pytest.raises(ValueError, match=r"^lo, hi: shapes \(3,\) and \(2,\) do not broadcast"):
+        qparams_from_range(np.zeros(3), np.ones(2))
+    for bad in (1j, "a", True, np.array([0.0, 1.0], complex), [None]):
+        with pytest.raises(TypeError, match=r"^lo: must be real numbers"):
+            qparams_from_range(bad, 2.0)
+        with pytest.raises(TypeError, match=r"^hi: must be real numbers"):
+            qparams_from_range(-2.0, bad)
+    # per-channel bounds against one shared bound, integers and Python ints past int64 are numbers
+    s, z = qparams_from_range(np.array([0.0, -2.0]), 2**70)
+    assert s.shape == z.shape == (2,) and np.all(np.isfinite(s))
+    assert qparams_from_range([0, -1], [1, 2])[0][1] == np.float32(3 / 255)
+
+
 def test_calibration_noise_is_seeded_and_keyed_by_tick():
     x = np.zeros((3, 4))
     a = calibration_noise(x, 0.1, seed=1, step=5)
@@ -425,6 +439,29 @@ def test_scheduled_trace_of_a_per_channel_observer_without_initial_scales(rng):
 def test_scheduled_scales_validate_initial(initial, match):
     with pytest.raises(ValueError, match="initial: " + match):
         ScheduledScales(lambda: AbsMaxObserver(), window=5, every=5, initial=initial)
+
+
+@pytest.mark.parametrize("initial,match", [
+    (1.0, r"initial: must be a \(scale, zero_point\) pair, got 1.0"),
+    ((1.0, 0, 3), r"initial: must be a \(scale, zero_point\) pair, got 3 items"),
+    ((1.0 + 2j, 0), r"initial: scale: must be real numbers, got dtype complex128"),
+    ((True, 0), r"initial: scale: must be real numbers, got dtype bool"),
+    (("1.0", 0), r"initial: scale: must be real numbers"),
+    ((1.0, np.zeros(1, complex)), r"initial: zero_point: must be real numbers")])
+def test_scheduled_scales_refuse_initial_parameters_that_are_not_a_pair_of_numbers(initial, match):
+    # a complex scale lost its imaginary part, a bool was a scale of 1, the others raised from unpacking
+    with pytest.raises(TypeError, match="^" + match):
+        ScheduledScales(lambda: AbsMaxObserver(), window=5, every=5, initial=initial)
+    if isinstance(initial, tuple) and len(initial) == 2:
+        with pytest.raises(TypeError, match="^" + match[len("initial: "):]):
+            FrozenScales(*initial, 0, (0, 0))
+
+
+def test_scheduled_scales_refuse_a_make_observer_that_makes_no_observer():
+    with pytest.raises(TypeError, match=r"^make_observer: must be a callable returning a fresh Observer, got 3"):
+        ScheduledScales(3, window=5, every=5)
+    with pytest.raises(TypeError, match=r"^make_observer: must return an Observer, returned int"):
+        ScheduledScales(lambda: 3, window=5, every=5)
 
 
 def test_frozen_scales_cannot_be_changed_in_place():

@@ -90,13 +90,26 @@ def _qrange(bits: int, symmetric: bool) -> tuple[int, int]:
     return (-top, top) if symmetric else (-top - 1, top)
 
 
+def _real_bound(v, name: str) -> np.ndarray:
+    """A range bound (or a frozen parameter) as an array of real numbers (Python ints past int64 too); TypeError naming it
+    for complex values, bools, strings or objects."""
+    a = np.asarray(v)
+    if a.dtype.kind == "O" and all(isinstance(e, numbers.Real) and not isinstance(e, (bool, np.bool_))
+                                   for e in a.flat):
+        a = a.astype(np.float64)
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name}: must be real numbers, got dtype {a.dtype}")
+    return a
+
+
 def qparams_from_range(lo, hi, *, bits: int = 8, symmetric: bool = False):
     """float32 scale and int32 zero point for the range [lo, hi] (arrays or scalars).
 
     Symmetric: ``s = max(max(|lo|, |hi|), EPS) / qmax``, ``z = 0`` (qmax = 127 or 32767).
     Asymmetric: the range is widened to hold 0, ``s = max(hi - lo, EPS) / (qmax - qmin)``,
     ``z = clip(qmin - rint(lo / s), qmin, qmax)``. NaN bounds are treated as 0 and infinite ones as
-    +-float64 max; lo > hi raises ValueError naming the index.
+    +-float64 max; lo > hi raises ValueError naming the index, and so do shapes that do not
+    broadcast; bounds that are not real numbers (complex, bool, strings) raise TypeError.
 
     A scale past float32's max (a range wider than about 8.7e40 for 8 bits) is capped there; the
     grid then covers only part of the range, and the zero point keeps 0 at the same relative place
@@ -105,8 +118,13 @@ def qparams_from_range(lo, hi, *, bits: int = 8, symmetric: bool = False):
     """
     qmin, qmax = _qrange(bits, symmetric)
     big = np.finfo(np.float64).max
-    lo = np.nan_to_num(np.asarray(lo, np.float64), nan=0.0, posinf=big, neginf=-big)
-    hi = np.nan_to_num(np.asarray(hi, np.float64), nan=0.0, posinf=big, neginf=-big)
+    lo, hi = _real_bound(lo, "lo"), _real_bound(hi, "hi")
+    try:
+        np.broadcast_shapes(lo.shape, hi.shape)
+    except ValueError:
+        raise ValueError(f"lo, hi: shapes {lo.shape} and {hi.shape} do not broadcast") from None
+    lo = np.nan_to_num(lo.astype(np.float64), nan=0.0, posinf=big, neginf=-big)
+    hi = np.nan_to_num(hi.astype(np.float64), nan=0.0, posinf=big, neginf=-big)
     inverted = lo > hi
     if np.any(inverted):
         i = tuple(int(a) for a in np.argwhere(np.broadcast_to(inverted, np.broadcast_shapes(lo.shape, hi.shape)))[0])
@@ -391,6 +409,8 @@ class FrozenScales:
     ValueError
         A scale that is not finite and > 0 after rounding to float32 (naming its index), a zero
         point that is not an integer in int32's range, or shapes that do not broadcast.
+    TypeError
+        A scale or zero point that is not a real number (complex, bool, a string).
     """
 
     scale: np.ndarray
@@ -399,8 +419,8 @@ class FrozenScales:
     window: tuple[int, int]
 
     def __post_init__(self):
-        scale = np.atleast_1d(np.array(self.scale, np.float64, copy=True))
-        zp = np.atleast_1d(np.array(self.zero_point, np.float64, copy=True))
+        scale = np.atleast_1d(_real_bound(self.scale, "scale").astype(np.float64))   # a copy
+        zp = np.atleast_1d(_real_bound(self.zero_point, "zero_point").astype(np.float64))
         if scale.ndim != 1 or zp.ndim != 1:
             raise ValueError(f"scale, zero_point: must be scalars or 1-D, got shapes {scale.shape} and {zp.shape}")
         if zp.shape[0] not in (1, scale.shape[0]) and scale.shape[0] != 1:
@@ -457,7 +477,8 @@ class ScheduledScales:
     Raises
     ------
     TypeError
-        window or every not an int (a bool, a float, a string).
+        window or every not an int (a bool, a float, a string); make_observer not a callable that
+        returns an :class:`Observer`; ``initial`` not a (scale, zero_point) pair of real numbers.
     ValueError
         window or every < 1; bad ``initial`` (naming the element and the reason).
     """
@@ -465,15 +486,22 @@ class ScheduledScales:
     def __init__(self, make_observer, *, window: int, every: int, initial=None):
         self.window = _check_count(window, "window")
         self.every = _check_count(every, "every")
+        if not callable(make_observer):
+            raise TypeError(f"make_observer: must be a callable returning a fresh Observer, got {make_observer!r}")
         self.make_observer = make_observer
         probe = make_observer()
+        if not isinstance(probe, Observer):
+            raise TypeError(f"make_observer: must return an Observer, returned {type(probe).__name__}")
         if initial is None:
             initial = probe.qparams()
+        if not isinstance(initial, (tuple, list)) or len(initial) != 2:
+            raise TypeError("initial: must be a (scale, zero_point) pair, got "
+                            + (f"{len(initial)} items" if isinstance(initial, (tuple, list)) else repr(initial)))
         s, z = initial
         try:
             self._current = FrozenScales(s, z, 0, (0, 0))
-        except ValueError as e:
-            raise ValueError(f"initial: {e}") from None
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"initial: {e}") from None
         qmin, qmax = _qrange(probe.bits, probe.symmetric)
         zp = self._current.zero_point
         if zp.min() < qmin or zp.max() > qmax:
