@@ -556,6 +556,45 @@ def test_standardizer_warmup_and_arguments():
         st.transform(np.ones((3, 3)))
 
 
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"alpha": [0.5]}, TypeError, r"alpha: must be a real number in \[0, 1\) or None, got \[0.5\]"),
+    ({"alpha": "0.5"}, TypeError, r"alpha: must be a real number"),
+    ({"alpha": np.array([0.5, 0.6])}, TypeError, r"alpha: must be a real number"),
+    ({"alpha": False}, TypeError, r"alpha: must be a real number"),
+    ({"alpha": 1.0}, ValueError, r"alpha: must be in \[0, 1\) or None, got 1.0"),
+    ({"seed": "a"}, TypeError, r"seed: must be an int, got 'a'"),
+    ({"seed": 1.5}, TypeError, r"seed: must be an int, got 1.5"),
+    ({"symmetric": "no"}, TypeError, r"symmetric: must be a bool, got 'no'"),
+    ({"strict": "no"}, TypeError, r"strict: must be a bool, got 'no'")])
+def test_observer_arguments_of_the_wrong_type_are_named(kwargs, error, match):
+    # before: bare float() errors, a seed of 1.5 silently 1, symmetric="no" silently True
+    with pytest.raises(error, match="^" + match):
+        MinMaxObserver(**kwargs)
+    assert MinMaxObserver(alpha=np.float32(0.5), seed=np.int64(3), strict=np.bool_(True)).alpha == 0.5
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"alpha": None}, TypeError, r"alpha: must be a real number in \[0, 1\), got None"),
+    ({"alpha": "0.5"}, TypeError, r"alpha: must be a real number"),
+    ({"alpha": np.array([0.5, 0.6])}, TypeError, r"alpha: must be a real number"),
+    ({"floor": "x"}, TypeError, r"floor: must be a real number, got 'x'"),
+    ({"warmup": float("nan")}, ValueError, r"warmup: must be an integer >= 1, got nan"),
+    ({"warmup": float("inf")}, ValueError, r"warmup: must be an integer >= 1, got inf"),
+    ({"warmup": True}, TypeError, r"warmup: must be a real number, got True")])
+def test_standardizer_arguments_of_the_wrong_type_are_named(kwargs, error, match):
+    with pytest.raises(error, match="^" + match):
+        EmaStandardizer(**kwargs)
+    assert EmaStandardizer(warmup=3.0).warmup == 3
+
+
+def test_standardizer_refuses_a_series_that_is_not_real_numbers():
+    # a complex series lost its imaginary parts silently; strings raised NumPy's conversion error
+    for bad in (np.ones((3, 2), complex), [["a", "b"]]):
+        with pytest.raises(TypeError, match=r"^series: must be real numbers"):
+            EmaStandardizer().transform(bad)
+    np.testing.assert_array_equal(EmaStandardizer().transform([[1, 2], [1, 2]]), np.zeros((2, 2)))
+
+
 def test_observer_axis_and_input_checks():
     x = np.arange(6.0).reshape(2, 3)
     for axis in (2, 5, -3):

@@ -45,6 +45,24 @@ def _check_sigma(sigma, name: str) -> float:
     return value
 
 
+def _check_alpha(alpha, or_none: str = "") -> float:
+    """An EMA weight of the past as a float: a real number (not a bool) in [0, 1)."""
+    if isinstance(alpha, np.ndarray) and alpha.ndim == 0 and alpha.dtype.kind in "iuf":
+        alpha = alpha.item()
+    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
+        raise TypeError(f"alpha: must be a real number in [0, 1){or_none}, got {alpha!r}")
+    if not 0.0 <= float(alpha) < 1.0:
+        raise ValueError(f"alpha: must be in [0, 1){or_none}, got {alpha!r}")
+    return float(alpha)
+
+
+def _check_flag(value, name: str) -> bool:
+    """A bool (NumPy's too): a string such as 'no' would otherwise count as True."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: must be a bool, got {value!r}")
+    return bool(value)
+
+
 def _check_count(value, name: str) -> int:
     """A tick count (window, period) as an int >= 1; bools and non-integers refused."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
@@ -169,6 +187,10 @@ class Observer:
         :func:`calibration_noise`); 0 turns it off.
     strict : bool
         Raise ValueError on non-finite input instead of masking it.
+
+    Raises TypeError for arguments of the wrong type (an alpha, seed or bits that is not a number
+    of its kind, bools included; symmetric or strict not a bool), ValueError for values out of
+    range (alpha outside [0, 1), bits not 8 or 16, a negative or non-finite noise_sigma).
     """
 
     symmetric_default = False
@@ -176,19 +198,19 @@ class Observer:
     def __init__(self, *, alpha: float | None = 0.99, axis: int | None = None, bits: int = 8,
                  symmetric: bool | None = None, noise_sigma: float = 0.0, seed: int = 0,
                  strict: bool = False):
-        if alpha is not None and not (0.0 <= float(alpha) < 1.0):
-            raise ValueError(f"alpha: must be in [0, 1) or None, got {alpha!r}")
+        self.alpha = None if alpha is None else _check_alpha(alpha, " or None")
         noise_sigma = _check_sigma(noise_sigma, "noise_sigma")
-        self.alpha = None if alpha is None else float(alpha)
         if axis is not None and (isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer))):
             raise TypeError(f"axis: must be an int or None, got {axis!r}")
         self.axis = None if axis is None else int(axis)
-        self.symmetric = self.symmetric_default if symmetric is None else bool(symmetric)
+        self.symmetric = self.symmetric_default if symmetric is None else _check_flag(symmetric, "symmetric")
         _qrange(bits, self.symmetric)
         self.bits = int(bits)
         self.noise_sigma = noise_sigma
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed: must be an int, got {seed!r}")
         self.seed = int(seed)
-        self.strict = strict
+        self.strict = _check_flag(strict, "strict")
         self.step = 0  # ticks seen
         self.n_nonfinite = 0
         self._lo = None  # float64 state arrays (per channel) or None before the first finite value
@@ -346,25 +368,29 @@ class EmaStandardizer:
     matters. (The default is what the shipped signal model was trained with and what the native
     core's ``tg_signal_update`` computes.)
 
-    Raises ValueError for alpha outside [0, 1), a floor that is not finite and > 0, a warm-up < 1,
-    and a series whose feature count differs from the one the statistics were built on.
+    Raises ValueError for alpha outside [0, 1), a floor that is not finite and > 0, a warm-up that
+    is not an integer >= 1, and a series that is not 2-D or whose feature count differs from the
+    one the statistics were built on; TypeError for arguments or a series that are not real
+    numbers (complex, strings, bools in a number's place).
     """
 
     def __init__(self, alpha: float = 0.99, floor: float = 1e-12, warmup: int = 1):
-        if not (0.0 <= alpha < 1.0):
-            raise ValueError(f"alpha: must be in [0, 1), got {alpha!r}")
-        if not (np.isfinite(floor) and floor > 0):
+        alpha = _check_alpha(alpha)
+        for name, v in (("floor", floor), ("warmup", warmup)):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name}: must be a real number, got {v!r}")
+        if not (math.isfinite(floor) and floor > 0):
             raise ValueError(f"floor: must be finite and > 0, got {floor!r}")
-        if int(warmup) != warmup or warmup < 1:
+        if not (math.isfinite(warmup) and int(warmup) == warmup and warmup >= 1):
             raise ValueError(f"warmup: must be an integer >= 1, got {warmup!r}")
-        self.alpha, self.floor, self.warmup = float(alpha), float(floor), int(warmup)
+        self.alpha, self.floor, self.warmup = alpha, float(floor), int(warmup)
         self.mean = None
         self.var = None
         self.count = None  # finite values seen, per feature
 
     def transform(self, series) -> np.ndarray:
         """Standardize a (T, F) series tick by tick (one row per tick); returns float64 (T, F)."""
-        x = np.asarray(series, np.float64)
+        x = _real_batch(series, "series")
         if x.ndim != 2:
             raise ValueError(f"series: must be 2-D (ticks, features), got shape {x.shape}")
         if self.mean is not None and x.shape[1] != self.mean.shape[0]:
