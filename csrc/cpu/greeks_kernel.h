@@ -117,6 +117,10 @@ TG_GREEKS_FN int KERNEL_ELEMENT(REAL S, REAL K, REAL t, REAL r, REAL sig, REAL q
     REAL inv_sig = C(1.0) / sig;
 
     REAL price = w * (SDq_N1 - KDr_N2);
+    /* Far out of the money the two legs are tails of a few ulps each (or subnormal), and their
+       difference may round below zero (-2e-322): a price is never negative, and implied_vol would
+       refuse it; nor -0.0 (a put whose legs both underflow). NaN stays NaN. */
+    price = price <= C(0.0) ? C(0.0) : price;
     REAL delta = w * Dq * Nd1;
     REAL gamma = Dq_pdf * inv_sst / S;
     REAL theta = C(-0.5) * SDq * pdf * sig / sqt + w * (q * SDq_N1 - r * KDr_N2);

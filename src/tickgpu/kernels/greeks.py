@@ -327,6 +327,8 @@ def _bsm_general(S, K, t, r, sig, q, w, sqt, sst, inv_sst, CDF: tl.constexpr, NE
     inv_sqt = sig * inv_sst
 
     price = w * (SDq_N1 - KDr_N2)
+    # Far out of the money the legs are tails of a few ulps each: never a negative price, nor -0.0 (as the CPU).
+    price = tl.where(price <= 0.0, 0.0, price)
     delta = w * Dq * Nd1
     if FULL:
         # An extreme S may be subnormal, whose reciprocal estimate flushes.
