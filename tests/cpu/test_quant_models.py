@@ -423,3 +423,29 @@ def test_state_dict_refuses_two_spellings_of_one_module_index(rng, keys):
         sd = {"net.0.weight": rng.standard_normal((3, 3)), **sd}
     with pytest.raises(ValueError, match=rf"^state_dict: keys '{keys[0]}' and '{keys[1]}' both name module"):
         QuantMLP.from_state_dict(sd)
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor")
+def test_state_dict_entries_torch_cannot_hand_over_are_named(rng):
+    """A meta, sparse or quantized tensor raised torch's own error, which names no key; a key whose
+    index is a digit int() refuses ('²') raised int()'s error; a list of pairs, AttributeError."""
+    torch = pytest.importorskip("torch")
+    w = torch.ones(2, 3)
+    for bad in (torch.ones(2, 3, device="meta"), w.to_sparse(), torch.quantize_per_tensor(w, 0.1, 0, torch.qint8)):
+        with pytest.raises(TypeError, match=r"^state_dict: '2.weight' cannot be read as a dense array"):
+            QuantMLP.from_state_dict({"0.weight": torch.ones(3, 4), "2.weight": bad})
+    with pytest.raises(ValueError, match=r"^state_dict: key '\u00b2.weight' has no module index"):
+        QuantMLP.from_state_dict({"\u00b2.weight": np.ones((2, 2))})
+    with pytest.raises(TypeError, match=r"^state_dict: must be a mapping of keys to arrays.*got list"):
+        QuantMLP.from_state_dict([("0.weight", np.ones((2, 2)))])
+
+
+def test_layers_container_is_checked_and_any_iterable_of_pairs_is_taken(rng):
+    w1, w2 = rng.standard_normal((4, 3)), rng.standard_normal((2, 4))
+    for bad in (np.ones((2, 2, 2)), "w", {"0": (w1, None)}, 3):
+        with pytest.raises(TypeError, match=r"^layers: must be a list of \(weight, bias\) pairs"):
+            QuantMLP(bad)
+    x = rng.standard_normal((3, 3))
+    want = QuantMLP([(w1, None), (w2, None)])(x)
+    np.testing.assert_array_equal(QuantMLP(((w, None) for w in (w1, w2)))(x), want)
+    np.testing.assert_array_equal(QuantMLP(((w1, None), (w2, None)))(x), want)

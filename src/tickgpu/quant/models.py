@@ -230,10 +230,15 @@ def _host_array(value, key: str) -> np.ndarray:
     """A state-dict value as a NumPy array: torch tensors through ``.detach().cpu()`` (bfloat16,
     which NumPy lacks, through ``.float()``, exact), without importing torch."""
     if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        if str(getattr(value, "dtype", "")) == "torch.bfloat16":
-            value = value.float()
-        value = value.numpy()
+        try:
+            value = value.detach().cpu()
+            if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+                value = value.float()
+            value = value.numpy()
+        except (RuntimeError, TypeError, NotImplementedError) as e:
+            # a meta, sparse or quantized tensor: say which entry, not only torch's reason
+            raise TypeError(f"state_dict: {key!r} cannot be read as a dense array of real numbers "
+                            f"({type(e).__name__}: {e})") from None
     arr = np.asarray(value)
     if arr.dtype.name == "bfloat16":   # ml_dtypes' NumPy bfloat16
         arr = arr.astype(np.float32)
@@ -389,7 +394,8 @@ class QuantMLP:
     ----------
     layers : list of (weight, bias)
         Float weights (out, in) and biases (or None) of the Linear layers, input first; GELU sits
-        between consecutive layers (not after the last).
+        between consecutive layers (not after the last). Any iterable of pairs (a tuple, a
+        generator) is taken as its list; an array or a mapping raises TypeError.
     layernorm : (gamma, beta) or (gamma, beta, eps), optional
         A LayerNorm over the input features, computed in float32 precision (float64 internally,
         rounded once) before the first layer; eps defaults to 1e-5 as in PyTorch. gamma and beta
@@ -413,6 +419,10 @@ class QuantMLP:
 
     def __init__(self, layers, *, layernorm=None, scheme: str = "w8a8", out_dtype: str = "float32",
                  backend: str = "cpu"):
+        # A generator is taken as its list; an array (whose truth value NumPy refuses) is not a list of pairs.
+        if isinstance(layers, (np.ndarray, str, bytes, dict)) or not hasattr(layers, "__iter__"):
+            raise TypeError(f"layers: must be a list of (weight, bias) pairs, got {type(layers).__name__}")
+        layers = list(layers)
         if not layers:
             raise ValueError("layers: must hold at least one (weight, bias) pair")
         self.scheme = _check_scheme(scheme)
@@ -478,6 +488,9 @@ class QuantMLP:
 
         Raises
         ------
+        TypeError
+            state_dict not a mapping; a value that is not a dense array of real numbers (complex,
+            bool, a meta, sparse or quantized tensor), naming its key.
         ValueError
             Naming the key or module: an unknown leaf (a BatchNorm's ``running_mean``, a quantized
             module's ``weight_scale``, ...), a key without a module index, a module that is neither
@@ -490,13 +503,17 @@ class QuantMLP:
             Two keys that spell one module index differently (``"0.weight"`` and ``"00.weight"``)
             are refused, naming both, rather than one of them being dropped.
         """
+        if not hasattr(state_dict, "items"):
+            raise TypeError(f"state_dict: must be a mapping of keys to arrays (a module's state_dict()), "
+                            f"got {type(state_dict).__name__}")
         groups: dict[int, dict[str, np.ndarray]] = {}
         spelled: dict[tuple, str] = {}   # (prefix, index) -> the first key naming it ("0", "00": one index)
         prefixes = set()
         for key, value in state_dict.items():
             path, _, leaf = str(key).rpartition(".")
             head, _, index = path.rpartition(".")
-            if not index.isdigit():
+            # ASCII digits only: str.isdigit() also takes '²', which int() refuses
+            if not (index.isascii() and index.isdigit()):
                 raise ValueError(f"state_dict: key {key!r} has no module index (expected '<i>.weight' or "
                                  "'<i>.bias' of an nn.Sequential)")
             if leaf not in ("weight", "bias"):
