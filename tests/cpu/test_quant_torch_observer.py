@@ -93,6 +93,17 @@ def test_averaging_constant_outside_0_1_is_refused(c):
         SafeMinMaxObserver(averaging_constant=c)
 
 
+def test_complex_and_bool_batches_and_a_bool_constant_are_refused():
+    """A complex batch was observed by its real parts (torch only warned); a bool one as 0 / 1."""
+    obs = SafeMinMaxObserver()
+    for bad in (torch.tensor([1 + 5j, -3 + 0j]), torch.tensor([True, False])):
+        with pytest.raises(TypeError, match=r"^x: must be real numbers, got torch\.(complex64|bool)"):
+            obs(bad)
+    assert obs.min_val == float("inf") and int(obs.n_nonfinite) == 0     # nothing was observed
+    with pytest.raises(ValueError, match=r"averaging_constant: must be in \(0, 1\], got True"):
+        SafeMinMaxObserver(averaging_constant=True)
+
+
 def test_loads_a_moving_average_observers_state(rng):
     from torch.ao.quantization.observer import MovingAverageMinMaxObserver
 

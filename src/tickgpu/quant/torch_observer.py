@@ -12,6 +12,7 @@ Compared with ``torch.ao.quantization.MovingAverageMinMaxObserver`` it
 - keeps min/max within +-float32max / 2, so the range and the scale cannot overflow to inf: a
   finite value beyond that (float64 input up to 1.8e308) is clamped to it, not counted as
   non-finite;
+- refuses complex and bool batches (TypeError) rather than observing their real parts or 0 / 1;
 - loads a ``MovingAverageMinMaxObserver`` state dict (no ``n_nonfinite``: counted from 0), with the
   same guarantees: a loaded min/max that is NaN, an infinite bound other than the fresh state's
   (+inf, -inf), or min > max is refused (RuntimeError from ``load_state_dict``, naming the key);
@@ -35,7 +36,7 @@ class SafeMinMaxObserver(MovingAverageMinMaxObserver):
 
     def __init__(self, averaging_constant: float = 0.01, dtype=torch.quint8,
                  qscheme=torch.per_tensor_affine, eps: float = float(EPS), **kwargs):
-        if not 0.0 < float(averaging_constant) <= 1.0:
+        if isinstance(averaging_constant, bool) or not 0.0 < float(averaging_constant) <= 1.0:
             raise ValueError(f"averaging_constant: must be in (0, 1], got {averaging_constant!r}")
         super().__init__(averaging_constant=averaging_constant, dtype=dtype, qscheme=qscheme,
                          eps=eps, **kwargs)
@@ -61,6 +62,9 @@ class SafeMinMaxObserver(MovingAverageMinMaxObserver):
                                       unexpected_keys, error_msgs)
 
     def forward(self, x_orig):
+        if x_orig.is_complex() or x_orig.dtype == torch.bool:
+            # a complex batch's imaginary parts would be dropped with only a warning
+            raise TypeError(f"x: must be real numbers, got {x_orig.dtype}")
         if x_orig.numel() == 0:
             return x_orig
         x = x_orig.detach()
