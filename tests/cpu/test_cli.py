@@ -133,7 +133,10 @@ def test_writable_dir_leaves_nothing_behind(tmp_path):
     (["--family", "noop", "--nvcc", "/nonexistent/nvcc"], "--nvcc", "/nonexistent/nvcc: no such executable"),
     (["--family", "noop", "--out", "{file}/x"], "--out", "is not a directory"),
     (["--family", "noop", "--out", "{file}"], "--out", "exists and is not a directory"),
-    (["--arch", "bogus"], "--arch", "expected sm_NN, e.g. sm_90, got 'bogus'"),
+    (["--arch", "bogus"], "--arch", "expected one of sm_80, sm_90 (the architectures tickgpu's runtime loads), got 'bogus'"),
+    (["--arch", "sm_0"], "--arch", "got 'sm_0'"),
+    (["--arch", "sm_99999"], "--arch", "got 'sm_99999'"),
+    (["--family", "implied_vol", "--lbr-dir", "/nonexistent"], "--lbr-dir", "/nonexistent: no lbr_core.h there"),
 ])
 def test_build_kernels_bad_arguments_exit_2_before_building(tmp_path, monkeypatch, capsys, argv, option, why):
     """What `tickgpu build-kernels ARGV` hands to the builder (the command itself also needs Triton,
@@ -154,7 +157,7 @@ def test_build_kernels_bad_arguments_exit_2_before_building(tmp_path, monkeypatc
 def test_build_kernels_bad_arch_exits_2():
     r = tickgpu_cmd("build-kernels", "--arch", "bogus", "--family", "noop", timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
-    assert "argument --arch" in r.stderr and "expected sm_NN" in r.stderr and "Traceback" not in r.stderr
+    assert "argument --arch" in r.stderr and "expected one of sm_80, sm_90" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_build_kernels_tool_that_cannot_run_is_a_build_error():

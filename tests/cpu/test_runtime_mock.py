@@ -921,6 +921,21 @@ def _libcuda_loadable() -> bool:
 
 
 @pytest.mark.skipif(_libcuda_loadable(), reason="libcuda.so.1 is present on this machine")
+@pytest.mark.parametrize("bad", ["abc", "-1", "1.5", " ", "\u0661"])
+def test_a_device_number_that_is_not_one_is_named(monkeypatch, bundle_dir, bad):
+    """TICKGPU_DEVICE that is not a device number: BackendUnavailable naming it, not int()'s error."""
+    from tickgpu.runtime.device import env_ordinal
+
+    monkeypatch.setenv("TICKGPU_DEVICE", bad)
+    with pytest.raises(BackendUnavailable, match=r"^TICKGPU_DEVICE=.*: must be a device number"):
+        env_ordinal()
+    with pytest.raises(BackendUnavailable, match=r"^TICKGPU_DEVICE=.*: must be a device number"):
+        rt.init(driver=MockDriver(), bundle_dir=bundle_dir)
+    rt.reset()
+    monkeypatch.setenv("TICKGPU_DEVICE", " 0 ")
+    assert env_ordinal() == 0
+
+
 def test_available_false_with_reason():
     rt.reset()
     try:

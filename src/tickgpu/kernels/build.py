@@ -573,10 +573,20 @@ def build_bundle(out: Path, archs: Sequence[str] = DEFAULT_ARCHS, families: Sequ
 
 
 def _arch(text: str) -> str:
-    """argparse type for --arch: "sm_NN"."""
-    if not re.fullmatch(r"sm_\d+", text):
-        raise argparse.ArgumentTypeError(f"expected sm_NN, e.g. sm_90, got {text!r}")
+    """argparse type for --arch: one of the architectures the runtime loads (DEFAULT_ARCHS: a
+    bundle for any other would never be used, and nvcc would be the one to say it is wrong)."""
+    if text not in DEFAULT_ARCHS:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(DEFAULT_ARCHS)} (the architectures "
+                                         f"tickgpu's runtime loads), got {text!r}")
     return text
+
+
+def _lbr_dir(text: str) -> Path:
+    """argparse type for --lbr-dir: a directory that holds lbr_core.h."""
+    d = Path(text)
+    if not (d / "lbr_core.h").is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no lbr_core.h there")
+    return d
 
 
 def _nvcc_path(text: str) -> str:
@@ -590,8 +600,8 @@ def _nvcc_path(text: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``tickgpu build-kernels`` / ``python -m tickgpu.kernels.build``; returns the exit status.
 
-    Bad arguments (an --arch that is not sm_NN, an --nvcc that is not there, an --out that cannot
-    be written) are refused before anything is compiled, by argparse: a message naming the option
+    Bad arguments (an --arch the runtime does not load, an --nvcc that is not there, an --out that
+    cannot be written, an --lbr-dir without lbr_core.h) are refused before anything is compiled, by argparse: a message naming the option
     and SystemExit(2), the CLI's usage error. A failed build returns 1.
     """
     from tickgpu.cli import writable_dir
@@ -608,7 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--family", action="append", choices=FAMILIES,
                    help="kernel family to build, repeatable (default all)")
     p.add_argument("--nvcc", type=_nvcc_path, help="nvcc to use (default $CUDA_HOME/bin/nvcc or PATH)")
-    p.add_argument("--lbr-dir", type=Path, help="directory holding lbr_core.h (default csrc/cpu)")
+    p.add_argument("--lbr-dir", type=_lbr_dir, help="directory holding lbr_core.h (default csrc/cpu)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success")
     args = p.parse_args(argv)
     try:

@@ -58,12 +58,15 @@ def _probe_device() -> tuple[bool, str]:
         d = Driver()
     except ImportError:
         return False, "cuda-bindings is not installed (pip install 'tickgpu[gpu]')"
+    from tickgpu.errors import BackendUnavailable
     from tickgpu.runtime.bundle import BundleError, Manifest, arch_for, default_bundle_dir
 
     try:
         d.init()
         count = d.device_count()
-        ordinal = int(os.environ.get("TICKGPU_DEVICE", "0"))
+        from tickgpu.runtime.device import env_ordinal
+
+        ordinal = env_ordinal()
         if count == 0:
             return False, "no CUDA device"
         if not 0 <= ordinal < count:
@@ -79,7 +82,7 @@ def _probe_device() -> tuple[bool, str]:
         if e.name == "CUDA_DRIVER_NOT_FOUND":
             return False, "no NVIDIA driver (libcuda.so.1 not found)"
         return False, f"CUDA driver: {e}"
-    except BundleError as e:
+    except (BundleError, BackendUnavailable) as e:
         return False, str(e)
     except Exception as e:     # available() never raises
         return False, f"{type(e).__name__}: {e}"

@@ -161,6 +161,14 @@ class ConstantRing:
         return [self.dev + (first + i) * self.SLOT for i in range(k)]
 
 
+def env_ordinal() -> int:
+    """The device ``TICKGPU_DEVICE`` names (0 when unset), or BackendUnavailable saying why not."""
+    raw = os.environ.get("TICKGPU_DEVICE", "0").strip()
+    if not raw.isdigit() or not raw.isascii():
+        raise BackendUnavailable(f"TICKGPU_DEVICE={raw!r}: must be a device number (0, 1, ...)")
+    return int(raw)
+
+
 class Context:
     """tickgpu's state on one CUDA device (its primary context).
 
@@ -192,7 +200,7 @@ class Context:
             driver = Driver()
         self.driver = d = driver
         d.init()
-        self.ordinal = int(os.environ.get("TICKGPU_DEVICE", "0")) if device is None else int(device)
+        self.ordinal = env_ordinal() if device is None else int(device)
         count = d.device_count()
         if not 0 <= self.ordinal < count:
             raise BackendUnavailable(f"CUDA device {self.ordinal} requested, {count} present")
