@@ -138,3 +138,26 @@ def test_a_perturbation_that_changes_nothing_is_skipped_not_counted(rng):
     assert report.checks == 5 * 2
     with pytest.raises(CausalityError, match="replaced by outliers"):
         check_causal(_one_tick_ahead, np.zeros(20), perturbations=("zeros", "outliers"))
+
+
+def test_cuts_seed_and_fn_of_the_wrong_type_are_named():
+    """A cut of 'a' raised int()'s error and one of 1.7 was silently cut 1; a seed of 'x' raised
+    NumPy's SeedSequence error; fn of 3 "'int' object is not callable"."""
+    x = np.arange(10.0)
+    f = lambda s: np.cumsum(s)   # noqa: E731
+    for cuts in (["a"], [1.7], [2, True]):
+        with pytest.raises(TypeError, match=r"^cuts: must be None, an int or a list of ints, got elements"):
+            check_causal(f, x, cuts=cuts)
+    with pytest.raises(TypeError, match=r"^seed: must be an int, got 'x'"):
+        check_causal(f, x, seed="x")
+    with pytest.raises(TypeError, match=r"^fn: must be a callable of the series, got 3"):
+        check_causal(3, x)
+    assert check_causal(f, x, cuts=np.array([2, 5]), seed=np.int64(3)).cuts == [2, 5]
+
+
+@pytest.mark.filterwarnings("error")
+def test_float16_series_are_perturbed_without_overflow_warnings():
+    x = np.arange(20, dtype=np.float16) * 1000
+    with pytest.raises(CausalityError):
+        check_causal(lambda s: np.concatenate([s[1:], s[:1]]), x)
+    assert check_causal(lambda s: s.astype(np.float64) * 2, x).checks > 0

@@ -67,10 +67,12 @@ def _perturb(x: np.ndarray, kind: str, gen: np.random.Generator) -> np.ndarray |
             return np.zeros_like(x)
         return None
     if kind == "noise":
-        spread = np.nanstd(np.where(np.isfinite(x), x, np.nan)) if np.isfinite(x).any() else 1.0
-        return (x + gen.standard_normal(x.shape) * (10.0 * spread + 1.0)).astype(x.dtype)
+        # the spread in float64: float16's square sums overflow
+        spread = np.nanstd(np.where(np.isfinite(x), x, np.nan).astype(np.float64)) if np.isfinite(x).any() else 1.0
+        with np.errstate(over="ignore"):      # float16 ticks may round to +-inf: still a change
+            return (x + gen.standard_normal(x.shape) * (10.0 * spread + 1.0)).astype(x.dtype)
     if kind == "outliers":
-        big = 1e30 if np.finfo(x.dtype).max > 1e30 else float(np.finfo(x.dtype).max) / 4
+        big = 1e30 if float(np.finfo(x.dtype).max) > 1e30 else float(np.finfo(x.dtype).max) / 4
         pick = gen.random(x.shape) < 0.3
         pick.flat[0] = True  # at least one outlier, right at the cut
         sign = np.where(gen.random(x.shape) < 0.5, -1.0, 1.0)
@@ -283,12 +285,15 @@ def check_causal(fn, series, *, cuts: int | list[int] | None = None,
         ``cuts`` or ``perturbations`` are empty or invalid, or nothing at all was compared (every
         perturbation skipped, or no outputs): a check that compared nothing proves nothing.
     TypeError
-        An output of ``fn`` that is not a numeric or bool array (an object array, say).
+        An output of ``fn`` that is not a numeric or bool array (an object array, say); ``fn`` not
+        callable; a cut or the seed that is not an int.
     RuntimeError
         ``fn`` raised on a perturbed or truncated copy of the series, naming the copy (the cut and
         the perturbation); the original exception is its ``__cause__``. A function that rejects
         NaN by design is checked with the other perturbations.
     """
+    if not callable(fn):
+        raise TypeError(f"fn: must be a callable of the series, got {fn!r}")
     if isinstance(series, np.ndarray):
         n = series.shape[0] if series.ndim else 0
     elif isinstance(series, (list, tuple)):
@@ -310,6 +315,8 @@ def check_causal(fn, series, *, cuts: int | list[int] | None = None,
     unknown = [k for k in perturbations if k not in PERTURBATIONS]
     if unknown:
         raise ValueError(f"perturbations: must be among {PERTURBATIONS}, got {unknown}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed: must be an int, got {seed!r}")
     gen = np.random.default_rng(seed)
     if cuts is None:
         cut_list = _default_cuts(n)
@@ -321,7 +328,11 @@ def check_causal(fn, series, *, cuts: int | list[int] | None = None,
     else:
         if isinstance(cuts, (bool, np.bool_, str)) or not hasattr(cuts, "__iter__"):
             raise TypeError(f"cuts: must be None, an int or a list of ints, got {cuts!r}")
-        cut_list = [int(c) for c in cuts]
+        cut_list = list(cuts)
+        odd = [c for c in cut_list if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer))]
+        if odd:
+            raise TypeError(f"cuts: must be None, an int or a list of ints, got elements {odd}")
+        cut_list = [int(c) for c in cut_list]
         if not cut_list:
             raise ValueError("cuts: must hold at least one cut point, got none: nothing would be compared")
         bad = [c for c in cut_list if not 1 <= c < n]
