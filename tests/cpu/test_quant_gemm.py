@@ -483,3 +483,11 @@ def test_join_limbs_refuses_limbs_out_of_int8_range():
 def test_quantize_activations_refuses_values_that_are_not_real(x):
     with pytest.raises(TypeError, match=r"^x: must be a real float array, got"):
         quantize_activations(x)
+
+
+@pytest.mark.filterwarnings("error")
+def test_quantize_activations_poisons_a_float64_row_past_float32_without_a_warning():
+    # the float32 rounding made inf with NumPy's "overflow encountered in cast" warning
+    act = quantize_activations(np.array([[1e39, 1.0], [1.0, 2.0]]))
+    assert np.isnan(act.scale[0]) and act.rowsum[0] == 0 and not act.q[0].any()
+    assert act.scale[1] == np.float32(2.0) / np.float32(127)

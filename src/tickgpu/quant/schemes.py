@@ -276,8 +276,9 @@ def quantize_activations(x, bits: int = 8) -> QuantizedActivations:
     if bits == 16 and x.shape[1] > ACT16_K_MAX:
         raise ValueError(f"x: rows of {x.shape[1]} int16 codes could overflow their int32 row sums "
                          f"(at most {ACT16_K_MAX})")
-    x = x.astype(np.float32, copy=False)
     with np.errstate(invalid="ignore", over="ignore"):
+        # float64 past float32's range becomes inf here: a poisoned row, as documented, not a warning
+        x = x.astype(np.float32, copy=False)
         finite = np.isfinite(x).all(axis=1)
         absmax = np.abs(np.where(finite[:, None], x, 0)).max(axis=1, initial=np.float32(0))
         a = np.maximum(absmax, EPS)
