@@ -559,3 +559,26 @@ def test_bad_pool_arguments_and_bools_are_refused_by_name(ctx, pool):
     with pytest.raises(ValueError, match=r"^shape: must not be negative, got \(-1,\)"):
         buf.array(np.float64, [-1])
     assert PinnedPool(ctx, arena_bytes=np.int64(3 * MB)).arena_bytes == 4 * MB   # NumPy ints are ints
+
+
+def test_ending_a_pin_twice_ends_it_once(ctx, pool):
+    """pin_mapped / hold_in_place hand back a call that ends the pin: a second call does nothing
+    (it took another holder's pin, or left the count below zero and the buffer never releasable)."""
+    from tickgpu.memory.host import hold_in_place, pin_mapped
+
+    buf = pool.acquire(4096)
+    assert pool.mapped
+    a = buf.array(np.float32)
+    _, unpin_a = pin_mapped(a.ctypes.data, a.nbytes)
+    _, unpin_b = pin_mapped(a.ctypes.data, 64)
+    unpin_a()
+    unpin_a()
+    with pytest.raises(PoolError):
+        pool.release(buf)                        # b still holds it
+    unpin_b()
+    end = hold_in_place(buf)
+    end()
+    end()
+    pool.release(buf)
+    assert buf.released
+

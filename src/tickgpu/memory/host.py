@@ -580,10 +580,19 @@ def hold_in_place(buf: PinnedBuffer):
     with pool._lock:
         pool._check_open("hold")
         slot.pins += 1
+    return _unpin_once(pool, slot)
+
+
+def _unpin_once(pool, slot):
+    """The call that ends one pin of `slot`; calling it again does nothing (a second call would
+    take another holder's pin, or leave a count below zero and the buffer never releasable)."""
+    pinned = [True]
 
     def unpin():
         with pool._lock:
-            slot.pins -= 1
+            if pinned:
+                pinned.clear()
+                slot.pins -= 1
 
     return unpin
 
@@ -601,12 +610,7 @@ def pin_mapped(ptr: int, nbytes: int):
         if slot.owner is None:      # released since it was found
             return None
         slot.pins += 1
-
-    def unpin():
-        with pool._lock:
-            slot.pins -= 1
-
-    return slot.dev + (ptr - slot.ptr), unpin
+    return slot.dev + (ptr - slot.ptr), _unpin_once(pool, slot)
 
 
 class _MappedOwner(_BufferView):
