@@ -582,3 +582,11 @@ def test_ending_a_pin_twice_ends_it_once(ctx, pool):
     pool.release(buf)
     assert buf.released
 
+
+def test_a_pool_of_something_that_is_no_context_or_no_flag_is_refused_by_name(ctx):
+    with pytest.raises(TypeError, match=r"^context must be a tickgpu runtime context .*got int"):
+        PinnedPool(3)
+    for bad in ("no", 1, None):
+        with pytest.raises(TypeError, match=r"^mapped must be True or False"):
+            PinnedPool(ctx, mapped=bad)
+

@@ -237,6 +237,11 @@ class PinnedPool:
             context = rt.context()
         if not isinstance(huge_pages, (str, bool, type(None))) or huge_pages not in _WANT_HUGE:
             raise ValueError(f"huge_pages must be 'auto', 'thp' or 'off', got {huge_pages!r}")
+        if type(mapped) is not bool:
+            raise TypeError(f"mapped must be True or False, got {mapped!r}")
+        if not hasattr(context, "driver"):
+            raise TypeError(f"context must be a tickgpu runtime context (tickgpu.runtime.context()), "
+                            f"got {type(context).__name__}")
         arena_bytes = _byte_count("arena_bytes", arena_bytes)
         if not 0 < arena_bytes <= MAX_BYTES:
             # refused here: every arena would fail, each failure another mapping tried
