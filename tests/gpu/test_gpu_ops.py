@@ -297,12 +297,12 @@ def test_odd_arguments_meet_the_same_answer_on_both_backends(ctx, rng):
             assert g[1:] == c[1:], what
             continue
         if iv:
-            (vg, sg), (vc, sc) = g[1], c[1]
-            np.testing.assert_array_equal(sg, sc, err_msg=what)
-            np.testing.assert_array_equal(np.isnan(vg), np.isnan(vc), err_msg=what)
-            ok = np.isfinite(vc) & (sc == int(tickgpu.IVStatus.OK))
-            if ok.any():
-                np.testing.assert_allclose(np.asarray(vg)[ok], np.asarray(vc)[ok], rtol=1e-4, err_msg=what)
+            # statuses and vols as every implied-vol test compares them: the vol to what its
+            # price's rounding allows (an ill-conditioned vol has fewer digits to agree on)
+            shape = np.shape(c[1][0])
+            read = {k: np.broadcast_to(np.asarray(v).astype(bool if k == "call" else dtype), shape)
+                    for k, v in args.items()}
+            _iv_agree(read, g[1], c[1], dtype, what)
         else:
             for name in GREEKS:
                 a, b = np.asarray(getattr(g[1], name)), np.asarray(getattr(c[1], name))
