@@ -97,7 +97,9 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     -/+(r K - q S); out of the money everything 0; gamma, vega, vanna, volga 0; exactly at the
     money delta = +-1/2, gamma = +inf, theta = -inf (the limits as t -> 0). Where the normal
     density at d1 underflows (far from the money, a tiny or a huge vol) vanna, volga and the
-    density part of charm are 0, their limits. See csrc/tickgpu.h.
+    density part of charm are 0, their limits. A price is never negative (nor -0.0): far out of
+    the money, where its two legs' difference rounds below zero, it is 0, so `implied_vol` takes
+    every price this gives. See csrc/tickgpu.h.
     """
     dt = _checks.check_dtype(dtype)
     if type(backend) is not str or backend not in _BACKENDS:
