@@ -8,6 +8,7 @@ import pytest
 import tickgpu
 from tickgpu._native import ffi, lib, ptr
 
+from greeks_tolerance import check_tail_prices_never_negative
 from quantlib_oracle import FIRST_ORDER, QuantLibEuropean
 from reference import bsm_greeks
 
@@ -148,18 +149,8 @@ def test_put_call_parity(rng):
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_prices_far_out_of_the_money_are_never_negative(rng, dtype):
-    """Far out of the money a price is the difference of two tails of a few ulps each (or
-    subnormal), which rounds either way: it is 0 where it rounds below (never -2e-322, nor -0.0
-    for a put whose legs both underflow), so implied_vol takes every price greeks gives."""
-    n = 200_000
-    S, K = rng.uniform(20, 200, n), rng.uniform(20, 200, n)
-    t, vol = rng.uniform(1e-4, 0.05, n), rng.uniform(0.01, 0.1, n)
-    r, q, call = rng.uniform(0, 0.1, n), rng.uniform(0, 0.2, n), rng.random(n) < 0.5
-    price = tickgpu.greeks(S, K, t, r, vol, q, call, dtype=dtype, backend="cpu").price
-    assert not np.signbit(price).any(), price[np.signbit(price)][:5]
-    assert (price == 0).sum() > n // 10                    # the sweep does reach the tails
-    _, status = tickgpu.implied_vol(price, S, K, t, r, q, call, dtype=dtype, backend="cpu", return_status=True)
-    assert not (status == int(tickgpu.IVStatus.BAD_INPUT)).any()
+    """A price whose two tails round below zero is 0 (greeks_tolerance.check_tail_prices_never_negative)."""
+    check_tail_prices_never_negative(rng, dtype, "cpu")
     # One option that rounded below zero before: both legs ~1e-322.
     g = tickgpu.greeks(47.16, 56.83, 0.00766, 0.0306, 0.0559, 0.1156, backend="cpu")
     assert g.price >= 0 and not np.signbit(g.price)

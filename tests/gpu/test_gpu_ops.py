@@ -15,7 +15,8 @@ from scipy.special import erfc
 
 import tickgpu
 import tickgpu.runtime as rt
-from greeks_tolerance import cancelling_scale, tail_conditioning   # tests/ (pyproject: pythonpath)
+# tests/ (pyproject: pythonpath)
+from greeks_tolerance import cancelling_scale, check_tail_prices_never_negative, tail_conditioning
 
 pytestmark = pytest.mark.gpu
 
@@ -315,15 +316,7 @@ def test_odd_arguments_meet_the_same_answer_on_both_backends(ctx, rng):
 def test_prices_far_out_of_the_money_are_never_negative_on_the_gpu(ctx, rng, dtype):
     """As on the CPU: a price whose two tails round below zero is 0, never negative nor -0.0, and
     implied_vol takes every one of them."""
-    n = 200_000
-    S, K = rng.uniform(20, 200, n), rng.uniform(20, 200, n)
-    t, vol = rng.uniform(1e-4, 0.05, n), rng.uniform(0.01, 0.1, n)
-    r, q, call = rng.uniform(0, 0.1, n), rng.uniform(0, 0.2, n), rng.random(n) < 0.5
-    price = tickgpu.greeks(S, K, t, r, vol, q, call, dtype=dtype, backend="gpu").price
-    assert not np.signbit(price).any(), price[np.signbit(price)][:5]
-    assert (price == 0).sum() > n // 10
-    _, status = tickgpu.implied_vol(price, S, K, t, r, q, call, dtype=dtype, backend="gpu", return_status=True)
-    assert not (status == int(tickgpu.IVStatus.BAD_INPUT)).any()
+    check_tail_prices_never_negative(rng, dtype, "gpu")
 
 
 def test_greeks_non_contiguous_numpy(ctx, rng):
