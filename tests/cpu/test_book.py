@@ -426,6 +426,27 @@ def test_features_reuse_matches_fresh_and_allocates_once():
     assert float(empty_bid.imbalance) == -1.0 and empty_bid.ask_depth.tolist() == [3, 0]
 
 
+def test_features_reuse_keeps_a_bounded_number_of_buffer_sets():
+    """A loop asking for many depths does not keep a buffer set for each: the oldest are dropped,
+    what a caller holds of them stays valid, and every depth still gives the fresh features."""
+    from tickgpu.finance import book as book_module
+
+    book = Book()
+    book.set_side(1, [1000, 999, 998], [5, 7, 9])
+    book.set_side(-1, [1002, 1003], [3, 4])
+    first = book.features(1, reuse=True)
+    held = float(first.mid)
+    for levels in range(1, 4 * book_module._REUSED_SETS):
+        reused, fresh = book.features(levels, reuse=True), book.features(levels)
+        np.testing.assert_array_equal(reused.bid_depth, fresh.bid_depth)
+        assert float(reused.microprice) == float(fresh.microprice)
+        assert len(book._reused_features) <= book_module._REUSED_SETS
+    assert float(first.mid) == held
+    # step's own set (one level) comes back when asked for again
+    feats, _, _ = book.step(1, 1, 1001, 1)
+    assert float(feats.mid) == (1001 + 1002) / 2 / 10_000
+
+
 # ---- review regressions: every path refuses what apply_one refuses --------------------------------
 
 def _other_dtype(**fields) -> np.dtype:

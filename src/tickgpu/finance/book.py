@@ -66,6 +66,10 @@ class ResyncReason(IntEnum):
     MISMATCH = 4
 
 
+#: Most buffer sets ``features(reuse=True)`` keeps, one per depth asked for (a tick loop asks for one or two).
+_REUSED_SETS = 16
+
+
 @dataclass(frozen=True)
 class BookFeatures:
     """Order-book features, one row per state (per message from ``Book.apply``).
@@ -461,6 +465,10 @@ class Book:
         """The buffers ``features(reuse=True)`` and `step` overwrite, one set per `levels`."""
         buf = self._reused_features.get(levels)
         if buf is None:
+            if len(self._reused_features) >= _REUSED_SETS:
+                # A loop over many depths would keep a set for each: the oldest goes (views of it
+                # that a caller still holds stay valid; they are just no longer overwritten).
+                del self._reused_features[next(iter(self._reused_features))]
             buf = self._reused_features[levels] = _FeatureBuffers(1, levels)
         return buf
 
