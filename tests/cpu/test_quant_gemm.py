@@ -491,3 +491,14 @@ def test_quantize_activations_poisons_a_float64_row_past_float32_without_a_warni
     act = quantize_activations(np.array([[1e39, 1.0], [1.0, 2.0]]))
     assert np.isnan(act.scale[0]) and act.rowsum[0] == 0 and not act.q[0].any()
     assert act.scale[1] == np.float32(2.0) / np.float32(127)
+
+
+@pytest.mark.parametrize("bad", ["no", 1, None])
+def test_apply_gelu_must_be_a_bool(rng, bad):
+    """The string 'no' was true: GELU applied where the caller meant none."""
+    x = rng.standard_normal((2, 8)).astype(np.float32)
+    w = rng.integers(-127, 128, (3, 8)).astype(np.int8)
+    with pytest.raises(TypeError, match=r"^apply_gelu: must be a bool"):
+        gemm.linear_w8a16(x, w, np.ones(3, np.float32), apply_gelu=bad)
+    np.testing.assert_array_equal(gemm.linear_w8a16(x, w, np.ones(3, np.float32), apply_gelu=np.bool_(False)),
+                                  gemm.linear_w8a16(x, w, np.ones(3, np.float32)))

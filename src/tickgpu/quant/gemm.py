@@ -163,6 +163,8 @@ def int_gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _finish(y: np.ndarray, bias, apply_gelu: bool, out_dtype: str) -> np.ndarray:
     """Bias (None, or shape (N,) for y of shape (M, N)), GELU, cast."""
+    if not isinstance(apply_gelu, (bool, np.bool_)):
+        raise TypeError(f"apply_gelu: must be a bool, got {apply_gelu!r}")   # the string 'no' is true
     if bias is not None:
         y = y + _vector(bias, "bias", y.shape[1], "output channel").astype(np.float32)[None, :]
     if apply_gelu:
