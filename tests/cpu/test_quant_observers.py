@@ -741,3 +741,16 @@ def test_noise_levels_are_checked(sigma, error):
     with pytest.raises(error, match="^noise_sigma: must be"):
         MinMaxObserver(noise_sigma=sigma)
     assert MinMaxObserver(noise_sigma=np.float32(0.5)).noise_sigma == 0.5
+
+
+@pytest.mark.parametrize("make", [lambda: MinMaxObserver(axis=-1), lambda: AbsMaxObserver(axis=0)])
+def test_a_per_channel_observer_refuses_a_batch_of_no_channel(make):
+    """A first batch of shape (5, 0) fixed the observer at no channel ('ready', with empty scales)
+    and refused every real batch after it; it is refused, and the observer stays as it was."""
+    obs = make()
+    empty = np.empty((5, 0)) if obs.axis == -1 else np.empty((0, 5))
+    with pytest.raises(ValueError, match=r"^x \(tick 0\): a per-channel observer .* needs at least one channel"):
+        obs.update(empty)
+    assert not obs.ready and obs.step == 0
+    obs.update(np.arange(15.0).reshape(5, 3) if obs.axis == -1 else np.arange(15.0).reshape(3, 5))
+    assert obs.ready and obs.range[0].shape == (3,)

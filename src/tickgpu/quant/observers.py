@@ -262,6 +262,10 @@ class Observer:
                 raise ValueError(f"axis: {self.axis} is out of range for tick {tick}'s batch of shape "
                                  f"{x.shape} ({x.ndim}-D)")
             n = x.shape[self.axis % x.ndim]
+            if n == 0:
+                # a first such batch would fix the observer at no channel for good
+                raise ValueError(f"x (tick {tick}): a per-channel observer (axis={self.axis}) needs at "
+                                 f"least one channel, got shape {x.shape}")
             if channels is not None and n != channels:
                 raise ValueError(f"x (tick {tick}): has {n} channels along axis {self.axis} (shape "
                                  f"{x.shape}), the observer has {channels} from {source}")
