@@ -449,3 +449,18 @@ def test_layers_container_is_checked_and_any_iterable_of_pairs_is_taken(rng):
     want = QuantMLP([(w1, None), (w2, None)])(x)
     np.testing.assert_array_equal(QuantMLP(((w, None) for w in (w1, w2)))(x), want)
     np.testing.assert_array_equal(QuantMLP(((w1, None), (w2, None)))(x), want)
+
+
+@pytest.mark.parametrize("scheme", ["w8a8", "w16a16", "w8a16"])
+def test_a_non_finite_row_through_the_layernorm_is_nan_without_warnings(scheme, recwarn):
+    """check=False: a row holding inf or NaN comes out NaN, as documented, and the CPU reference's
+    LayerNorm says nothing about the arithmetic it did on it (a warning is an error under -W error)."""
+    rng = np.random.default_rng(7)
+    layers = [(rng.standard_normal((6, 4)), None), (rng.standard_normal((2, 6)), None)]
+    mlp = QuantMLP(layers, layernorm=(np.ones(4), np.zeros(4)), scheme=scheme)
+    x = rng.standard_normal((3, 4))
+    x[1, 2] = np.inf
+    x[2, 0] = np.nan
+    y = mlp(x, check=False)
+    assert np.isnan(y[1:]).all() and np.isfinite(y[0]).all()
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)], [str(w.message) for w in recwarn]

@@ -576,9 +576,10 @@ class QuantMLP:
             return x
         g, b, eps = self.layernorm
         x64 = x.astype(np.float64)
-        mean = x64.mean(axis=1, keepdims=True)
-        var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
-        return (((x64 - mean) / np.sqrt(var + eps)) * g + b).astype(np.float32)
+        with np.errstate(invalid="ignore", over="ignore"):   # a NaN or inf row is NaN, as documented
+            mean = x64.mean(axis=1, keepdims=True)
+            var = ((x64 - mean) ** 2).mean(axis=1, keepdims=True)
+            return (((x64 - mean) / np.sqrt(var + eps)) * g + b).astype(np.float32)
 
     def forward_cpu(self, x: np.ndarray, *, check: bool = False) -> np.ndarray:
         """The reference result for float32 (M, in_features) inputs (no input checks).
