@@ -211,6 +211,16 @@ def real_array(name: str, a, flags: bool = False) -> np.ndarray:
     return arr
 
 
+
+def refuse_non_numbers(names, values, flag: str | None = None, skip=()) -> None:
+    """What a call with nothing to compute (an empty broadcast shape) still refuses, as a call of
+    any size does: the first of `values` (named by `names`, those in `skip` left out) that is not
+    real numbers, a boolean other than the flag input `flag`'s, or an integer beyond float64's
+    range (`real_array`'s TypeError or ValueError)."""
+    for name, v in zip(names, values):
+        if name not in skip:
+            real_array(name, v, flags=name == flag)
+
 def require(name: str, a, ok: np.ndarray, reason: str, seen: np.ndarray | None = None) -> None:
     """Raise ValueError at the first element of `a` where `ok` is False.
 

@@ -157,8 +157,7 @@ def _implied_vol_cpu(values: tuple, shape: tuple, n: int, dt: np.dtype):
     vols = np.empty(shape, dtype=dt)
     status = np.empty(shape, dtype=_I8)
     if n == 0:
-        for name, v in zip(_ARG_NAMES, values[:6]):   # refused as at any other size, as greeks does
-            _checks.real_array(name, v)
+        _checks.refuse_non_numbers(_ARG_NAMES[:6], values[:6])   # as at any other size, as greeks does
         return vols, status
     fr = take_frame()
     pointers, strides = fr.pointers, fr.strides

@@ -601,8 +601,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``tickgpu build-kernels`` / ``python -m tickgpu.kernels.build``; returns the exit status.
 
     Bad arguments (an --arch the runtime does not load, an --nvcc that is not there, an --out that
-    cannot be written, an --lbr-dir without lbr_core.h) are refused before anything is compiled, by argparse: a message naming the option
-    and SystemExit(2), the CLI's usage error. A failed build returns 1.
+    cannot be written, an --lbr-dir without lbr_core.h) are refused before anything is compiled,
+    by argparse: a message naming the option and SystemExit(2), the CLI's usage error. A failed
+    build returns 1.
     """
     from tickgpu.cli import writable_dir
 

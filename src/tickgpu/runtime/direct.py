@@ -51,11 +51,7 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
         out_arrays = [o for o, _ in made]
         out_ptrs = [p for _, p in made]
         if n == 0:
-            for name, x in zip(fam.inputs, inputs):   # host values refused as at any other size
-                if name not in views:
-                    _checks.real_array(name, x, flags=name == fam.flag)
-                    if type(x) is int:
-                        float(x)   # OverflowError beyond float64's range, which the caller names
+            _checks.refuse_non_numbers(fam.inputs, inputs, fam.flag, skip=views)   # as at any other size
             return first.source, out_arrays, owned
 
         ptrs, strides, scalars, uploaded = [], [], [], False

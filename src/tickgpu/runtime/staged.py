@@ -358,10 +358,7 @@ def host_call(context, fam, dtype, shape, inputs, grid, extra) -> list | tuple:
     if n == 0:
         # Nothing to compute, but the arguments are refused as at any other size (and as the CPU
         # backend does): an empty result is no excuse for an array of strings.
-        host_inputs(fam, dtype, shape, n, inputs)
-        for x in inputs:
-            if type(x) is int:
-                float(x)   # OverflowError beyond float64's range, which the caller names
+        _checks.refuse_non_numbers(fam.inputs, inputs, fam.flag)
         return [_empty(shape, spec[b][0]) for b, _ in rows]
     ctx = context()
     if n > ctx.staging_elements:
