@@ -44,25 +44,34 @@ def _positive(text: str) -> int:
     return v
 
 
-def readable_file(text: str) -> str:
-    """argparse type for an input file: `text` unchanged if it names a regular file this process
-    can read; otherwise ArgumentTypeError saying why (missing, a directory, not a regular file,
-    unreadable), so that a mistyped path is refused before a run rather than ignored."""
+def unreadable_file(path) -> tuple[type[OSError], str] | None:
+    """Why `path` is not a regular file this process can read, as (the OSError it amounts to, the
+    reason), or None where it is one: the one rule for every input file the commands take."""
     import os
 
-    if not text:
-        raise argparse.ArgumentTypeError("an empty path names no file")
-    if os.path.isdir(text):
-        raise argparse.ArgumentTypeError(f"{text} is a directory, not a file")
-    if not os.path.exists(text):
-        raise argparse.ArgumentTypeError(f"no such file: {text}")
-    if not os.path.isfile(text):
-        raise argparse.ArgumentTypeError(f"{text} is not a regular file")
+    if os.path.isdir(path):
+        return IsADirectoryError, f"{path} is a directory, not a file"
+    if not os.path.exists(path):
+        return FileNotFoundError, f"no such file: {path}"
+    if not os.path.isfile(path):
+        return OSError, f"{path} is not a regular file"
     try:
-        with open(text, "rb"):
+        with open(path, "rb"):
             pass
     except OSError as e:
-        raise argparse.ArgumentTypeError(f"cannot read {text}: {e.strerror or e}") from None
+        return type(e), f"cannot read {path}: {e.strerror or e}"
+    return None
+
+
+def readable_file(text: str) -> str:
+    """argparse type for an input file: `text` unchanged if it names a regular file this process
+    can read; otherwise ArgumentTypeError saying why (`unreadable_file`), so that a mistyped path
+    is refused before a run rather than ignored."""
+    if not text:
+        raise argparse.ArgumentTypeError("an empty path names no file")
+    why = unreadable_file(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why[1])
     return text
 
 

@@ -83,18 +83,12 @@ def resolve_data(message: str | None, orderbook: str | None) -> tuple[Path, Path
 def _input_file(option: str, path: Path) -> Path:
     """`path` if it is a file this process can read; else an OSError saying what it is instead
     (FileNotFoundError, IsADirectoryError) or why it cannot be read, naming `option`."""
-    if path.is_file():
-        try:
-            with open(path, "rb"):
-                pass
-        except OSError as e:
-            raise type(e)(f"{option}: cannot read {path}: {e.strerror or e}") from None
-        return path
-    if path.is_dir():
-        raise IsADirectoryError(f"{option}: {path} is a directory, not a file")
-    if path.exists():
-        raise OSError(f"{option}: {path} is not a regular file")
-    raise FileNotFoundError(f"{option}: no such file: {path}")
+    from tickgpu.cli import unreadable_file
+
+    why = unreadable_file(path)
+    if why is not None:
+        raise why[0](f"{option}: {why[1]}")
+    return path
 
 
 # ---- the option chain and its surface -------------------------------------------------------------

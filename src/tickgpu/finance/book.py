@@ -66,7 +66,8 @@ class ResyncReason(IntEnum):
     MISMATCH = 4
 
 
-#: Most buffer sets ``features(reuse=True)`` keeps, one per depth asked for (a tick loop asks for one or two).
+#: Most buffer sets ``features(reuse=True)`` keeps, one per depth asked for (a tick loop asks for
+#: one or two).
 _REUSED_SETS = 16
 
 

@@ -249,7 +249,7 @@ class PinnedPool:
         self.context, self.driver = context, context.driver
         self.arena_bytes = -(-arena_bytes // _HUGE) * _HUGE
         self.want_huge = _WANT_HUGE[huge_pages]
-        self.mapped = bool(mapped)
+        self.mapped = mapped
         self.flags = _REGISTER_PORTABLE | (_REGISTER_DEVICEMAP if mapped else 0)
         self.offered = huge_pages_offered()
         # NOTE: one lock guards the arenas, free lists, pending lists and counters. acquire and
@@ -259,10 +259,10 @@ class PinnedPool:
         # this pool from the same thread (a `mapped_array` in a reference cycle, a ManagedArray's
         # staging, a zero-copy binding's unpin): with a plain lock that thread waited on itself for
         # good. Every section leaves the pool consistent at each allocation it makes (`_collect`
-        # edits the pending list in place for that reason). The memory itself is not guarded: between acquire
-        # and release a buffer belongs to its holder alone, and the holder must release it with
-        # the stream of the last asynchronous copy that touches it (released without a stream
-        # while a copy is queued, it could be handed out and overwritten mid-copy).
+        # edits the pending list in place for that reason). The memory itself is not guarded:
+        # between acquire and release a buffer belongs to its holder alone, and the holder must
+        # release it with the stream of the last asynchronous copy that touches it (released
+        # without a stream while a copy is queued, it could be handed out and overwritten mid-copy).
         self._lock = threading.RLock()
         self._arenas: list[_Arena] = []
         self._free: dict[int, list[_Slot]] = {}
