@@ -101,6 +101,11 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     the money, where its two legs' difference rounds below zero, it is 0, so `implied_vol` takes
     every price this gives. See csrc/tickgpu.h.
     """
+    fast = _fast
+    if fast is not None and strict is False:
+        outs = fast(dtype, backend, spot, strike, t, rate, vol, div, call)
+        if outs is not None:   # None: not a call the C entry takes (runtime/fasttick.py)
+            return _greeks_of(outs)
     dt = _checks.check_dtype(dtype)
     if type(backend) is not str or backend not in _BACKENDS:
         _checks.check_backend(backend)
@@ -123,6 +128,9 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
 
 
 _ops = None
+# The GPU runtime's C entry for a staged tick (Ticker.call of tickgpu._fasttick), set while a context
+# has one (runtime/fasttick.py): the usual NumPy call goes from here straight into C.
+_fast = None
 
 
 def _runtime_ops():

@@ -119,9 +119,12 @@ def context():
     if _context is None:
         with _lock:
             if _context is None:
+                from tickgpu.runtime import fasttick
                 from tickgpu.runtime.device import Context
 
-                _context = Context()
+                c = Context()
+                fasttick.install(c)
+                _context = c
     return _context
 
 
@@ -131,11 +134,14 @@ def init(driver=None, device: int | None = None, bundle_dir=None, staging_elemen
     Replaces any existing one; returns it.
     """
     global _context, _probe
+    from tickgpu.runtime import fasttick
     from tickgpu.runtime.device import Context
 
     with _lock:
+        fasttick.uninstall()
         _context = Context(driver=driver, device=device, bundle_dir=bundle_dir, staging_elements=staging_elements)
         _probe = (True, "")
+        fasttick.install(_context)
     return _context
 
 
@@ -143,6 +149,10 @@ def reset() -> None:
     """Forget the context and the availability probe (tests; the next call starts afresh)."""
     global _context, _probe
     with _lock:
+        if _context is not None:
+            from tickgpu.runtime import fasttick
+
+            fasttick.uninstall()
         _context, _probe = None, None
 
 

@@ -245,6 +245,7 @@ class Context:
         self.ticks: dict[tuple, object] = {}                     # (op, dtype char, n) -> its tick plan
         self.dummy = 0                                           # warm-up's placeholder block
         self.kernel_runtime = None                               # kernels_api.KernelRuntime, on first use
+        self.tickers = None   # {op: Ticker}: the staged tick's C entry (runtime/fasttick.py), when on
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
 

@@ -32,6 +32,7 @@ import numpy as np
 from tickgpu._native import as_input as _as_input
 from tickgpu._native import ffi as _ffi
 from tickgpu.finance import _checks
+from tickgpu.runtime.fasttick import plan_state
 from tickgpu.runtime.graph import plan_layout
 
 __all__ = ["host_call", "bucket", "bucket_sizes", "plan_for", "tick", "addr", "DTYPE_CODE", "host_inputs"]
@@ -250,6 +251,8 @@ class _TickPlan:
         self.graph = r.new_graph(mapped) if own_graph else r.shared
         if own_graph:
             self.bind()
+        # The C entry's side of a tick (runtime/fasttick.py): ticks of ops without a grid only.
+        self.fast = plan_state(self) if ctx.tickers and own_graph and not ng else None
 
     def bind(self) -> None:
         """Make the plan's graph hold this plan's kernel arguments and layout (a no-op when it does)."""

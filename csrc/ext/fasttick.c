@@ -1,0 +1,659 @@
+/*
+ * fasttick.c -- tickgpu._fasttick: a staged tick entered from Python straight into C.
+ *
+ * Why a CPython extension of its own. A tick of 1,024 options spends as long in the Python that
+ * looks at its arguments, finds its plan and hands out its results (10 us on the H200's host) as
+ * in the GPU round trip it wraps. The common call -- NumPy arrays of one length and the
+ * requested dtype, single Python numbers, a bool `call` -- needs none of that Python: here its
+ * arguments are read from the arrays' own structs, the plan is the one the Python path made (found
+ * in the same dict, by the same key, checked by the same epoch), and the results are rows of one
+ * NumPy block, as there. Anything else -- another shape, dtype, kind of argument, backend, an
+ * unknown size -- answers None, and the caller takes the Python path, which defines the semantics.
+ *
+ * What a call here does, under the context's lock as the Python path does: make the context
+ * current; point the plan's copy table at the arrays (and size each row); fill single values
+ * into their staging slots; mark the runner's staging as no plan's (the Python path then trusts
+ * none of what its slots hold); allocate the output blocks; one round trip with the GIL released
+ * (inputs into staging, graph, wait, results out); the rows as arrays of n. Errors of the round
+ * trip go to a Python function that raises the runtime's CudaError.
+ *
+ * The round trip and the context switch are function pointers handed in at setup (the native
+ * core's tg_hot_roundtrip / tg_hot_ctx_set_current, or a test's stand-ins), so this module links
+ * against nothing but Python and NumPy.
+ */
+#define PY_SSIZE_T_CLEAN
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <Python.h>
+#include <numpy/arrayobject.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The native core's copy row (csrc/tickgpu.h, tg_hot_copy): {dst, src, bytes}. */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} hot_copy;
+
+typedef int (*roundtrip_fn)(const hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
+                            const hot_copy *out, int n_out, int *cu_result);
+typedef int (*enter_fn)(uintptr_t ctx, int *cu_result);
+
+enum { MAX_INPUTS = 16, MAX_BLOCKS = 4, MAX_OUTPUTS = 16 };
+
+/* ---- Plan: what one tick plan (staged._TickPlan) holds for this path ---------------------------- */
+typedef struct {
+    PyObject_HEAD
+    hot_copy *t_in;           /* the plan's copy table (owned by the plan's ffi arrays) */
+    hot_copy *t_out;
+    int k_in, k_blocks, k_outputs;
+    Py_ssize_t m;             /* the bucket: staging slots and output rows hold m elements */
+    long long epoch;          /* the bundle's scratch epoch the plan was built at */
+    char *slot[MAX_INPUTS];   /* each input's staging slot (host address) */
+    int itemsize[MAX_INPUTS];
+    int block_typenum[MAX_BLOCKS];
+    Py_ssize_t block_rows[MAX_BLOCKS];
+    int out_block[MAX_OUTPUTS], out_row[MAX_OUTPUTS];
+    PyObject *graph;          /* TickGraph: its .exec is read each call (0 once destroyed) */
+    PyObject *runner;         /* GraphRunner: .staged_by set to None after staging here */
+    uintptr_t stream;
+    unsigned long long calls;
+} Plan;
+
+static void plan_dealloc(Plan *self)
+{
+    Py_XDECREF(self->graph);
+    Py_XDECREF(self->runner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int parse_int_list(PyObject *seq, const char *what, int *dst, int cap, int lo, int hi)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL)
+        return -1;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(fast);
+    if (k > cap) {
+        PyErr_Format(PyExc_ValueError, "%s: at most %d entries, got %zd", what, cap, k);
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (v < lo || v > hi) {
+            PyErr_Format(PyExc_ValueError, "%s[%zd]: must be in [%d, %d], got %ld", what, i, lo, hi, v);
+            Py_DECREF(fast);
+            return -1;
+        }
+        dst[i] = (int)v;
+    }
+    Py_DECREF(fast);
+    return (int)k;
+}
+
+/* -1 with an exception set unless parse_int_list gave `want` entries (or failed already). */
+static int expect_count(int got, int want, const char *what)
+{
+    if (got < 0)
+        return -1;
+    if (got != want) {
+        PyErr_Format(PyExc_ValueError, "Plan: %s has %d entries, %d expected", what, got, want);
+        return -1;
+    }
+    return 0;
+}
+
+/* Plan(t_in, k_in, t_out, m, epoch, slots, itemsizes, block_typenums, block_rows, out_blocks,
+ *      out_rows, graph, runner, stream): addresses as ints; see the struct. */
+static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    unsigned long long t_in, t_out, stream;
+    int k_in;
+    Py_ssize_t m;
+    long long epoch;
+    PyObject *slots, *itemsizes, *typenums, *rows, *out_blocks, *out_rows, *graph, *runner;
+    if (!PyArg_ParseTuple(args, "KiKnLOOOOOOOOK:Plan", &t_in, &k_in, &t_out, &m, &epoch, &slots, &itemsizes,
+                          &typenums, &rows, &out_blocks, &out_rows, &graph, &runner, &stream))
+        return NULL;
+    if (t_in == 0 || t_out == 0 || m < 1 || k_in < 1 || k_in > MAX_INPUTS) {
+        PyErr_SetString(PyExc_ValueError, "Plan: null copy table, m < 1 or k_in out of range");
+        return NULL;
+    }
+    Plan *self = (Plan *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->t_in = (hot_copy *)(uintptr_t)t_in;
+    self->t_out = (hot_copy *)(uintptr_t)t_out;
+    self->k_in = k_in;
+    self->m = m;
+    self->epoch = epoch;
+    self->stream = (uintptr_t)stream;
+    int rws[MAX_BLOCKS];
+    PyObject *fast = NULL;
+    if (expect_count(parse_int_list(itemsizes, "itemsizes", self->itemsize, MAX_INPUTS, 1, 8), k_in,
+                     "itemsizes") < 0 ||
+        (self->k_blocks = parse_int_list(typenums, "block_typenums", self->block_typenum, MAX_BLOCKS, 0,
+                                         NPY_CLONGDOUBLE)) < 0 ||
+        expect_count(self->k_blocks, self->k_blocks ? self->k_blocks : 1, "block_typenums") < 0 ||
+        expect_count(parse_int_list(rows, "block_rows", rws, MAX_BLOCKS, 1, 64), self->k_blocks, "block_rows") < 0 ||
+        (self->k_outputs = parse_int_list(out_blocks, "out_blocks", self->out_block, MAX_OUTPUTS, 0,
+                                          self->k_blocks - 1)) < 0 ||
+        expect_count(self->k_outputs, self->k_outputs ? self->k_outputs : 1, "out_blocks") < 0 ||
+        expect_count(parse_int_list(out_rows, "out_rows", self->out_row, MAX_OUTPUTS, 0, 63), self->k_outputs,
+                     "out_rows") < 0)
+        goto fail;
+    for (int i = 0; i < k_in; i++)
+        if (self->itemsize[i] != 1 && self->itemsize[i] != 4 && self->itemsize[i] != 8) {
+            PyErr_Format(PyExc_ValueError, "Plan: itemsizes[%d] must be 1, 4 or 8, got %d", i, self->itemsize[i]);
+            goto fail;
+        }
+    for (int b = 0; b < self->k_blocks; b++)
+        self->block_rows[b] = rws[b];
+    for (int j = 0; j < self->k_outputs; j++)
+        if (self->out_row[j] >= rws[self->out_block[j]]) {
+            PyErr_Format(PyExc_ValueError, "Plan: output %d's row %d is beyond its block's %d rows", j,
+                         self->out_row[j], rws[self->out_block[j]]);
+            goto fail;
+        }
+    fast = PySequence_Fast(slots, "slots");
+    if (fast == NULL)
+        goto fail;
+    if (PySequence_Fast_GET_SIZE(fast) != k_in) {
+        PyErr_SetString(PyExc_ValueError, "Plan: one staging slot per input");
+        goto fail;
+    }
+    for (int i = 0; i < k_in; i++) {
+        unsigned long long a = PyLong_AsUnsignedLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (PyErr_Occurred())
+            goto fail;
+        self->slot[i] = (char *)(uintptr_t)a;
+    }
+    Py_DECREF(fast);
+    Py_INCREF(graph);
+    self->graph = graph;
+    Py_INCREF(runner);
+    self->runner = runner;
+    return (PyObject *)self;
+fail:
+    Py_XDECREF(fast);
+    Py_DECREF(self);
+    return NULL;
+}
+
+static PyObject *plan_calls(Plan *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->calls);
+}
+
+static PyGetSetDef plan_getset[] = {
+    {"calls", (getter)plan_calls, NULL, "ticks this plan ran through this path", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tickgpu._fasttick.Plan",
+    .tp_basicsize = sizeof(Plan),
+    .tp_dealloc = (destructor)plan_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A staged tick plan's copy table, staging slots and output blocks, for Ticker.",
+    .tp_getset = plan_getset,
+    .tp_new = plan_new,
+};
+
+/* ---- Ticker: one operation at one dtype -------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    PyObject *ctx;            /* the runtime Context: .ticks read each call (it may be rebound) */
+    PyObject *bundle;         /* its Bundle: .scratch_epoch read each call */
+    PyObject *acquire, *release;   /* the context lock's bound methods */
+    PyObject *op, *dtype_char;     /* the key of ctx.ticks: (op, dtype char, n) */
+    PyObject *dtype_type, *dtype_descr;   /* what `dtype=` may be: np.float64 or np.dtype('float64') */
+    PyArray_Descr *want;      /* the numeric inputs' dtype (identity, as the Python path checks) */
+    PyObject *env, *disable_key;   /* os.environ's mapping and TICKGPU_DISABLE_GPU as its key */
+    PyObject *resident;       /* ops.RESIDENT: while not empty the Python path decides */
+    PyObject *raise_error;    /* raise_error(status, cu_result): raises the runtime's CudaError */
+    roundtrip_fn roundtrip;
+    enter_fn enter;
+    uintptr_t cu_ctx;
+    PyObject *other;          /* the ticker of the same operation at another dtype (or None) */
+    int n_inputs, flag;       /* flag: the input index of the call/put flags (-1: none) */
+    Py_ssize_t auto_lo, auto_hi;   /* backend="auto" runs here for auto_lo <= n < auto_hi (-1: none) */
+    unsigned long long calls;
+} Ticker;
+
+static PyTypeObject TickerType;
+static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array holds */
+static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
+
+static void ticker_dealloc(Ticker *self)
+{
+    Py_XDECREF(self->ctx);
+    Py_XDECREF(self->bundle);
+    Py_XDECREF(self->acquire);
+    Py_XDECREF(self->release);
+    Py_XDECREF(self->op);
+    Py_XDECREF(self->dtype_char);
+    Py_XDECREF(self->dtype_type);
+    Py_XDECREF(self->dtype_descr);
+    Py_XDECREF((PyObject *)self->want);
+    Py_XDECREF(self->env);
+    Py_XDECREF(self->disable_key);
+    Py_XDECREF(self->resident);
+    Py_XDECREF(self->raise_error);
+    Py_XDECREF(self->other);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Ticker(ctx, bundle, lock, op, dtype_char, dtype_type, dtype_descr, n_inputs, flag, env,
+ *        disable_key, resident, raise_error, roundtrip_addr, enter_addr, cu_ctx, auto_lo, auto_hi) */
+static PyObject *ticker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *ctx, *bundle, *lock, *op, *dch, *dtt, *dtd, *env, *dkey, *resident, *raise_error;
+    int n_inputs, flag;
+    unsigned long long rt, en, cu_ctx;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "OOOUUOOiiOOOOKKKnn:Ticker", &ctx, &bundle, &lock, &op, &dch, &dtt, &dtd,
+                          &n_inputs, &flag, &env, &dkey, &resident, &raise_error, &rt, &en, &cu_ctx, &lo, &hi))
+        return NULL;
+    if (n_inputs < 1 || n_inputs > MAX_INPUTS || flag < -1 || flag >= n_inputs || rt == 0) {
+        PyErr_SetString(PyExc_ValueError, "Ticker: n_inputs, flag or roundtrip out of range");
+        return NULL;
+    }
+    if (!PyArray_DescrCheck(dtd) || !PyDict_Check(resident) || (env != Py_None && !PyDict_Check(env)) ||
+        !PyCallable_Check(raise_error)) {
+        PyErr_SetString(PyExc_TypeError, "Ticker: dtype_descr a numpy dtype, resident and env dicts, "
+                                         "raise_error callable");
+        return NULL;
+    }
+    Ticker *self = (Ticker *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->acquire = PyObject_GetAttrString(lock, "acquire");
+    self->release = PyObject_GetAttrString(lock, "release");
+    if (self->acquire == NULL || self->release == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+#define KEEP(field, obj) (Py_INCREF(obj), self->field = (obj))
+    KEEP(ctx, ctx);
+    KEEP(bundle, bundle);
+    KEEP(op, op);
+    KEEP(dtype_char, dch);
+    KEEP(dtype_type, dtt);
+    KEEP(dtype_descr, dtd);
+    KEEP(env, env);
+    KEEP(disable_key, dkey);
+    KEEP(resident, resident);
+    KEEP(raise_error, raise_error);
+#undef KEEP
+    Py_INCREF(dtd);
+    self->want = (PyArray_Descr *)dtd;
+    self->n_inputs = n_inputs;
+    self->flag = flag;
+    self->roundtrip = (roundtrip_fn)(uintptr_t)rt;
+    self->enter = en ? (enter_fn)(uintptr_t)en : NULL;
+    self->cu_ctx = (uintptr_t)cu_ctx;
+    self->auto_lo = lo;
+    self->auto_hi = hi;
+    Py_INCREF(Py_None);
+    self->other = Py_None;
+    return (PyObject *)self;
+}
+
+/* One input as the tick reads it: an array (data), or a single value (as double / flag byte). */
+typedef struct {
+    const char *data;
+    double value;
+} arg_t;
+
+/* 1: every input is what this path takes, *n set; 0: not (the Python path decides). Never raises. */
+static int read_inputs(const Ticker *tk, PyObject *const *x, arg_t *a, Py_ssize_t *n)
+{
+    Py_ssize_t len = -1;
+    for (int i = 0; i < tk->n_inputs; i++) {
+        PyObject *v = x[i];
+        a[i].data = NULL;
+        if (Py_TYPE(v) == &PyArray_Type) {
+            PyArrayObject *arr = (PyArrayObject *)v;
+            if (PyArray_NDIM(arr) != 1 || !(PyArray_FLAGS(arr) & NPY_ARRAY_C_CONTIGUOUS))
+                return 0;
+            /* The dtype object itself, as the Python path compares (`x.dtype is want`): a bool
+             * array for the flags; any other dtype takes the Python path's conversions. */
+            if (PyArray_DESCR(arr) != (i == tk->flag ? bool_descr : tk->want))
+                return 0;
+            Py_ssize_t k = PyArray_DIM(arr, 0);
+            if (len < 0)
+                len = k;
+            else if (k != len)
+                return 0;
+            a[i].data = PyArray_BYTES(arr);
+        } else if (i == tk->flag) {
+            if (v != Py_True && v != Py_False)
+                return 0;
+            a[i].value = v == Py_True;
+        } else if (PyFloat_CheckExact(v)) {
+            a[i].value = PyFloat_AS_DOUBLE(v);
+        } else if (PyLong_CheckExact(v)) {
+            int overflow = 0;
+            long long q = PyLong_AsLongLongAndOverflow(v, &overflow);
+            /* Exactly representable as a double only: NumPy's conversion of bigger ones
+             * (rounding, or an OverflowError) stays the Python path's. */
+            if (overflow || q > (1LL << 53) || q < -(1LL << 53))
+                return 0;
+            a[i].value = (double)q;
+        } else {
+            return 0;
+        }
+    }
+    if (len < 1)
+        return 0;   /* no array (a 0-d result) or an empty one: the Python path's shapes and checks */
+    *n = len;
+    return 1;
+}
+
+static void fill(char *slot, int itemsize, Py_ssize_t n, double v)
+{
+    if (itemsize == 8) {
+        double *p = (double *)slot;
+        for (Py_ssize_t j = 0; j < n; j++)
+            p[j] = v;
+    } else if (itemsize == 4) {
+        float *p = (float *)slot;
+        const float f = (float)v;
+        for (Py_ssize_t j = 0; j < n; j++)
+            p[j] = f;
+    } else {
+        memset(slot, v != 0.0, (size_t)n);
+    }
+}
+
+static PyObject *lookup_plan(Ticker *tk, Py_ssize_t n, PyObject **owner)
+{
+    /* ctx.ticks.get((op, dtype char, n)), and its plan's Plan if it is still current. New refs to
+     * both (the plan owns the copy tables the Plan points at) or NULL (no exception set) where the
+     * Python path must decide. */
+    PyObject *ticks = PyObject_GetAttr(tk->ctx, s_ticks);
+    if (ticks == NULL || !PyDict_Check(ticks)) {
+        Py_XDECREF(ticks);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *key = Py_BuildValue("(OOn)", tk->op, tk->dtype_char, n);
+    PyObject *plan = key ? PyDict_GetItemWithError(ticks, key) : NULL;
+    Py_XDECREF(key);
+    Py_XINCREF(plan);
+    Py_DECREF(ticks);
+    if (plan == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *fast = PyObject_GetAttr(plan, s_fast);
+    if (fast == NULL || Py_TYPE(fast) != &PlanType) {
+        Py_XDECREF(fast);
+        Py_DECREF(plan);
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *epoch = PyObject_GetAttr(tk->bundle, s_scratch_epoch);
+    long long e = epoch ? PyLong_AsLongLong(epoch) : -1;
+    Py_XDECREF(epoch);
+    if (PyErr_Occurred() || e != ((Plan *)fast)->epoch || n > ((Plan *)fast)->m) {
+        Py_DECREF(fast);
+        Py_DECREF(plan);
+        PyErr_Clear();
+        return NULL;
+    }
+    *owner = plan;
+    return fast;
+}
+
+static PyObject *call_lock(PyObject *method)
+{
+    return PyObject_CallNoArgs(method);
+}
+
+/* ticker.call(dtype, backend, *inputs): a tuple of NumPy arrays (the op's outputs in order), or None
+ * where the Python path must take the call. */
+static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 + tk->n_inputs) {
+        PyErr_Format(PyExc_TypeError, "Ticker.call: %d arguments expected, got %zd", 2 + tk->n_inputs, nargs);
+        return NULL;
+    }
+    PyObject *dtype = args[0], *backend = args[1];
+    int on_auto;
+    if (dtype != tk->dtype_type && dtype != tk->dtype_descr) {
+        if (Py_TYPE(tk->other) == &TickerType && ((Ticker *)tk->other)->n_inputs == tk->n_inputs)
+            return ticker_call((Ticker *)tk->other, args, nargs);
+        Py_RETURN_NONE;
+    }
+    if (backend == s_gpu)
+        on_auto = 0;
+    else if (backend == s_auto)
+        on_auto = 1;
+    else if (PyUnicode_CheckExact(backend) && PyUnicode_CompareWithASCIIString(backend, "gpu") == 0)
+        on_auto = 0;
+    else if (PyUnicode_CheckExact(backend) && PyUnicode_CompareWithASCIIString(backend, "auto") == 0)
+        on_auto = 1;
+    else
+        Py_RETURN_NONE;
+    if (PyDict_GET_SIZE(tk->resident) != 0)
+        Py_RETURN_NONE;
+    if (tk->env != Py_None) {   /* TICKGPU_DISABLE_GPU, read on every call as dispatch does */
+        PyObject *v = PyDict_GetItemWithError(tk->env, tk->disable_key);
+        if (v == NULL && PyErr_Occurred())
+            return NULL;
+        if (v != NULL && PyObject_IsTrue(v))
+            Py_RETURN_NONE;
+    }
+    arg_t a[MAX_INPUTS];
+    Py_ssize_t n;
+    if (!read_inputs(tk, args + 2, a, &n))
+        Py_RETURN_NONE;
+    if (on_auto && (tk->auto_lo < 0 || n < tk->auto_lo || (tk->auto_hi >= 0 && n >= tk->auto_hi)))
+        Py_RETURN_NONE;
+
+    PyObject *r = call_lock(tk->acquire);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    PyObject *result = NULL;
+    PyObject *blocks[MAX_BLOCKS] = {NULL}, *owner = NULL;
+    Plan *p = (Plan *)lookup_plan(tk, n, &owner);
+    if (p == NULL) {
+        result = Py_None;
+        Py_INCREF(result);
+        goto unlock;
+    }
+    int cu = 0, st;
+    if (tk->enter != NULL && (st = tk->enter(tk->cu_ctx, &cu)) != 0) {
+        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuCtxSetCurrent");
+        Py_XDECREF(r);
+        goto unlock;
+    }
+    PyObject *ex = PyObject_GetAttr(p->graph, s_exec);
+    unsigned long long graph_exec = ex ? PyLong_AsUnsignedLongLong(ex) : 0;
+    Py_XDECREF(ex);
+    if (PyErr_Occurred() || graph_exec == 0) {
+        PyErr_Clear();
+        result = Py_None;
+        Py_INCREF(result);
+        goto unlock;
+    }
+    /* Single values beyond float32's range would round to inf here and warn there: the Python path's. */
+    for (int i = 0; i < tk->n_inputs; i++)
+        if (a[i].data == NULL && p->itemsize[i] == 4 && isfinite(a[i].value) && fabs(a[i].value) > FLT_MAX) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto unlock;
+        }
+    for (int b = 0; b < p->k_blocks; b++) {
+        npy_intp dims[2] = {p->block_rows[b], p->m};
+        blocks[b] = PyArray_EMPTY(2, dims, p->block_typenum[b], 0);
+        if (blocks[b] == NULL)
+            goto unlock;
+        p->t_out[b].dst = PyArray_DATA((PyArrayObject *)blocks[b]);
+        p->t_out[b].bytes = (size_t)(dims[0] * dims[1]) * (size_t)PyArray_ITEMSIZE((PyArrayObject *)blocks[b]);
+    }
+    /* Staging: arrays through the copy table (n elements), single values into their slots. Every
+     * row is written, so nothing depends on what an earlier call left. */
+    for (int i = 0; i < tk->n_inputs; i++) {
+        hot_copy *row = &p->t_in[i];
+        if (a[i].data != NULL) {
+            row->src = a[i].data;
+            row->bytes = (size_t)n * (size_t)p->itemsize[i];
+        } else {
+            row->bytes = 0;
+            fill(p->slot[i], p->itemsize[i], n, a[i].value);
+        }
+    }
+    if (PyObject_SetAttr(p->runner, s_staged_by, Py_None) != 0)
+        goto unlock;
+    Py_BEGIN_ALLOW_THREADS
+    st = tk->roundtrip(p->t_in, p->k_in, (uintptr_t)graph_exec, p->stream, p->t_out, p->k_blocks, &cu);
+    Py_END_ALLOW_THREADS
+    if (st != 0) {
+        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "tick round trip (cuGraphLaunch)");
+        Py_XDECREF(r);
+        goto unlock;
+    }
+    PyObject *outs = PyTuple_New(p->k_outputs);
+    if (outs == NULL)
+        goto unlock;
+    for (int j = 0; j < p->k_outputs; j++) {
+        PyArrayObject *blk = (PyArrayObject *)blocks[p->out_block[j]];
+        PyArray_Descr *d = PyArray_DESCR(blk);
+        Py_INCREF(d);
+        npy_intp dim = n;
+        char *data = PyArray_BYTES(blk) + (npy_intp)p->out_row[j] * p->m * PyArray_ITEMSIZE(blk);
+        PyObject *v = PyArray_NewFromDescr(&PyArray_Type, d, 1, &dim, NULL, data, NPY_ARRAY_CARRAY, NULL);
+        if (v == NULL) {
+            Py_DECREF(outs);
+            goto unlock;
+        }
+        Py_INCREF(blk);
+        if (PyArray_SetBaseObject((PyArrayObject *)v, (PyObject *)blk) != 0) {
+            Py_DECREF(v);
+            Py_DECREF(outs);
+            goto unlock;
+        }
+        PyTuple_SET_ITEM(outs, j, v);
+    }
+    p->calls++;
+    tk->calls++;
+    result = outs;
+unlock:
+    for (int b = 0; b < MAX_BLOCKS; b++)
+        Py_XDECREF(blocks[b]);
+    Py_XDECREF((PyObject *)p);
+    Py_XDECREF(owner);
+    {
+        /* The lock is released whatever happened; an exception already set is kept. */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        r = call_lock(tk->release);
+        if (r == NULL) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            Py_XDECREF(result);
+            return NULL;
+        }
+        Py_DECREF(r);
+        PyErr_Restore(et, ev, tb);
+    }
+    if (result == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "Ticker.call failed without an exception");
+    return result;
+}
+
+static PyObject *ticker_then(Ticker *self, PyObject *other)
+{
+    if (other != Py_None && (Py_TYPE(other) != &TickerType || (Ticker *)other == self ||
+                             ((Ticker *)other)->other != Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "Ticker.then: another Ticker with none after it, or None");
+        return NULL;
+    }
+    Py_INCREF(other);
+    Py_SETREF(self->other, other);
+    Py_RETURN_NONE;
+}
+
+static PyObject *ticker_calls(Ticker *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->calls);
+}
+
+static PyObject *ticker_other(Ticker *self, void *closure)
+{
+    Py_INCREF(self->other);
+    return self->other;
+}
+
+static PyGetSetDef ticker_getset[] = {
+    {"calls", (getter)ticker_calls, NULL, "calls this ticker ran (the others took the Python path)", NULL},
+    {"other", (getter)ticker_other, NULL, "the ticker of the same operation at another dtype, or None", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef ticker_methods[] = {
+    {"call", (PyCFunction)(void (*)(void))ticker_call, METH_FASTCALL,
+     "call(dtype, backend, *inputs): the outputs as a tuple of NumPy arrays, or None (take the Python path)"},
+    {"then", (PyCFunction)ticker_then, METH_O,
+     "then(other): calls whose dtype is not this ticker's go to `other` (a Ticker of the same operation)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TickerType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tickgpu._fasttick.Ticker",
+    .tp_basicsize = sizeof(Ticker),
+    .tp_dealloc = (destructor)ticker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A staged tick of one operation at one dtype, entered from Python straight into C.",
+    .tp_methods = ticker_methods,
+    .tp_getset = ticker_getset,
+    .tp_new = ticker_new,
+};
+
+static struct PyModuleDef fasttick_module = {
+    PyModuleDef_HEAD_INIT, "tickgpu._fasttick",
+    "A staged tick entered from Python straight into C (see csrc/ext/fasttick.c).", -1, NULL,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__fasttick(void)
+{
+    import_array();
+    if (PyType_Ready(&PlanType) < 0 || PyType_Ready(&TickerType) < 0)
+        return NULL;
+    bool_descr = PyArray_DescrFromType(NPY_BOOL);   /* kept for the module's life */
+    if (bool_descr == NULL)
+        return NULL;
+    s_ticks = PyUnicode_InternFromString("ticks");
+    s_fast = PyUnicode_InternFromString("fast");
+    s_exec = PyUnicode_InternFromString("exec");
+    s_scratch_epoch = PyUnicode_InternFromString("scratch_epoch");
+    s_staged_by = PyUnicode_InternFromString("staged_by");
+    s_gpu = PyUnicode_InternFromString("gpu");
+    s_auto = PyUnicode_InternFromString("auto");
+    if (!s_ticks || !s_fast || !s_exec || !s_scratch_epoch || !s_staged_by || !s_gpu || !s_auto)
+        return NULL;
+    PyObject *m = PyModule_Create(&fasttick_module);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&PlanType);
+    Py_INCREF(&TickerType);
+    if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0 ||
+        PyModule_AddObject(m, "Ticker", (PyObject *)&TickerType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

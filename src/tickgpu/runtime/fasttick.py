@@ -1,0 +1,104 @@
+"""The staged tick's C entry: `tickgpu.greeks` on NumPy arrays straight into C (csrc/ext/fasttick.c).
+
+A plain call of the usual kind -- NumPy arrays of one length and the requested dtype, single Python
+numbers, ``call`` a bool or a bool array, ``backend`` "gpu" (or "auto" at a size the GPU takes), a
+size whose tick plan exists -- is taken by a `Ticker` of the extension: it reads the arrays' own
+structs, finds the plan the Python path built (same dict, same key, same epoch check), stages,
+replays, waits and hands out rows of one block, all in C. Every other call, and every call while a
+resident kernel is open or ``TICKGPU_DISABLE_GPU`` is set, is answered None and runs the Python
+path (staged.host_call), which defines what a call means; the C path gives the same bits.
+
+On when the context has the native hot path (a real driver), off with ``TICKGPU_FAST_TICK=0`` or
+where the extension did not build. Tests switch it on over a mock driver with `enable`.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from tickgpu import dispatch
+from tickgpu._native import ffi, lib
+from tickgpu.runtime.driver import CudaError
+
+try:
+    from tickgpu import _fasttick
+except ImportError:   # a build without the extension: the Python path serves every call
+    _fasttick = None
+
+__all__ = ["enable", "install", "uninstall", "plan_state", "OPS"]
+
+#: The operations whose ticks the C entry takes, and the module attribute their API reads it from.
+OPS = ("greeks",)
+_F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
+
+
+def enable(ctx, roundtrip: int, enter: int = 0, raise_error=None) -> bool:
+    """Give `ctx` tickers: `roundtrip` the address of a C function of tg_hot_roundtrip's type, `enter`
+    of one of tg_hot_ctx_set_current's (0: none), `raise_error(status, cu_result, op)` raising the
+    error of a failed call (default: the runtime's CudaError through `ctx.driver`). Plans built
+    afterwards get the C side (`plan_state`). False where the extension is missing."""
+    if _fasttick is None:
+        ctx.tickers = None
+        return False
+    from tickgpu.runtime import ops
+
+    raise_error = raise_error or _raiser(ctx.driver)
+    env = dispatch._ENV_DATA if dispatch._ENV_DATA is not None else None
+    tickers = {}
+    for fam in (ops.GREEKS,):
+        lo, hi = dispatch.gpu_range().get(fam.name, (-1, None))
+        chain = None
+        for dt in (_F64, _F32):
+            t = _fasttick.Ticker(ctx, ctx.bundle, ctx.lock, fam.name, dt.char, dt.type, dt, len(fam.inputs),
+                                 fam.flag_index, env, dispatch._DISABLE_KEY if env is not None else b"",
+                                 ops.RESIDENT, raise_error, roundtrip, enter, ctx.ctx, lo, -1 if hi is None else hi)
+            if chain is None:
+                chain = t
+            else:
+                chain.then(t)
+        tickers[fam.name] = chain
+    ctx.tickers = tickers
+    return True
+
+
+def install(ctx) -> None:
+    """Make `ctx`'s tickers (if it has none yet, and the driver has the native hot path) the ones
+    the API calls."""
+    if getattr(ctx, "tickers", None) is None and os.environ.get("TICKGPU_FAST_TICK", "1") != "0" \
+            and getattr(ctx.driver, "has_hot_path", False) is True:
+        enable(ctx, int(ffi.cast("uintptr_t", ffi.addressof(lib, "tg_hot_roundtrip"))),
+               int(ffi.cast("uintptr_t", ffi.addressof(lib, "tg_hot_ctx_set_current"))))
+    _publish(getattr(ctx, "tickers", None))
+
+
+def uninstall() -> None:
+    """The API's calls all take the Python path (no context, or tests)."""
+    _publish(None)
+
+
+def _publish(tickers) -> None:
+    from tickgpu.finance import greeks
+
+    greeks._fast = tickers["greeks"].call if tickers else None
+
+
+def plan_state(plan):
+    """The C side of a tick plan (staged._TickPlan of an op without a grid): its copy tables,
+    staging slots and output blocks, as `_fasttick.Plan`."""
+    r, lay = plan.runner, plan.layout
+    return _fasttick.Plan(
+        int(ffi.cast("uintptr_t", plan.t_in)), plan.k_in, int(ffi.cast("uintptr_t", plan.t_out)), plan.m,
+        plan.epoch, [r.in_host + lay.in_offsets[plan.ng + i] for i in range(len(plan.itemsizes))],
+        plan.itemsizes, [odt.num for odt, _ in plan.blocks], [cnt for _, cnt in plan.blocks],
+        [b for b, _ in plan.rows], [row for _, row in plan.rows], plan.graph, r, r.stream)
+
+
+def _raiser(driver):
+    def raise_error(status: int, code: int, op: str):
+        if code:
+            raise CudaError(op, driver.error_name(code), code, None)
+        name = ffi.string(lib.tg_status_name(status)).decode()
+        raise CudaError(op, name, None, None, "rejected by the native hot path")
+
+    return raise_error

@@ -1,0 +1,348 @@
+"""The staged tick's C entry (tickgpu._fasttick, runtime/fasttick.py) on the mock driver.
+
+The round trip and the context switch it calls are the mock's, through CFFI callbacks, so the
+C entry runs whole: argument reading, plan lookup, staging, output blocks, error and lock
+handling. Each call is checked three ways: the mock kernel's closed form, the Python path's bits
+for the same call (the C entry must change nothing but speed), and whether the C entry took it
+(its counters), so that no test passes by never reaching it.
+"""
+import math
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu
+import tickgpu.runtime as rt
+from tickgpu._native import ffi
+from tickgpu.errors import BackendUnavailable
+from tickgpu.finance import greeks as greeks_mod
+from tickgpu.runtime import fasttick, ops
+from tickgpu.runtime.driver import CudaError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cuda_mock import MockDriver, default_entries, expected_greeks, write_bundle  # noqa: E402
+
+pytestmark = pytest.mark.skipif(fasttick._fasttick is None, reason="tickgpu._fasttick was not built")
+
+NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
+GREEKS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
+CHUNK = 4096
+
+
+class MockEntry:
+    """The mock's round trip and context switch as C function pointers (CFFI callbacks)."""
+
+    def __init__(self, mock: MockDriver):
+        self.mock, self.errors, self.fail = mock, [], None
+        self.roundtrips = self.enters = 0
+
+        @ffi.callback("int(tg_hot_copy *, int, uintptr_t, uintptr_t, tg_hot_copy *, int, int *)")
+        def roundtrip(cin, n_in, e, s, cout, n_out, result):
+            self.roundtrips += 1
+            if self.fail is not None:
+                result[0] = self.fail
+                return 1
+            try:
+                mock.roundtrip(cin, n_in, e, s, cout, n_out)
+            except Exception as ex:   # an out-of-range copy or read, as the mock checks them
+                self.errors.append(ex)
+                return 2
+            return 0
+
+        @ffi.callback("int(uintptr_t, int *)")
+        def enter(ctx, result):
+            self.enters += 1
+            mock.ctx_set_current(ctx)
+            return 0
+
+        self.roundtrip, self.enter = roundtrip, enter
+
+    def raise_error(self, status, code, op):
+        if self.errors:
+            raise self.errors.pop()
+        raise CudaError(op, f"CUresult {code}", code, None)
+
+
+@pytest.fixture(params=["mapped", "copies"])
+def fast(request, tmp_path):
+    mock = MockDriver()
+    ctx = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries()),
+                  staging_elements=CHUNK)
+    if request.param == "copies":
+        ctx.mapped_elements = 0
+    entry = MockEntry(mock)
+    assert fasttick.enable(ctx, int(ffi.cast("uintptr_t", entry.roundtrip)), int(ffi.cast("uintptr_t", entry.enter)),
+                           entry.raise_error)
+    fasttick.install(ctx)
+    ctx.entry = entry
+    yield ctx
+    rt.reset()
+    assert greeks_mod._fast is None
+
+
+def taken(ctx) -> int:
+    head = ctx.tickers["greeks"]
+    return head.calls + head.other.calls
+
+
+def python_path(**kw):
+    """The same call with the C entry off (the Python path that defines the semantics)."""
+    saved = greeks_mod._fast
+    greeks_mod._fast = None
+    try:
+        return tickgpu.greeks(**kw)
+    finally:
+        greeks_mod._fast = saved
+
+
+def inputs(rng, n, dtype):
+    return dict(spot=rng.uniform(50, 150, n).astype(dtype), strike=rng.uniform(50, 150, n).astype(dtype),
+                t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),
+                vol=rng.uniform(0.05, 0.8, n).astype(dtype), div=rng.uniform(0, 0.03, n).astype(dtype),
+                call=rng.random(n) < 0.5)
+
+
+def same_bits(a, b):
+    for k in GREEKS:
+        x, y = getattr(a, k), getattr(b, k)
+        assert type(x) is np.ndarray and x.dtype == y.dtype and x.shape == y.shape, k
+        assert x.tobytes() == y.tobytes(), k
+
+
+def check_expected(g, kw, dtype):
+    n = np.broadcast_shapes(*(np.shape(kw[k]) for k in NAMES))
+    ref = expected_greeks(*(np.broadcast_to(np.asarray(kw[k], dtype=np.float64 if k != "call" else bool), n)
+                            .astype(np.float64 if k != "call" else bool) for k in NAMES))
+    tol = 1e-12 if dtype == np.float64 else 3e-6
+    for k in GREEKS:
+        np.testing.assert_allclose(np.asarray(getattr(g, k), dtype=np.float64), ref[k], rtol=tol, atol=tol, err_msg=k)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_usual_call_runs_in_c_with_the_python_paths_bits(fast, dtype):
+    rng = np.random.default_rng(1)
+    x = inputs(rng, 1000, dtype)
+    first = tickgpu.greeks(**x, dtype=dtype, backend="gpu")   # builds the size's plan (Python path)
+    before = taken(fast)
+    g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+    assert taken(fast) == before + 1
+    check_expected(g, x, dtype)
+    same_bits(g, first)
+    same_bits(g, python_path(**x, dtype=dtype, backend="gpu"))
+    # Results are rows of one block of the bucket's length, as the Python path hands out; each
+    # call's block is its own.
+    assert g.price.base is g.delta.base and g.price.base.shape == (10, 1024)
+    assert g.price.flags.c_contiguous and g.price.flags.writeable
+    assert tickgpu.greeks(**x, dtype=dtype, backend="gpu").price.base is not g.price.base
+
+
+def _random_arg(rng, name, n, dtype):
+    """An argument of one of the kinds a caller passes, and whether the C entry takes that kind."""
+    if name == "call":
+        kind = rng.integers(5)
+        if kind == 0:
+            return bool(rng.integers(2)), True
+        if kind == 1:
+            return rng.random(n) < 0.5, True
+        if kind == 2:
+            return (rng.random(n) < 0.5).astype(np.uint8), False       # checked for 0/1 in Python
+        if kind == 3:
+            return np.bool_(rng.integers(2)), False
+        return [bool(v) for v in rng.random(n) < 0.5], False
+    lo, hi = {"spot": (50, 150), "strike": (50, 150), "t": (0.01, 2), "rate": (0, 0.05), "vol": (0.05, 0.8),
+              "div": (0, 0.03)}[name]
+    kind = rng.integers(8)
+    if kind == 0:
+        return float(rng.uniform(lo, hi)), True
+    if kind == 1:
+        return int(rng.integers(0, 3)) if name in ("rate", "div", "t") else int(rng.integers(60, 140)), True
+    if kind == 2:
+        return np.float64(rng.uniform(lo, hi)), False                 # a NumPy scalar: Python path
+    if kind == 3:
+        other = np.float32 if dtype == np.float64 else np.float64
+        return rng.uniform(lo, hi, n).astype(other), False            # converted in Python
+    if kind == 4:
+        return rng.uniform(lo, hi, 2 * n).astype(dtype)[::2], False   # not contiguous
+    if kind == 5:
+        return list(rng.uniform(lo, hi, n)), False
+    return rng.uniform(lo, hi, n).astype(dtype), True
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_calls_agree_with_the_python_path_and_take_c_exactly_when_eligible(fast, seed):
+    """Sizes sharing buckets, both dtypes, every kind of argument, interleaved with Python-path
+    calls on the same runners (their single-value slots and copy sizes must stay right)."""
+    rng = np.random.default_rng(seed)
+    for step in range(120):
+        dtype = (np.float64, np.float32)[rng.integers(2)]
+        n = int(rng.choice([1, 2, 15, 16, 17, 100, 112, 113, 1000, 1024, 1025, 4096]))
+        kw, ok = {}, {}
+        for name in NAMES:
+            kw[name], ok[name] = _random_arg(rng, name, n, dtype)
+        if all(np.ndim(kw[k]) == 0 for k in NAMES):   # the C entry takes its length from an array
+            kw["strike"], ok["strike"] = rng.uniform(50, 150, n).astype(dtype), True
+        eligible = all(ok.values())
+        backend = "gpu" if rng.random() < 0.8 else "auto"
+        lo, hi = tickgpu.dispatch.gpu_range().get("greeks", (None, None))
+        on_gpu = backend == "gpu" or (lo is not None and n >= lo and (hi is None or n < hi))
+        if rng.random() < 0.25:   # a Python-path call in between, on the same runner
+            python_path(**kw, dtype=dtype, backend=backend)
+            continue
+        known = fast.ticks.get(("greeks", np.dtype(dtype).char, n)) is not None
+        before = taken(fast)
+        g = tickgpu.greeks(**kw, dtype=dtype, backend=backend)
+        assert taken(fast) - before == int(eligible and on_gpu and known), (step, n, dtype, backend,
+                                                                          {k: type(v).__name__ for k, v in kw.items()})
+        if on_gpu:
+            check_expected(g, kw, dtype)
+        same_bits(g, python_path(**kw, dtype=dtype, backend=backend))
+
+
+def test_a_python_path_tick_after_c_rewrites_the_single_values_it_trusted(fast):
+    """The Python path skips filling a single value its slot already holds; the C entry fills the
+    same slots, so after it the Python path must trust none of them."""
+    rng = np.random.default_rng(5)
+    x = inputs(rng, 200, np.float64)
+    scalar = dict(x, rate=0.02, div=0.01, call=True)
+    tickgpu.greeks(**scalar, backend="gpu")                       # plan built; slots hold 0.02, 0.01, 1
+    c = dict(x, rate=0.04, div=0.03, call=False)                  # C fills the same slots
+    before = taken(fast)
+    check_expected(tickgpu.greeks(**c, backend="gpu"), c, np.float64)
+    assert taken(fast) == before + 1
+    # Python path with the first values again: it must not believe its slots still hold them.
+    g = python_path(**dict(scalar, spot=list(x["spot"])), backend="gpu")
+    check_expected(g, scalar, np.float64)
+
+
+def test_failed_round_trip_raises_the_runtime_error_and_releases_the_lock(fast):
+    rng = np.random.default_rng(2)
+    x = inputs(rng, 64, np.float32)
+    tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+    fast.entry.fail = 700
+    with pytest.raises(CudaError, match="CUresult 700"):
+        tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+    fast.entry.fail = None
+    # The lock was released: another thread gets it at once (the RLock would let this one in anyway).
+    got = []
+    th = threading.Thread(target=lambda: got.append(fast.lock.acquire(timeout=5) and fast.lock.release() is None))
+    th.start()
+    th.join(10)
+    assert got == [True]
+    before = taken(fast)
+    check_expected(tickgpu.greeks(**x, dtype=np.float32, backend="gpu"), x, np.float32)
+    assert taken(fast) == before + 1
+
+
+def test_disabled_gpu_resident_kernels_and_unknown_sizes_take_the_python_path(fast, monkeypatch):
+    rng = np.random.default_rng(3)
+    x = inputs(rng, 300, np.float64)
+    tickgpu.greeks(**x, backend="gpu")
+    before = taken(fast)
+    monkeypatch.setenv("TICKGPU_DISABLE_GPU", "1")
+    with pytest.raises(BackendUnavailable, match="TICKGPU_DISABLE_GPU"):
+        tickgpu.greeks(**x, backend="gpu")
+    same_bits(tickgpu.greeks(**x, backend="auto"), tickgpu.greeks(**x, backend="cpu"))
+    monkeypatch.delenv("TICKGPU_DISABLE_GPU")
+    assert taken(fast) == before
+    monkeypatch.setitem(ops.RESIDENT, ("greeks", np.dtype(np.float64)), None)   # an open resident (never this key's)
+    tickgpu.greeks(**x, backend="gpu")
+    assert taken(fast) == before
+    monkeypatch.delitem(ops.RESIDENT, ("greeks", np.dtype(np.float64)))
+    y = inputs(rng, 301, np.float64)          # a size with no plan yet: the Python path builds it
+    tickgpu.greeks(**y, backend="gpu")
+    assert taken(fast) == before
+    tickgpu.greeks(**y, backend="gpu")
+    assert taken(fast) == before + 1
+
+
+def test_a_moved_scratch_block_or_forgotten_plans_send_the_call_back_to_python(fast):
+    rng = np.random.default_rng(4)
+    x = inputs(rng, 500, np.float64)
+    tickgpu.greeks(**x, backend="gpu")
+    before = taken(fast)
+    fast.bundle.scratch_epoch += 1            # as ensure_scratch does when a block moves
+    check_expected(tickgpu.greeks(**x, backend="gpu"), x, np.float64)
+    assert taken(fast) == before              # the Python path rebuilt the plan ...
+    check_expected(tickgpu.greeks(**x, backend="gpu"), x, np.float64)
+    assert taken(fast) == before + 1          # ... which the C entry then takes
+    fast.reset_plans()
+    tickgpu.greeks(**x, backend="gpu")
+    assert taken(fast) == before + 1
+
+
+def test_single_values_float32_cannot_hold_go_to_python(fast):
+    rng = np.random.default_rng(6)
+    x = inputs(rng, 100, np.float32)
+    tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+    before = taken(fast)
+    kw = dict(x, div=1e300)
+    with np.errstate(over="ignore"):
+        g = tickgpu.greeks(**kw, dtype=np.float32, backend="gpu")
+        same_bits(g, python_path(**kw, dtype=np.float32, backend="gpu"))
+    assert taken(fast) == before
+    kw = dict(x, div=2**53 + 2)                # an int beyond 2**53: NumPy's rounding, in Python
+    g = tickgpu.greeks(**kw, dtype=np.float32, backend="gpu")
+    assert taken(fast) == before
+    kw = dict(x, div=math.inf, rate=-0.0)     # inf and -0.0 are values the C entry fills as they are
+    g = tickgpu.greeks(**kw, dtype=np.float32, backend="gpu")
+    assert taken(fast) == before + 1
+    same_bits(g, python_path(**kw, dtype=np.float32, backend="gpu"))
+
+
+def test_threads_calling_at_once_each_get_their_own_results(fast):
+    rng = np.random.default_rng(7)
+    xs = [inputs(rng, 256, np.float64) for _ in range(4)]
+    tickgpu.greeks(**xs[0], backend="gpu")
+    errors = []
+
+    def work(x):
+        try:
+            for _ in range(30):
+                check_expected(tickgpu.greeks(**x, backend="gpu"), x, np.float64)
+        except BaseException as e:   # reported below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(x,)) for x in xs]
+    before = taken(fast)
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(60)
+    assert not errors, errors[0]
+    assert taken(fast) == before + 120
+
+
+def test_plan_and_ticker_refuse_bad_construction():
+    ft = fasttick._fasttick
+    good = dict(itemsizes=[8] * 6 + [1], typenums=[np.dtype(np.float64).num], rows=[10], out_blocks=[0] * 10,
+                out_rows=list(range(10)))
+
+    def plan(**kw):
+        a = dict(good, **kw)
+        return ft.Plan(4096, 7, 8192, 64, 0, [1 << 20] * 7, a["itemsizes"], a["typenums"], a["rows"],
+                       a["out_blocks"], a["out_rows"], object(), object(), 0)
+
+    assert plan().calls == 0
+    with pytest.raises(ValueError, match="itemsizes"):
+        plan(itemsizes=[8] * 6 + [3])
+    with pytest.raises(ValueError, match="row 10 is beyond its block's 10 rows"):
+        plan(out_rows=list(range(11))[1:])
+    with pytest.raises(ValueError, match="out_rows has 9 entries, 10 expected"):
+        plan(out_rows=list(range(9)))
+    with pytest.raises(ValueError, match="block_typenums has 0 entries"):
+        plan(typenums=[], rows=[])
+    with pytest.raises(TypeError):
+        plan(rows="ten")
+    with pytest.raises(ValueError, match="out_blocks"):
+        plan(out_blocks=[1] * 10)
+    with pytest.raises(ValueError, match="Plan"):
+        ft.Plan(0, 7, 8192, 64, 0, [1] * 7, *good.values(), object(), object(), 0)
+    with pytest.raises(TypeError):
+        ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, "not a dtype", 7, 6, {}, b"", {},
+                  print, 1, 0, 0, -1, -1)
+    with pytest.raises(ValueError):
+        ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, np.dtype(np.float64), 7, 6, {}, b"",
+                  {}, print, 0, 0, 0, -1, -1)
