@@ -19,7 +19,7 @@ import tickgpu.runtime as rt
 from tickgpu._native import ffi
 from tickgpu.errors import BackendUnavailable
 from tickgpu.finance import greeks as greeks_mod
-from tickgpu.runtime import fasttick, ops
+from tickgpu.runtime import fasttick, ops, staged
 from tickgpu.runtime.driver import CudaError
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -191,7 +191,8 @@ def test_random_calls_agree_with_the_python_path_and_take_c_exactly_when_eligibl
         if rng.random() < 0.25:   # a Python-path call in between, on the same runner
             python_path(**kw, dtype=dtype, backend=backend)
             continue
-        known = fast.ticks.get(("greeks", np.dtype(dtype).char, n)) is not None
+        ch = np.dtype(dtype).char
+        known = ("greeks", ch, n) in fast.ticks or ("greeks", ch, staged.bucket(n, CHUNK), 0, (), None, None) in fast.plans
         before = taken(fast)
         g = tickgpu.greeks(**kw, dtype=dtype, backend=backend)
         assert taken(fast) - before == int(eligible and on_gpu and known), (step, n, dtype, backend,
@@ -251,11 +252,29 @@ def test_disabled_gpu_resident_kernels_and_unknown_sizes_take_the_python_path(fa
     tickgpu.greeks(**x, backend="gpu")
     assert taken(fast) == before
     monkeypatch.delitem(ops.RESIDENT, ("greeks", np.dtype(np.float64)))
-    y = inputs(rng, 301, np.float64)          # a size with no plan yet: the Python path builds it
+    y = inputs(rng, 2000, np.float64)         # a size whose bucket has no plan: the Python path builds it
     tickgpu.greeks(**y, backend="gpu")
     assert taken(fast) == before
     tickgpu.greeks(**y, backend="gpu")
     assert taken(fast) == before + 1
+
+
+def test_a_new_size_runs_in_c_where_its_bucket_has_a_plan(fast):
+    """As after warm-up: a size never called whose bucket's plan exists is taken at its first call
+    (the C entry rounds to the bucket as staged.bucket does) and remembered for the size."""
+    rng = np.random.default_rng(8)
+    built = set()
+    sizes = [int(v) for v in rng.integers(1, CHUNK + 1, 150)] + [1, 15, 16, 17, 127, 128, 129, 255, 256, 257,
+                                                                 CHUNK - 1, CHUNK]
+    for n in sizes:
+        x = inputs(rng, n, np.float32)
+        m = staged.bucket(n, CHUNK)
+        before = taken(fast)
+        g = tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+        assert taken(fast) - before == int(m in built), n
+        check_expected(g, x, np.float32)
+        built.add(m)
+        assert fast.ticks[("greeks", "f", n)].m == m
 
 
 def test_a_moved_scratch_block_or_forgotten_plans_send_the_call_back_to_python(fast):
@@ -346,3 +365,31 @@ def test_plan_and_ticker_refuse_bad_construction():
     with pytest.raises(ValueError):
         ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, np.dtype(np.float64), 7, 6, {}, b"",
                   {}, print, 0, 0, 0, -1, -1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_binding_of_arrays_runs_in_c_and_reads_their_current_contents(fast, dtype):
+    from tickgpu.runtime import bind_greeks
+
+    rng = np.random.default_rng(10)
+    x = inputs(rng, 700, dtype)
+    tick = bind_greeks(*(x[k] for k in NAMES), dtype=dtype)
+    assert tick._fast_ok
+    for _ in range(3):
+        x["spot"][:] = rng.uniform(50, 150, 700)   # in place, as a tick loop updates its arrays
+        before = taken(fast)
+        g = tick()
+        assert taken(fast) == before + 1
+        check_expected(g, x, dtype)
+        saved, greeks_mod._fast = greeks_mod._fast, None
+        try:
+            same_bits(g, tick())                   # the binding's own path
+        finally:
+            greeks_mod._fast = saved
+    # uint8 flags and single values fixed at binding: the binding's own path, same results.
+    y = dict(x, call=(rng.random(700) < 0.5).astype(np.uint8), rate=0.01)
+    tick = bind_greeks(*(y[k] for k in NAMES), dtype=dtype)
+    assert not tick._fast_ok
+    before = taken(fast)
+    check_expected(tick(), dict(y, call=y["call"] != 0), dtype)
+    assert taken(fast) == before

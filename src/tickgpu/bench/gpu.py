@@ -436,6 +436,23 @@ def bench_latency(torch, repeats: int) -> dict:
     res = {}
     res["tickgpu_greeks_f32_numpy_1024"] = time_calls(
         lambda: tickgpu.greeks(**x, dtype=np.float32, backend="gpu"), repeats)
+    # The same call with the C entry off (runtime/fasttick.py): the Python path it replaces.
+    from tickgpu.finance import greeks as greeks_api
+    from tickgpu.runtime import context
+
+    tickers = context().tickers
+    res["fast_entry"] = tickers is not None
+    if tickers is not None:
+        count = lambda: sum(t.calls for t in (tickers["greeks"], tickers["greeks"].other))  # noqa: E731
+        c0 = count()
+        tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+        res["fast_entry_took_the_call"] = count() == c0 + 1
+        saved, greeks_api._fast = greeks_api._fast, None
+        try:
+            res["tickgpu_greeks_f32_numpy_1024_python_path"] = time_calls(
+                lambda: tickgpu.greeks(**x, dtype=np.float32, backend="gpu"), repeats)
+        finally:
+            greeks_api._fast = saved
     x64 = option_inputs(np, n, np.float64, seed=11)
     res["tickgpu_greeks_f64_numpy_1024"] = time_calls(
         lambda: tickgpu.greeks(**x64, dtype=np.float64, backend="gpu"), repeats)

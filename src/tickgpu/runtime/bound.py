@@ -30,6 +30,7 @@ import numpy as np
 
 from tickgpu._native import ffi as _ffi
 from tickgpu.finance import _checks
+from tickgpu.finance import greeks as _greeks_api
 from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
 from tickgpu.runtime.bound_device import (DeviceBoundGreeks, DeviceBoundImpliedVol, has_device_array,
@@ -41,7 +42,7 @@ __all__ = ["BoundGreeks", "BoundImpliedVol", "bind_greeks", "bind_implied_vol"]
 _from_buffer = _ffi.from_buffer
 _empty = np.empty
 _rows = operator.itemgetter(*range(10))   # the block's ten rows as views, in one call
-_I8 = np.dtype(np.int8)
+_I8, _BOOL = np.dtype(np.int8), np.dtype(np.bool_)
 
 
 def _single(name: str, x) -> float:
@@ -182,12 +183,22 @@ class BoundGreeks(_BoundTick):
             slots[2 * k] = _from_buffer(x)
             strides[2 * k + 1] = 1
         self._resident_key = (self._fam.name, self.dtype)
+        # Arrays the C entry reads as they are (runtime/fasttick.py): float arrays of dtype, bool flags.
+        self._fast_ok = all(x.dtype is (_BOOL if i == self._fam.flag_index else self.dtype)
+                            for i, x in enumerate(self.arrays))
 
     def __call__(self) -> Greeks:
         """The greeks of the bound arrays' current contents: a new `Greeks` of n-element arrays.
 
         Where a resident greeks kernel of this dtype is open (`tickgpu.runtime.resident`) and takes
         n options, the call goes through its mailbox, as `tickgpu.greeks` would; else the graph."""
+        fast = _greeks_api._fast
+        if fast is not None and self._fast_ok:
+            # The C entry takes the bound arrays as it takes a plain call's (same plan, same bits);
+            # None where it cannot (a resident kernel open, scratch moved): the path below.
+            outs = fast(self.dtype, "gpu", *self.arrays)
+            if outs is not None:
+                return _greeks_of(outs)
         m, n = self._m, self.n
         if ops.RESIDENT:   # empty unless a resident kernel is open: one truth test otherwise
             r = ops.RESIDENT.get(self._resident_key)

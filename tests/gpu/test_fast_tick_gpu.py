@@ -1,0 +1,105 @@
+"""The staged tick's C entry (tickgpu._fasttick) on the GPU (``pytest -m gpu``).
+
+On a real driver the runtime turns the entry on by itself; here every call it may take must be
+taken (its counters say so), give the Python path's bits for the same call, and agree with the
+CPU backend -- across sizes sharing buckets, both dtypes, single values and arrays, and Python-path
+calls in between on the same staging.
+"""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu
+import tickgpu.runtime as rt
+from tickgpu.finance import greeks as greeks_mod
+from tickgpu.runtime import staged
+
+pytestmark = pytest.mark.gpu
+
+NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
+GREEKS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    c = rt.init(bundle_dir=Path(tickgpu.__file__).resolve().parent / "kernels" / "bundle")
+    rt.warmup()
+    assert c.tickers is not None, "the C entry is off on a real driver (tickgpu._fasttick missing?)"
+    assert greeks_mod._fast is not None
+    yield c
+    rt.reset()
+
+
+def taken(c) -> int:
+    head = c.tickers["greeks"]
+    return head.calls + head.other.calls
+
+
+def python_path(**kw):
+    saved = greeks_mod._fast
+    greeks_mod._fast = None
+    try:
+        return tickgpu.greeks(**kw)
+    finally:
+        greeks_mod._fast = saved
+
+
+def _arg(rng, name, n, dtype):
+    """(value, the C entry takes it)"""
+    if name == "call":
+        k = rng.integers(3)
+        return ((bool(rng.integers(2)), True), (rng.random(n) < 0.5, True),
+                ((rng.random(n) < 0.5).astype(np.uint8), False))[k]
+    lo, hi = {"spot": (50, 150), "strike": (50, 150), "t": (0.01, 2), "rate": (0, 0.05), "vol": (0.05, 0.8),
+              "div": (0, 0.03)}[name]
+    k = rng.integers(5)
+    if k == 0:
+        return float(rng.uniform(lo, hi)), True
+    if k == 1:
+        return rng.uniform(lo, hi, n), dtype == np.float64     # float64: converted for a float32 call
+    return rng.uniform(lo, hi, n).astype(dtype), True
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_ticks_in_c_give_the_python_paths_bits_and_the_cpu_backends_values(ctx, seed):
+    rng = np.random.default_rng(1000 + seed)
+    for step in range(150):
+        dtype = (np.float64, np.float32)[rng.integers(2)]
+        n = int(rng.choice([1, 16, 17, 100, 113, 1000, 1024, 1025, 4096, 65536, 65537]))
+        kw, ok = {}, {}
+        for name in NAMES:
+            kw[name], ok[name] = _arg(rng, name, n, dtype)
+        kw["strike"], ok["strike"] = rng.uniform(50, 150, n).astype(dtype), True   # one array at least
+        if rng.random() < 0.2:
+            python_path(**kw, dtype=dtype, backend="gpu")
+            continue
+        known = ("greeks", np.dtype(dtype).char, n) in ctx.ticks or \
+            ("greeks", np.dtype(dtype).char, staged.bucket(n, ctx.staging_elements), 0, (), None, None) in ctx.plans
+        before = taken(ctx)
+        g = tickgpu.greeks(**kw, dtype=dtype, backend="gpu")
+        assert taken(ctx) - before == int(all(ok.values()) and known), (step, n, dtype)
+        p = python_path(**kw, dtype=dtype, backend="gpu")
+        cpu = tickgpu.greeks(**kw, dtype=dtype, backend="cpu")
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        for k in GREEKS:
+            a, b = getattr(g, k), getattr(p, k)
+            assert type(a) is np.ndarray and a.dtype == dtype and a.shape == (n,), k
+            assert a.tobytes() == b.tobytes(), (step, k)
+            c = getattr(cpu, k).astype(np.float64)
+            scale = np.max(np.abs(c[np.isfinite(c)]), initial=0.0)
+            np.testing.assert_allclose(a.astype(np.float64), c, rtol=tol * 10, atol=tol * 10 * scale,
+                                       err_msg=f"{k} step {step}")
+
+
+def test_the_first_call_of_a_size_after_warmup_is_taken_in_c(ctx):
+    """Warm-up built every bucket's plan: a size never called runs in C at once."""
+    rng = np.random.default_rng(9)
+    for n in (1000, 777, 3001, 12345):
+        assert ("greeks", "d", n) not in ctx.ticks
+        x = {k: rng.uniform(0.5, 1.5, n) * v for k, v in
+             dict(spot=100.0, strike=100.0, t=1.0, rate=0.03, vol=0.2, div=0.01).items()}
+        before = taken(ctx)
+        g = tickgpu.greeks(**x, call=True, backend="gpu")
+        assert taken(ctx) == before + 1, n
+        np.testing.assert_allclose(g.price, tickgpu.greeks(**x, call=True, backend="cpu").price, rtol=1e-11)
