@@ -19,11 +19,12 @@ import tickgpu.runtime as rt
 from tickgpu._native import ffi
 from tickgpu.errors import BackendUnavailable
 from tickgpu.finance import greeks as greeks_mod
+from tickgpu.finance import iv as iv_mod
 from tickgpu.runtime import fasttick, ops, staged
 from tickgpu.runtime.driver import CudaError
 
 sys.path.insert(0, str(Path(__file__).parent))
-from cuda_mock import MockDriver, default_entries, expected_greeks, write_bundle  # noqa: E402
+from cuda_mock import MockDriver, default_entries, expected_greeks, expected_iv, write_bundle  # noqa: E402
 
 pytestmark = pytest.mark.skipif(fasttick._fasttick is None, reason="tickgpu._fasttick was not built")
 
@@ -80,11 +81,11 @@ def fast(request, tmp_path):
     ctx.entry = entry
     yield ctx
     rt.reset()
-    assert greeks_mod._fast is None
+    assert greeks_mod._fast is None and iv_mod._fast is None
 
 
-def taken(ctx) -> int:
-    head = ctx.tickers["greeks"]
+def taken(ctx, op="greeks") -> int:
+    head = ctx.tickers[op]
     return head.calls + head.other.calls
 
 
@@ -153,7 +154,7 @@ def _random_arg(rng, name, n, dtype):
             return np.bool_(rng.integers(2)), False
         return [bool(v) for v in rng.random(n) < 0.5], False
     lo, hi = {"spot": (50, 150), "strike": (50, 150), "t": (0.01, 2), "rate": (0, 0.05), "vol": (0.05, 0.8),
-              "div": (0, 0.03)}[name]
+              "div": (0, 0.03), "price": (1, 30)}[name]
     kind = rng.integers(8)
     if kind == 0:
         return float(rng.uniform(lo, hi)), True
@@ -165,7 +166,7 @@ def _random_arg(rng, name, n, dtype):
         other = np.float32 if dtype == np.float64 else np.float64
         return rng.uniform(lo, hi, n).astype(other), False            # converted in Python
     if kind == 4:
-        return rng.uniform(lo, hi, 2 * n).astype(dtype)[::2], False   # not contiguous
+        return rng.uniform(lo, hi, 2 * n).astype(dtype)[::2], n == 1  # not contiguous (unless of one element)
     if kind == 5:
         return list(rng.uniform(lo, hi, n)), False
     return rng.uniform(lo, hi, n).astype(dtype), True
@@ -393,3 +394,62 @@ def test_a_binding_of_arrays_runs_in_c_and_reads_their_current_contents(fast, dt
     before = taken(fast)
     check_expected(tick(), dict(y, call=y["call"] != 0), dtype)
     assert taken(fast) == before
+
+
+IV_NAMES = ("price", "spot", "strike", "t", "rate", "div", "call")
+
+
+def iv_python_path(**kw):
+    saved = iv_mod._fast
+    iv_mod._fast = None
+    try:
+        return tickgpu.implied_vol(**kw)
+    finally:
+        iv_mod._fast = saved
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_implied_vol_calls_agree_with_the_python_path(fast, seed):
+    """Two output blocks of two dtypes (vols, int8 statuses), with and without return_status."""
+    rng = np.random.default_rng(100 + seed)
+    for step in range(100):
+        dtype = (np.float64, np.float32)[rng.integers(2)]
+        n = int(rng.choice([1, 16, 17, 100, 113, 1000, 1024, 4096]))
+        kw, ok = {}, {}
+        for name in IV_NAMES:
+            kw[name], ok[name] = _random_arg(rng, name, n, dtype)
+        kw["price"], ok["price"] = rng.uniform(1, 30, n).astype(dtype), True
+        if rng.random() < 0.2:
+            iv_python_path(**kw, dtype=dtype, backend="gpu", return_status=True)
+            continue
+        ch = np.dtype(dtype).char
+        known = ("implied_vol", ch, n) in fast.ticks or \
+            ("implied_vol", ch, staged.bucket(n, CHUNK), 0, (), None, None) in fast.plans
+        before = taken(fast, "implied_vol")
+        vol, status = tickgpu.implied_vol(**kw, dtype=dtype, backend="gpu", return_status=True)
+        assert taken(fast, "implied_vol") - before == int(all(ok.values()) and known), step
+        read = {k: np.broadcast_to(np.asarray(kw[k], dtype=bool if k == "call" else dtype), (n,)) for k in IV_NAMES}
+        want_vol, want_status = expected_iv(**{k: v.astype(np.float64) if k != "call" else v for k, v in read.items()})
+        tol = 1e-12 if dtype == np.float64 else 3e-6
+        np.testing.assert_allclose(vol.astype(np.float64), want_vol, rtol=tol, atol=tol)
+        np.testing.assert_array_equal(status, want_status)
+        pv, ps = iv_python_path(**kw, dtype=dtype, backend="gpu", return_status=True)
+        assert vol.dtype == pv.dtype and vol.tobytes() == pv.tobytes()
+        assert status.dtype == ps.dtype == np.int8 and status.tobytes() == ps.tobytes()
+        only = tickgpu.implied_vol(**kw, dtype=dtype, backend="gpu")
+        assert type(only) is np.ndarray and only.tobytes() == pv.tobytes()
+
+
+def test_a_binding_of_implied_vols_runs_in_c(fast):
+    from tickgpu.runtime import bind_implied_vol
+
+    rng = np.random.default_rng(11)
+    x = {k: rng.uniform(1, 100, 300) for k in IV_NAMES[:-1]}
+    x["call"] = rng.random(300) < 0.5
+    ivs = bind_implied_vol(*(x[k] for k in IV_NAMES))
+    tickgpu.implied_vol(**x, backend="gpu")
+    before = taken(fast, "implied_vol")
+    vol, status = ivs()
+    assert taken(fast, "implied_vol") == before + 1
+    pv, ps = iv_python_path(**x, backend="gpu", return_status=True)
+    assert vol.tobytes() == pv.tobytes() and status.tobytes() == ps.tobytes()

@@ -1,4 +1,4 @@
-"""The staged tick's C entry (tickgpu._fasttick) on the GPU (``pytest -m gpu``).
+"""The staged tick's C entry (tickgpu._fasttick) on the GPU (``pytest -m gpu``): greeks and implied vols.
 
 On a real driver the runtime turns the entry on by itself; here every call it may take must be
 taken (its counters say so), give the Python path's bits for the same call, and agree with the
@@ -13,6 +13,7 @@ import pytest
 import tickgpu
 import tickgpu.runtime as rt
 from tickgpu.finance import greeks as greeks_mod
+from tickgpu.finance import iv as iv_mod
 from tickgpu.runtime import staged
 
 pytestmark = pytest.mark.gpu
@@ -31,8 +32,8 @@ def ctx():
     rt.reset()
 
 
-def taken(c) -> int:
-    head = c.tickers["greeks"]
+def taken(c, op="greeks") -> int:
+    head = c.tickers[op]
     return head.calls + head.other.calls
 
 
@@ -95,11 +96,37 @@ def test_random_ticks_in_c_give_the_python_paths_bits_and_the_cpu_backends_value
 def test_the_first_call_of_a_size_after_warmup_is_taken_in_c(ctx):
     """Warm-up built every bucket's plan: a size never called runs in C at once."""
     rng = np.random.default_rng(9)
-    for n in (1000, 777, 3001, 12345):
-        assert ("greeks", "d", n) not in ctx.ticks
+    fresh = [n for n in (1000, 777, 3001, 12345, 999, 1001, 3333) if ("greeks", "d", n) not in ctx.ticks]
+    assert len(fresh) >= 3
+    for n in fresh:
         x = {k: rng.uniform(0.5, 1.5, n) * v for k, v in
              dict(spot=100.0, strike=100.0, t=1.0, rate=0.03, vol=0.2, div=0.01).items()}
         before = taken(ctx)
         g = tickgpu.greeks(**x, call=True, backend="gpu")
         assert taken(ctx) == before + 1, n
         np.testing.assert_allclose(g.price, tickgpu.greeks(**x, call=True, backend="cpu").price, rtol=1e-11)
+
+
+def test_implied_vols_in_c_give_the_python_paths_bits_and_solve_the_cpu_prices(ctx):
+    rng = np.random.default_rng(21)
+    names = ("price", "spot", "strike", "t", "rate", "div", "call")
+    for dtype, n in ((np.float64, 1024), (np.float64, 333), (np.float32, 1024), (np.float64, 70000)):
+        x = dict(spot=rng.uniform(80, 120, n), strike=rng.uniform(80, 120, n), t=rng.uniform(0.1, 2, n),
+                 rate=0.03, vol=rng.uniform(0.1, 0.6, n), div=0.01, call=rng.random(n) < 0.5)
+        x = {k: (v.astype(dtype) if isinstance(v, np.ndarray) and k != "call" else v) for k, v in x.items()}
+        price = tickgpu.greeks(**x, dtype=dtype, backend="cpu").price
+        q = dict({k: x[k] for k in names if k != "price"}, price=price)
+        tickgpu.implied_vol(**q, dtype=dtype, backend="gpu")     # the size's plan, if warm-up built none
+        before = taken(ctx, "implied_vol")
+        vol, status = tickgpu.implied_vol(**q, dtype=dtype, backend="gpu", return_status=True)
+        assert taken(ctx, "implied_vol") == before + 1
+        saved, iv_mod._fast = iv_mod._fast, None
+        try:
+            pv, ps = tickgpu.implied_vol(**q, dtype=dtype, backend="gpu", return_status=True)
+        finally:
+            iv_mod._fast = saved
+        assert vol.tobytes() == pv.tobytes() and status.tobytes() == ps.tobytes()
+        ok = status == 0
+        assert ok.mean() > 0.95
+        tol = 1e-9 if dtype == np.float64 else 2e-3
+        np.testing.assert_allclose(vol[ok], x["vol"][ok], rtol=tol)

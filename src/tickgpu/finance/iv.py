@@ -112,6 +112,11 @@ def implied_vol(price, spot, strike, t, rate, div=0.0, call=True, *, dtype=np.fl
     Mismatched shapes always raise ValueError; bad values raise only with ``strict=True``. Inputs
     that are not real numbers (strings, complex, None, booleans) raise TypeError.
     """
+    fast = _fast
+    if fast is not None and strict is False:
+        outs = fast(dtype, backend, price, spot, strike, t, rate, div, call)
+        if outs is not None:   # None: not a call the C entry takes (runtime/fasttick.py)
+            return outs if return_status else outs[0]
     dt = _checks.check_dtype(dtype)
     if type(backend) is not str or backend not in _BACKENDS:
         _checks.check_backend(backend)
@@ -146,6 +151,8 @@ def _implied_vol(values, dt, backend, strict, return_status):
 
 
 _ARG_NAMES = ("price", "spot", "strike", "t", "rate", "div", "call")
+# The GPU runtime's C entry for a staged tick, set while a context has one (runtime/fasttick.py).
+_fast = None
 _BACKENDS = frozenset(_checks.BACKENDS)
 _F64 = np.dtype(np.float64)
 _I8 = np.dtype(np.int8)

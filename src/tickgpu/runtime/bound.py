@@ -31,6 +31,7 @@ import numpy as np
 from tickgpu._native import ffi as _ffi
 from tickgpu.finance import _checks
 from tickgpu.finance import greeks as _greeks_api
+from tickgpu.finance import iv as _iv_api
 from tickgpu.finance.greeks import Greeks, _greeks_of
 from tickgpu.runtime import ops
 from tickgpu.runtime.bound_device import (DeviceBoundGreeks, DeviceBoundImpliedVol, has_device_array,
@@ -92,6 +93,8 @@ class _BoundTick:
             raise ValueError(f"{api}: {first} has {n} elements; a binding takes 1 to {ctx.staging_elements} "
                              f"(tickgpu.{api.removeprefix('bind_')} takes any number)")
         self.n, self.dtype, self.arrays = n, dt, tuple(values)
+        # Arrays the C entry reads as they are (runtime/fasttick.py): float arrays of dtype, bool flags.
+        self._fast_ok = all(x.dtype is (_BOOL if i == fam.flag_index else dt) for i, x in enumerate(self.arrays))
         self._ctx = ctx
         self._m = bucket(n, ctx.staging_elements)
         self._plan = None
@@ -183,9 +186,6 @@ class BoundGreeks(_BoundTick):
             slots[2 * k] = _from_buffer(x)
             strides[2 * k + 1] = 1
         self._resident_key = (self._fam.name, self.dtype)
-        # Arrays the C entry reads as they are (runtime/fasttick.py): float arrays of dtype, bool flags.
-        self._fast_ok = all(x.dtype is (_BOOL if i == self._fam.flag_index else self.dtype)
-                            for i, x in enumerate(self.arrays))
 
     def __call__(self) -> Greeks:
         """The greeks of the bound arrays' current contents: a new `Greeks` of n-element arrays.
@@ -239,6 +239,11 @@ class BoundImpliedVol(_BoundTick):
 
     def __call__(self) -> tuple[np.ndarray, np.ndarray]:
         """(vol, status) of the bound arrays' current contents, new arrays of n elements."""
+        fast = _iv_api._fast
+        if fast is not None and self._fast_ok:   # as BoundGreeks.__call__
+            outs = fast(self.dtype, "gpu", *self.arrays)
+            if outs is not None:
+                return outs
         m, n = self._m, self.n
         vol, status = _empty(m, self.dtype), _empty(m, _I8)
         self._run(vol, status)

@@ -1,4 +1,5 @@
-"""The staged tick's C entry: `tickgpu.greeks` on NumPy arrays straight into C (csrc/ext/fasttick.c).
+"""The staged tick's C entry: `tickgpu.greeks` and `tickgpu.implied_vol` on NumPy arrays straight
+into C (csrc/ext/fasttick.c).
 
 A plain call of the usual kind -- NumPy arrays of one length and the requested dtype, single Python
 numbers, ``call`` a bool or a bool array, ``backend`` "gpu" (or "auto" at a size the GPU takes), a
@@ -28,8 +29,8 @@ except ImportError:   # a build without the extension: the Python path serves ev
 
 __all__ = ["enable", "install", "uninstall", "plan_state", "OPS"]
 
-#: The operations whose ticks the C entry takes, and the module attribute their API reads it from.
-OPS = ("greeks",)
+#: The operations whose ticks the C entry takes (each API module reads its entry from ``_fast``).
+OPS = ("greeks", "implied_vol")
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
@@ -46,7 +47,7 @@ def enable(ctx, roundtrip: int, enter: int = 0, raise_error=None) -> bool:
     raise_error = raise_error or _raiser(ctx.driver)
     env = dispatch._ENV_DATA if dispatch._ENV_DATA is not None else None
     tickers = {}
-    for fam in (ops.GREEKS,):
+    for fam in (ops.GREEKS, ops.IMPLIED_VOL):
         lo, hi = dispatch.gpu_range().get(fam.name, (-1, None))
         chain = None
         for dt in (_F64, _F32):
@@ -78,9 +79,10 @@ def uninstall() -> None:
 
 
 def _publish(tickers) -> None:
-    from tickgpu.finance import greeks
+    from tickgpu.finance import greeks, iv
 
     greeks._fast = tickers["greeks"].call if tickers else None
+    iv._fast = tickers["implied_vol"].call if tickers else None
 
 
 def plan_state(plan):
