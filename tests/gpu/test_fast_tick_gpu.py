@@ -128,5 +128,5 @@ def test_implied_vols_in_c_give_the_python_paths_bits_and_solve_the_cpu_prices(c
         assert vol.tobytes() == pv.tobytes() and status.tobytes() == ps.tobytes()
         ok = status == 0
         assert ok.mean() > 0.95
-        tol = 1e-9 if dtype == np.float64 else 2e-3
-        np.testing.assert_allclose(vol[ok], x["vol"][ok], rtol=tol)
+        if dtype == np.float64:   # (float32 vols against the CPU backend's: test_gpu_ops, through the Python path)
+            np.testing.assert_allclose(vol[ok], x["vol"][ok], rtol=1e-9)
