@@ -42,7 +42,100 @@ typedef int (*roundtrip_fn)(const hot_copy *in, int n_in, uintptr_t graph_exec, 
                             const hot_copy *out, int n_out, int *cu_result);
 typedef int (*enter_fn)(uintptr_t ctx, int *cu_result);
 
-enum { MAX_INPUTS = 16, MAX_BLOCKS = 4, MAX_OUTPUTS = 16 };
+enum { MAX_INPUTS = 16, MAX_BLOCKS = 4, MAX_OUTPUTS = 16, MAX_RESULTS = 8 };
+
+/* Bytes per element of the output types a plan may have (0: not one of them). */
+static int typenum_size(int t)
+{
+    switch (t) {
+    case NPY_FLOAT64: case NPY_INT64: return 8;
+    case NPY_FLOAT32: case NPY_INT32: return 4;
+    case NPY_INT8: case NPY_UINT8: case NPY_BOOL: return 1;
+    default: return 0;
+    }
+}
+
+/* ---- Results: blocks of pinned, device-mapped host memory that results are handed out in --------
+ *
+ * A result block is one uint8 NumPy array over its memory, held here only: while the arrays a call
+ * handed out (views whose base is the block) live, its reference count is above one and it is
+ * busy; once they are gone it is free, and a tick's graph of its own writes the next results
+ * into it through its device mapping. So a call copies nothing out of staging. */
+typedef struct {
+    PyObject_HEAD
+    int n;
+    PyObject *block[MAX_RESULTS];
+} Results;
+
+static void results_dealloc(Results *self)
+{
+    for (int k = 0; k < self->n; k++)
+        Py_XDECREF(self->block[k]);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Results(blocks): a list of 1-D, C-contiguous, writeable uint8 arrays (their memory must outlive
+ * this object and every array it hands out: pinned staging the runtime never frees). */
+static PyObject *results_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *blocks;
+    if (!PyArg_ParseTuple(args, "O:Results", &blocks))
+        return NULL;
+    PyObject *fast = PySequence_Fast(blocks, "Results: blocks must be a sequence");
+    if (fast == NULL)
+        return NULL;
+    Py_ssize_t k = PySequence_Fast_GET_SIZE(fast);
+    if (k < 1 || k > MAX_RESULTS) {
+        PyErr_Format(PyExc_ValueError, "Results: 1 to %d blocks, got %zd", MAX_RESULTS, k);
+        Py_DECREF(fast);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < k; i++) {
+        PyObject *b = PySequence_Fast_GET_ITEM(fast, i);
+        if (Py_TYPE(b) != &PyArray_Type || PyArray_NDIM((PyArrayObject *)b) != 1 ||
+            PyArray_TYPE((PyArrayObject *)b) != NPY_UINT8 ||
+            !PyArray_CHKFLAGS((PyArrayObject *)b, NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE)) {
+            PyErr_Format(PyExc_TypeError, "Results: blocks[%zd] must be a writeable 1-D uint8 NumPy array", i);
+            Py_DECREF(fast);
+            return NULL;
+        }
+    }
+    Results *self = (Results *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(fast);
+        return NULL;
+    }
+    self->n = (int)k;
+    for (int i = 0; i < self->n; i++) {
+        self->block[i] = PySequence_Fast_GET_ITEM(fast, i);
+        Py_INCREF(self->block[i]);
+    }
+    Py_DECREF(fast);
+    return (PyObject *)self;
+}
+
+static PyObject *results_busy(Results *self, void *closure)
+{
+    PyObject *out = PyTuple_New(self->n);
+    for (int k = 0; out != NULL && k < self->n; k++)
+        PyTuple_SET_ITEM(out, k, PyBool_FromLong(Py_REFCNT(self->block[k]) > 1));
+    return out;
+}
+
+static PyGetSetDef results_getset[] = {
+    {"busy", (getter)results_busy, NULL, "per block, whether arrays handed out in it are alive", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ResultsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tickgpu._fasttick.Results",
+    .tp_basicsize = sizeof(Results),
+    .tp_dealloc = (destructor)results_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Blocks of pinned, device-mapped memory that a tick's results are handed out in.",
+    .tp_getset = results_getset,
+    .tp_new = results_new,
+};
 
 /* ---- Plan: what one tick plan (staged._TickPlan) holds for this path ---------------------------- */
 typedef struct {
@@ -60,13 +153,20 @@ typedef struct {
     PyObject *graph;          /* TickGraph: its .exec is read each call (0 once destroyed) */
     PyObject *runner;         /* GraphRunner: .staged_by set to None after staging here */
     uintptr_t stream;
-    unsigned long long calls;
+    Py_ssize_t block_offset[MAX_BLOCKS];   /* of each output block in staging and in a result block */
+    Results *results;         /* or NULL: results always leave staging by a copy */
+    PyObject *result_graph[MAX_RESULTS];   /* TickGraph writing into results->block[k] */
+    unsigned long long calls, direct;      /* ticks run here; of them, in a result block */
 } Plan;
 
 static void plan_dealloc(Plan *self)
 {
     Py_XDECREF(self->graph);
     Py_XDECREF(self->runner);
+    if (self->results != NULL)
+        for (int k = 0; k < self->results->n; k++)
+            Py_XDECREF(self->result_graph[k]);
+    Py_XDECREF((PyObject *)self->results);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -110,6 +210,50 @@ static int expect_count(int got, int want, const char *what)
     return 0;
 }
 
+/* The result blocks a plan hands results out in, with its graph writing into each and the output
+ * blocks' offsets (staging's layout): every output row must fit every block. */
+static int plan_take_results(Plan *self, PyObject *offsets, PyObject *results, PyObject *graphs)
+{
+    if (Py_TYPE(results) != &ResultsType) {
+        PyErr_SetString(PyExc_TypeError, "Plan: results must be a Results (or None)");
+        return -1;
+    }
+    Results *res = (Results *)results;
+    PyObject *fo = PySequence_Fast(offsets, "Plan: block_offsets must be a sequence");
+    PyObject *fg = fo ? PySequence_Fast(graphs, "Plan: result_graphs must be a sequence") : NULL;
+    int rc = -1;
+    if (fg == NULL)
+        goto done;
+    if (PySequence_Fast_GET_SIZE(fo) != self->k_blocks || PySequence_Fast_GET_SIZE(fg) != res->n) {
+        PyErr_SetString(PyExc_ValueError, "Plan: one offset per output block and one graph per result block");
+        goto done;
+    }
+    for (int b = 0; b < self->k_blocks; b++) {
+        Py_ssize_t off = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fo, b));
+        if (off == -1 && PyErr_Occurred())
+            goto done;
+        Py_ssize_t end = off + self->block_rows[b] * self->m * typenum_size(self->block_typenum[b]);
+        for (int k = 0; k < res->n; k++)
+            if (off < 0 || off % 16 || end > PyArray_NBYTES((PyArrayObject *)res->block[k])) {
+                PyErr_Format(PyExc_ValueError, "Plan: output block %d ([%zd, %zd) bytes) is outside result block %d "
+                             "or not 16-byte aligned", b, off, end, k);
+                goto done;
+            }
+        self->block_offset[b] = off;
+    }
+    for (int k = 0; k < res->n; k++) {
+        self->result_graph[k] = PySequence_Fast_GET_ITEM(fg, k);
+        Py_INCREF(self->result_graph[k]);
+    }
+    Py_INCREF(results);
+    self->results = res;
+    rc = 0;
+done:
+    Py_XDECREF(fo);
+    Py_XDECREF(fg);
+    return rc;
+}
+
 /* Plan(t_in, k_in, t_out, m, epoch, slots, itemsizes, block_typenums, block_rows, out_blocks,
  *      out_rows, graph, runner, stream): addresses as ints; see the struct. */
 static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -119,8 +263,10 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_ssize_t m;
     long long epoch;
     PyObject *slots, *itemsizes, *typenums, *rows, *out_blocks, *out_rows, *graph, *runner;
-    if (!PyArg_ParseTuple(args, "KiKnLOOOOOOOOK:Plan", &t_in, &k_in, &t_out, &m, &epoch, &slots, &itemsizes,
-                          &typenums, &rows, &out_blocks, &out_rows, &graph, &runner, &stream))
+    PyObject *offsets = Py_None, *results = Py_None, *result_graphs = Py_None;
+    if (!PyArg_ParseTuple(args, "KiKnLOOOOOOOOK|OOO:Plan", &t_in, &k_in, &t_out, &m, &epoch, &slots, &itemsizes,
+                          &typenums, &rows, &out_blocks, &out_rows, &graph, &runner, &stream, &offsets, &results,
+                          &result_graphs))
         return NULL;
     if (t_in == 0 || t_out == 0 || m < 1 || k_in < 1 || k_in > MAX_INPUTS) {
         PyErr_SetString(PyExc_ValueError, "Plan: null copy table, m < 1 or k_in out of range");
@@ -154,8 +300,14 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             PyErr_Format(PyExc_ValueError, "Plan: itemsizes[%d] must be 1, 4 or 8, got %d", i, self->itemsize[i]);
             goto fail;
         }
-    for (int b = 0; b < self->k_blocks; b++)
+    for (int b = 0; b < self->k_blocks; b++) {
+        if (typenum_size(self->block_typenum[b]) == 0) {
+            PyErr_Format(PyExc_ValueError, "Plan: block_typenums[%d] = %d is not an output type", b,
+                         self->block_typenum[b]);
+            goto fail;
+        }
         self->block_rows[b] = rws[b];
+    }
     for (int j = 0; j < self->k_outputs; j++)
         if (self->out_row[j] >= rws[self->out_block[j]]) {
             PyErr_Format(PyExc_ValueError, "Plan: output %d's row %d is beyond its block's %d rows", j,
@@ -175,11 +327,13 @@ static PyObject *plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
             goto fail;
         self->slot[i] = (char *)(uintptr_t)a;
     }
-    Py_DECREF(fast);
+    Py_CLEAR(fast);
     Py_INCREF(graph);
     self->graph = graph;
     Py_INCREF(runner);
     self->runner = runner;
+    if (results != Py_None && plan_take_results(self, offsets, results, result_graphs) != 0)
+        goto fail;
     return (PyObject *)self;
 fail:
     Py_XDECREF(fast);
@@ -192,8 +346,14 @@ static PyObject *plan_calls(Plan *self, void *closure)
     return PyLong_FromUnsignedLongLong(self->calls);
 }
 
+static PyObject *plan_direct(Plan *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->direct);
+}
+
 static PyGetSetDef plan_getset[] = {
     {"calls", (getter)plan_calls, NULL, "ticks this plan ran through this path", NULL},
+    {"direct", (getter)plan_direct, NULL, "of them, ticks whose results were written into a result block", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -230,6 +390,7 @@ typedef struct {
 
 static PyTypeObject TickerType;
 static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array holds */
+static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
 
 static void ticker_dealloc(Ticker *self)
@@ -374,6 +535,39 @@ static void fill(char *slot, int itemsize, Py_ssize_t n, double v)
     }
 }
 
+/* staged.bucket: n rounded up to 1/8 of its power of two (multiples of 16 below 128), at most chunk. */
+static Py_ssize_t bucket(Py_ssize_t n, Py_ssize_t chunk)
+{
+    int bits = 0;
+    for (Py_ssize_t v = n; v; v >>= 1)
+        bits++;
+    Py_ssize_t step = bits > 4 ? (Py_ssize_t)1 << (bits - 4) : 1;
+    if (step < 16)
+        step = 16;
+    Py_ssize_t b = (n + step - 1) / step * step;
+    return b < chunk ? b : chunk;
+}
+
+/* ctx.plans.get((op, dtype char, bucket, 0, (), None, None)): new ref or NULL (exception cleared). */
+static PyObject *bucket_plan(Ticker *tk, Py_ssize_t n)
+{
+    PyObject *chunk = PyObject_GetAttr(tk->ctx, s_staging_elements);
+    Py_ssize_t c = chunk ? PyLong_AsSsize_t(chunk) : -1;
+    Py_XDECREF(chunk);
+    if (c < 1 || n > c) {
+        PyErr_Clear();
+        return NULL;
+    }
+    PyObject *plans = PyObject_GetAttr(tk->ctx, s_plans);
+    PyObject *key = Py_BuildValue("(OOni()OO)", tk->op, tk->dtype_char, bucket(n, c), 0, Py_None, Py_None);
+    PyObject *plan = plans && key && PyDict_Check(plans) ? PyDict_GetItemWithError(plans, key) : NULL;
+    Py_XINCREF(plan);
+    Py_XDECREF(key);
+    Py_XDECREF(plans);
+    PyErr_Clear();
+    return plan;
+}
+
 static PyObject *lookup_plan(Ticker *tk, Py_ssize_t n, PyObject **owner)
 {
     /* ctx.ticks.get((op, dtype char, n)), and its plan's Plan if it is still current. New refs to
@@ -387,8 +581,19 @@ static PyObject *lookup_plan(Ticker *tk, Py_ssize_t n, PyObject **owner)
     }
     PyObject *key = Py_BuildValue("(OOn)", tk->op, tk->dtype_char, n);
     PyObject *plan = key ? PyDict_GetItemWithError(ticks, key) : NULL;
-    Py_XDECREF(key);
     Py_XINCREF(plan);
+    if (plan == NULL && key != NULL && !PyErr_Occurred()) {
+        /* A size not called before: its bucket's plan, as warm-up built it (staged.plan_for's key),
+         * remembered for the size as the Python path does (staged.host_call). */
+        plan = bucket_plan(tk, n);
+        if (plan != NULL) {
+            if (PyDict_GET_SIZE(ticks) >= 8192)
+                PyDict_Clear(ticks);
+            if (PyDict_SetItem(ticks, key, plan) != 0)
+                Py_CLEAR(plan);
+        }
+    }
+    Py_XDECREF(key);
     Py_DECREF(ticks);
     if (plan == NULL) {
         PyErr_Clear();
@@ -494,14 +699,31 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
             Py_INCREF(result);
             goto unlock;
         }
-    for (int b = 0; b < p->k_blocks; b++) {
-        npy_intp dims[2] = {p->block_rows[b], p->m};
-        blocks[b] = PyArray_EMPTY(2, dims, p->block_typenum[b], 0);
-        if (blocks[b] == NULL)
-            goto unlock;
-        p->t_out[b].dst = PyArray_DATA((PyArrayObject *)blocks[b]);
-        p->t_out[b].bytes = (size_t)(dims[0] * dims[1]) * (size_t)PyArray_ITEMSIZE((PyArrayObject *)blocks[b]);
-    }
+    /* A free result block, if any: its graph writes the results there, and nothing is copied out. */
+    PyObject *direct = NULL;
+    if (p->results != NULL)
+        for (int k = 0; k < p->results->n && direct == NULL; k++) {
+            if (Py_REFCNT(p->results->block[k]) != 1)
+                continue;
+            ex = PyObject_GetAttr(p->result_graph[k], s_exec);
+            unsigned long long e = ex ? PyLong_AsUnsignedLongLong(ex) : 0;
+            Py_XDECREF(ex);
+            if (PyErr_Occurred() || e == 0) {
+                PyErr_Clear();
+                continue;
+            }
+            direct = p->results->block[k];
+            graph_exec = e;
+        }
+    if (direct == NULL)
+        for (int b = 0; b < p->k_blocks; b++) {
+            npy_intp dims[2] = {p->block_rows[b], p->m};
+            blocks[b] = PyArray_EMPTY(2, dims, p->block_typenum[b], 0);
+            if (blocks[b] == NULL)
+                goto unlock;
+            p->t_out[b].dst = PyArray_DATA((PyArrayObject *)blocks[b]);
+            p->t_out[b].bytes = (size_t)(dims[0] * dims[1]) * (size_t)PyArray_ITEMSIZE((PyArrayObject *)blocks[b]);
+        }
     /* Staging: arrays through the copy table (n elements), single values into their slots. Every
      * row is written, so nothing depends on what an earlier call left. */
     for (int i = 0; i < tk->n_inputs; i++) {
@@ -517,7 +739,7 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
     if (PyObject_SetAttr(p->runner, s_staged_by, Py_None) != 0)
         goto unlock;
     Py_BEGIN_ALLOW_THREADS
-    st = tk->roundtrip(p->t_in, p->k_in, (uintptr_t)graph_exec, p->stream, p->t_out, p->k_blocks, &cu);
+    st = tk->roundtrip(p->t_in, p->k_in, (uintptr_t)graph_exec, p->stream, p->t_out, direct ? 0 : p->k_blocks, &cu);
     Py_END_ALLOW_THREADS
     if (st != 0) {
         r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "tick round trip (cuGraphLaunch)");
@@ -528,18 +750,25 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
     if (outs == NULL)
         goto unlock;
     for (int j = 0; j < p->k_outputs; j++) {
-        PyArrayObject *blk = (PyArrayObject *)blocks[p->out_block[j]];
-        PyArray_Descr *d = PyArray_DESCR(blk);
-        Py_INCREF(d);
+        /* Row out_row of output block out_block: in the result block at the block's offset, or in
+         * this call's own NumPy block. */
+        const int b = p->out_block[j];
+        PyObject *base = direct ? direct : blocks[b];
+        PyArray_Descr *d = PyArray_DescrFromType(p->block_typenum[b]);
+        if (d == NULL) {
+            Py_DECREF(outs);
+            goto unlock;
+        }
         npy_intp dim = n;
-        char *data = PyArray_BYTES(blk) + (npy_intp)p->out_row[j] * p->m * PyArray_ITEMSIZE(blk);
+        char *data = PyArray_BYTES((PyArrayObject *)base) + (direct ? p->block_offset[b] : 0) +
+                     (npy_intp)p->out_row[j] * p->m * typenum_size(p->block_typenum[b]);
         PyObject *v = PyArray_NewFromDescr(&PyArray_Type, d, 1, &dim, NULL, data, NPY_ARRAY_CARRAY, NULL);
         if (v == NULL) {
             Py_DECREF(outs);
             goto unlock;
         }
-        Py_INCREF(blk);
-        if (PyArray_SetBaseObject((PyArrayObject *)v, (PyObject *)blk) != 0) {
+        Py_INCREF(base);
+        if (PyArray_SetBaseObject((PyArrayObject *)v, base) != 0) {
             Py_DECREF(v);
             Py_DECREF(outs);
             goto unlock;
@@ -547,6 +776,7 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
         PyTuple_SET_ITEM(outs, j, v);
     }
     p->calls++;
+    p->direct += direct != NULL;
     tk->calls++;
     result = outs;
 unlock:
@@ -631,11 +861,13 @@ static struct PyModuleDef fasttick_module = {
 PyMODINIT_FUNC PyInit__fasttick(void)
 {
     import_array();
-    if (PyType_Ready(&PlanType) < 0 || PyType_Ready(&TickerType) < 0)
+    if (PyType_Ready(&ResultsType) < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&TickerType) < 0)
         return NULL;
     bool_descr = PyArray_DescrFromType(NPY_BOOL);   /* kept for the module's life */
     if (bool_descr == NULL)
         return NULL;
+    s_plans = PyUnicode_InternFromString("plans");
+    s_staging_elements = PyUnicode_InternFromString("staging_elements");
     s_ticks = PyUnicode_InternFromString("ticks");
     s_fast = PyUnicode_InternFromString("fast");
     s_exec = PyUnicode_InternFromString("exec");
@@ -643,14 +875,16 @@ PyMODINIT_FUNC PyInit__fasttick(void)
     s_staged_by = PyUnicode_InternFromString("staged_by");
     s_gpu = PyUnicode_InternFromString("gpu");
     s_auto = PyUnicode_InternFromString("auto");
-    if (!s_ticks || !s_fast || !s_exec || !s_scratch_epoch || !s_staged_by || !s_gpu || !s_auto)
+    if (!s_plans || !s_staging_elements || !s_ticks || !s_fast || !s_exec || !s_scratch_epoch || !s_staged_by || !s_gpu || !s_auto)
         return NULL;
     PyObject *m = PyModule_Create(&fasttick_module);
     if (m == NULL)
         return NULL;
+    Py_INCREF(&ResultsType);
     Py_INCREF(&PlanType);
     Py_INCREF(&TickerType);
-    if (PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0 ||
+    if (PyModule_AddObject(m, "Results", (PyObject *)&ResultsType) < 0 ||
+        PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddObject(m, "Ticker", (PyObject *)&TickerType) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -133,11 +133,54 @@ def test_the_usual_call_runs_in_c_with_the_python_paths_bits(fast, dtype):
     check_expected(g, x, dtype)
     same_bits(g, first)
     same_bits(g, python_path(**x, dtype=dtype, backend="gpu"))
-    # Results are rows of one block of the bucket's length, as the Python path hands out; each
-    # call's block is its own.
-    assert g.price.base is g.delta.base and g.price.base.shape == (10, 1024)
+    # Results are rows of one block: on mapped staging a result block (pinned memory the graph
+    # wrote them into), else a NumPy block of the bucket's length, as the Python path hands out.
+    # Each call's block is its own while its results live.
+    if fast.mapped_elements:
+        assert g.price.base is g.delta.base and g.price.base.dtype == np.uint8 and g.price.base.ndim == 1
+        assert fast.ticks[("greeks", np.dtype(dtype).char, 1000)].fast.direct >= 1
+    else:
+        assert g.price.base is g.delta.base and g.price.base.shape == (10, 1024)
     assert g.price.flags.c_contiguous and g.price.flags.writeable
     assert tickgpu.greeks(**x, dtype=dtype, backend="gpu").price.base is not g.price.base
+
+
+def test_result_blocks_are_reused_only_once_their_results_are_gone(fast):
+    rng = np.random.default_rng(12)
+    x = inputs(rng, 1000, np.float32)
+    tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+    plan = fast.ticks[("greeks", "f", 1000)].fast
+    if not fast.mapped_elements:   # ticks through copy -> kernel -> copy graphs: results always copied out
+        g = tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+        assert plan.calls >= 1 and plan.direct == 0 and not fast.result_blocks
+        check_expected(g, x, np.float32)
+        return
+    results, _ = fast.result_blocks[("greeks", np.dtype(np.float32))]
+    assert not any(results.busy)
+    held = []
+    for k in range(fasttick.RESULT_BLOCKS + 2):
+        y = dict(x, spot=rng.uniform(50, 150, 1000).astype(np.float32))
+        direct, calls = plan.direct, plan.calls
+        g = tickgpu.greeks(**y, dtype=np.float32, backend="gpu")
+        assert plan.calls == calls + 1
+        # While blocks are free a call takes one; with all held it copies out of staging.
+        assert plan.direct == direct + (k < fasttick.RESULT_BLOCKS), k
+        check_expected(g, y, np.float32)
+        held.append((g, y, {name: getattr(g, name).copy() for name in GREEKS}))
+        assert sum(results.busy) == min(k + 1, fasttick.RESULT_BLOCKS)
+    for g, y, saved in held:   # nothing handed out was overwritten by the calls after it
+        for name in GREEKS:
+            assert getattr(g, name).tobytes() == saved[name].tobytes()
+    keep = held[0][0].vega     # one array keeps its block in use; the rest are freed
+    del held, g
+    assert sum(results.busy) == 1
+    direct = plan.direct
+    for _ in range(5):
+        g = tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+        check_expected(g, x, np.float32)
+        assert g.price.base is not keep.base
+    assert plan.direct == direct + 5
+    assert keep.base is not None and results.busy.count(True) == 2
 
 
 def _random_arg(rng, name, n, dtype):
@@ -360,6 +403,30 @@ def test_plan_and_ticker_refuse_bad_construction():
         plan(out_blocks=[1] * 10)
     with pytest.raises(ValueError, match="Plan"):
         ft.Plan(0, 7, 8192, 64, 0, [1] * 7, *good.values(), object(), object(), 0)
+    with pytest.raises(ValueError, match="not an output type"):
+        plan(typenums=[np.dtype(np.complex128).num])
+    blocks = [np.zeros(10 * 64 * 8, np.uint8) for _ in range(2)]
+    res = ft.Results(blocks)
+    assert res.busy == (True, True)          # the test's list holds them too
+    del blocks
+    assert res.busy == (False, False)
+
+    def with_results(offsets, results, graphs):
+        a = good
+        return ft.Plan(4096, 7, 8192, 64, 0, [1 << 20] * 7, a["itemsizes"], a["typenums"], a["rows"],
+                       a["out_blocks"], a["out_rows"], object(), object(), 0, offsets, results, graphs)
+
+    assert with_results([0], res, [object(), object()]).direct == 0
+    with pytest.raises(ValueError, match="outside result block"):
+        with_results([64], res, [object(), object()])
+    with pytest.raises(ValueError, match="one graph per result block"):
+        with_results([0], res, [object()])
+    with pytest.raises(TypeError, match="Results"):
+        with_results([0], [np.zeros(8, np.uint8)], [object()])
+    with pytest.raises(TypeError, match="uint8"):
+        ft.Results([np.zeros(8, np.float64)])
+    with pytest.raises(ValueError, match="1 to"):
+        ft.Results([])
     with pytest.raises(TypeError):
         ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, "not a dtype", 7, 6, {}, b"", {},
                   print, 1, 0, 0, -1, -1)

@@ -130,3 +130,33 @@ def test_implied_vols_in_c_give_the_python_paths_bits_and_solve_the_cpu_prices(c
         assert ok.mean() > 0.95
         if dtype == np.float64:   # (float32 vols against the CPU backend's: test_gpu_ops, through the Python path)
             np.testing.assert_allclose(vol[ok], x["vol"][ok], rtol=1e-9)
+
+
+def test_results_written_into_result_blocks_stay_put_while_held(ctx):
+    """Ticks on mapped staging hand results out in pinned blocks the GPU wrote them into; a block
+    is rewritten only once nothing of its results is alive, and with all of them held a call
+    copies its results out of staging instead."""
+    from tickgpu.runtime import fasttick
+
+    rng = np.random.default_rng(31)
+    n = 1024
+    base = dict(strike=rng.uniform(80, 120, n).astype(np.float32), t=0.5, rate=0.02, vol=0.3, div=0.0, call=True)
+    tickgpu.greeks(spot=np.full(n, 100.0, np.float32), **base, dtype=np.float32, backend="gpu")
+    plan = ctx.ticks[("greeks", "f", n)].fast
+    assert plan is not None and ctx.ticks[("greeks", "f", n)].mapped
+    held = []
+    for k in range(fasttick.RESULT_BLOCKS + 2):
+        spot = np.full(n, 90.0 + 5 * k, np.float32)
+        direct = plan.direct
+        g = tickgpu.greeks(spot=spot, **base, dtype=np.float32, backend="gpu")
+        assert plan.direct == direct + (k < fasttick.RESULT_BLOCKS), k
+        want = tickgpu.greeks(spot=spot, **base, dtype=np.float32, backend="cpu")
+        np.testing.assert_allclose(g.price, want.price, rtol=1e-4, atol=1e-4)
+        held.append((g, {name: getattr(g, name).copy() for name in GREEKS}))
+    for g, saved in held:
+        for name in GREEKS:
+            assert getattr(g, name).tobytes() == saved[name].tobytes(), name
+    del held, g
+    direct = plan.direct
+    tickgpu.greeks(spot=np.full(n, 100.0, np.float32), **base, dtype=np.float32, backend="gpu")
+    assert plan.direct == direct + 1

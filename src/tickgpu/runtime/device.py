@@ -246,6 +246,7 @@ class Context:
         self.dummy = 0                                           # warm-up's placeholder block
         self.kernel_runtime = None                               # kernels_api.KernelRuntime, on first use
         self.tickers = None   # {op: Ticker}: the staged tick's C entry (runtime/fasttick.py), when on
+        self.result_blocks: dict = {}   # (op, dtype) -> the C entry's result blocks (runtime/fasttick.py)
         self.warm = False
         self.init_seconds = time.perf_counter() - t0
 

@@ -217,8 +217,12 @@ class _TickPlan:
         row_offsets = [lay.out_offsets[b] + row * m * self.blocks[b][0].itemsize for b, row in rows]
         self.row_sizes = [self.blocks[b][0].itemsize for b, _ in rows]
         strides = [(arrays >> i) & 1 for i in range(k)]
-        lau.args.pack(*fam.contract(dev_in[:ng], dev_in[ng:], strides, [out_base + o for o in row_offsets],
-                                    m, extra))
+        self.row_offsets = row_offsets
+        # The kernel's arguments with the outputs at `out`: staging's (this plan's graph) or a result
+        # block's (runtime/fasttick.py).
+        self.pack_outputs_at = lambda out: lau.args.pack(*fam.contract(
+            dev_in[:ng], dev_in[ng:], strides, [out + o for o in row_offsets], m, extra))
+        self.pack_outputs_at(out_base)
         self.args = lau.args.values.copy()
         # Inputs: grid arrays, then one row per element-wise input; dst fixed, src per call.
         self.k_in = ng + k
@@ -252,7 +256,7 @@ class _TickPlan:
         if own_graph:
             self.bind()
         # The C entry's side of a tick (runtime/fasttick.py): ticks of ops without a grid only.
-        self.fast = plan_state(self) if ctx.tickers and own_graph and not ng else None
+        self.fast = plan_state(ctx, self) if ctx.tickers and own_graph and not ng else None
 
     def bind(self) -> None:
         """Make the plan's graph hold this plan's kernel arguments and layout (a no-op when it does)."""
