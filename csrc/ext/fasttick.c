@@ -159,14 +159,34 @@ typedef struct {
     unsigned long long calls, direct;      /* ticks run here; of them, in a result block */
 } Plan;
 
-static void plan_dealloc(Plan *self)
+/* Plans and tickers take part in the cyclic GC: a runner's staged_by may name the plan that holds
+ * this Plan, and a context holds its tickers, which hold it. */
+static int plan_traverse(Plan *self, visitproc visit, void *arg)
 {
-    Py_XDECREF(self->graph);
-    Py_XDECREF(self->runner);
+    Py_VISIT(self->graph);
+    Py_VISIT(self->runner);
     if (self->results != NULL)
         for (int k = 0; k < self->results->n; k++)
-            Py_XDECREF(self->result_graph[k]);
-    Py_XDECREF((PyObject *)self->results);
+            Py_VISIT(self->result_graph[k]);
+    Py_VISIT((PyObject *)self->results);
+    return 0;
+}
+
+static int plan_clear(Plan *self)
+{
+    Py_CLEAR(self->graph);
+    Py_CLEAR(self->runner);
+    if (self->results != NULL)
+        for (int k = 0; k < self->results->n; k++)
+            Py_CLEAR(self->result_graph[k]);
+    Py_CLEAR(self->results);
+    return 0;
+}
+
+static void plan_dealloc(Plan *self)
+{
+    PyObject_GC_UnTrack(self);
+    plan_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -361,7 +381,9 @@ static PyTypeObject PlanType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tickgpu._fasttick.Plan",
     .tp_basicsize = sizeof(Plan),
     .tp_dealloc = (destructor)plan_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)plan_traverse,
+    .tp_clear = (inquiry)plan_clear,
     .tp_doc = "A staged tick plan's copy table, staging slots and output blocks, for Ticker.",
     .tp_getset = plan_getset,
     .tp_new = plan_new,
@@ -393,22 +415,31 @@ static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array hold
 static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
 
+#define TICKER_FIELDS(X)                                                                           \
+    X(self->ctx) X(self->bundle) X(self->acquire) X(self->release) X(self->op) X(self->dtype_char)   \
+    X(self->dtype_type) X(self->dtype_descr) X(self->want) X(self->env) X(self->disable_key)         \
+    X(self->resident) X(self->raise_error) X(self->other)
+
+static int ticker_traverse(Ticker *self, visitproc visit, void *arg)
+{
+#define VISIT(f) Py_VISIT((PyObject *)(f));
+    TICKER_FIELDS(VISIT)
+#undef VISIT
+    return 0;
+}
+
+static int ticker_clear(Ticker *self)
+{
+#define CLEAR(f) Py_CLEAR(f);
+    TICKER_FIELDS(CLEAR)
+#undef CLEAR
+    return 0;
+}
+
 static void ticker_dealloc(Ticker *self)
 {
-    Py_XDECREF(self->ctx);
-    Py_XDECREF(self->bundle);
-    Py_XDECREF(self->acquire);
-    Py_XDECREF(self->release);
-    Py_XDECREF(self->op);
-    Py_XDECREF(self->dtype_char);
-    Py_XDECREF(self->dtype_type);
-    Py_XDECREF(self->dtype_descr);
-    Py_XDECREF((PyObject *)self->want);
-    Py_XDECREF(self->env);
-    Py_XDECREF(self->disable_key);
-    Py_XDECREF(self->resident);
-    Py_XDECREF(self->raise_error);
-    Py_XDECREF(self->other);
+    PyObject_GC_UnTrack(self);
+    ticker_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -845,7 +876,9 @@ static PyTypeObject TickerType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tickgpu._fasttick.Ticker",
     .tp_basicsize = sizeof(Ticker),
     .tp_dealloc = (destructor)ticker_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)ticker_traverse,
+    .tp_clear = (inquiry)ticker_clear,
     .tp_doc = "A staged tick of one operation at one dtype, entered from Python straight into C.",
     .tp_methods = ticker_methods,
     .tp_getset = ticker_getset,

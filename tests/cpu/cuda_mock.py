@@ -172,6 +172,11 @@ class MockDriver:
         self.counts["mem_host_alloc"] += 1
         return self._alloc(nbytes, 4096)
 
+    def mem_free_host(self, p):
+        self.calls.append("cuMemFreeHost")
+        self.sizes.pop(p)
+        self.blocks.pop(p)
+
     def mem_free(self, p):
         self.calls.append("cuMemFree")
         self.sizes.pop(p)

@@ -6,9 +6,11 @@ handling. Each call is checked three ways: the mock kernel's closed form, the Py
 for the same call (the C entry must change nothing but speed), and whether the C entry took it
 (its counters), so that no test passes by never reaching it.
 """
+import gc
 import math
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -520,3 +522,28 @@ def test_a_binding_of_implied_vols_runs_in_c(fast):
     assert taken(fast, "implied_vol") == before + 1
     pv, ps = iv_python_path(**x, backend="gpu", return_status=True)
     assert vol.tobytes() == pv.tobytes() and status.tobytes() == ps.tobytes()
+
+
+def test_result_blocks_go_back_to_the_pool_after_the_context_and_their_results(tmp_path):
+    """A result block's pinned memory is freed once neither the context nor any result uses it."""
+
+    mock = MockDriver()
+    ctx = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries()), staging_elements=CHUNK)
+    entry = MockEntry(mock)
+    fasttick.enable(ctx, int(ffi.cast("uintptr_t", entry.roundtrip)), int(ffi.cast("uintptr_t", entry.enter)),
+                    entry.raise_error)
+    fasttick.install(ctx)
+    x = inputs(np.random.default_rng(13), 100, np.float64)
+    tickgpu.greeks(**x, backend="gpu")
+    g = tickgpu.greeks(**x, backend="gpu")
+    assert ctx.ticks[("greeks", "d", 100)].fast.direct == 1
+    freed = []
+    weakref.finalize(g.price.base, freed.append, True)
+    rt.reset()
+    del ctx, entry
+    gc.collect()
+    assert not freed                      # the results still use their block
+    check_expected(g, x, np.float64)
+    del g
+    gc.collect()
+    assert freed == [True]

@@ -536,7 +536,6 @@ class _BufferView:
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (buf.ptr, False), "version": 3}
 
 
-_pools: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _every_pool: "weakref.WeakSet" = weakref.WeakSet()   # every PinnedPool made, for mapped_address
 _every_lock = threading.Lock()
 _pools_lock = threading.Lock()
@@ -551,10 +550,12 @@ def default_pinned_pool(context=None, *, arena_bytes: int | None = None) -> Pinn
 
         context = rt.context()
     with _pools_lock:
-        pool = _pools.get(context)
+        # Kept on the context, not in a registry keyed by it: the pool refers to its context, so a
+        # registry's entry would keep every context alive for good (a cycle the GC collects instead).
+        pool = getattr(context, "_default_pinned_pool", None)
         if pool is None or pool._closed:
-            pool = _pools[context] = (PinnedPool(context) if arena_bytes is None
-                                      else PinnedPool(context, arena_bytes=arena_bytes))
+            pool = context._default_pinned_pool = (PinnedPool(context) if arena_bytes is None
+                                                   else PinnedPool(context, arena_bytes=arena_bytes))
         return pool
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import weakref
 
 import numpy as np
 
@@ -93,7 +94,7 @@ def plan_state(ctx, plan):
     `RESULT_MAX_ELEMENTS`, also the op's result blocks and a graph of its own writing into each."""
     r, lay = plan.runner, plan.layout
     extra = ()
-    if plan.mapped and plan.m <= RESULT_MAX_ELEMENTS:
+    if plan.mapped and plan.m <= min(RESULT_MAX_ELEMENTS, ctx.staging_elements):
         results, addresses = result_blocks(ctx, plan)
         graphs = []
         for address in addresses:
@@ -123,25 +124,28 @@ _RESULTS = object()   # the holder tag of a graph writing into a result block
 
 def result_blocks(ctx, plan) -> tuple:
     """(`_fasttick.Results`, device addresses) of the op's result blocks at the plan's dtype, made
-    on first use: each holds every output block of a tick of `RESULT_MAX_ELEMENTS` laid out as
-    staging lays them out. The pinned memory is never freed: arrays handed out in it may outlive
-    the context."""
+    on first use: each holds every output block of a tick of `RESULT_MAX_ELEMENTS` (or of the
+    staging's elements, if fewer) laid out as staging lays them out. Each block is pinned,
+    device-mapped memory of its own from the driver, freed when the block array is collected:
+    after the context has dropped its plans and the last array handed out in it is gone (arrays
+    may outlive the context; the finalizer holds the driver, never the context, which would keep
+    itself alive through it)."""
     key = (plan.fam.name, plan.dtype)
     hit = ctx.result_blocks.get(key)
     if hit is None:
-        size = plan_layout([], [odt.itemsize * cnt * RESULT_MAX_ELEMENTS for odt, cnt in plan.blocks]).out_bytes
+        most = min(RESULT_MAX_ELEMENTS, ctx.staging_elements)   # no tick is bigger than staging
+        size = plan_layout([], [odt.itemsize * cnt * most for odt, cnt in plan.blocks]).out_bytes
         blocks, addresses = [], []
         for _ in range(RESULT_BLOCKS):
-            ptr, token = ctx.memory.host(size)
-            _KEEP.append(token)
-            addresses.append(ctx.driver.host_device_pointer(ptr))
+            d = ctx.driver
+            ptr = d.mem_host_alloc(size)
+            addresses.append(d.host_device_pointer(ptr))
             blocks.append(np.frombuffer((ctypes.c_char * size).from_address(ptr), dtype=np.uint8))
+            weakref.finalize(blocks[-1], d.mem_free_host, ptr).atexit = False
         hit = ctx.result_blocks[key] = (_fasttick.Results(blocks), tuple(addresses))
         del blocks   # the Results object holds the only references: its test of a block's use
     return hit
 
-
-_KEEP: list = []   # the result blocks' pinned memory, for the process's life (see result_blocks)
 
 
 def _raiser(driver):
