@@ -452,6 +452,78 @@ int tg_mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, const tg_gree
 int tg_mailbox_call_block(void *box, int64_t n, const tg_bsm_inputs *in, void *out, int64_t timeout_ns,
                           uint32_t *kernel_status);
 
+/* A mailbox of rows (layout in mailbox_protocol.h, tg_mb_rows_*): the resident quantized model's
+ * (csrc/cuda/resident_mlp.cu, owner tickgpu.quant.resident). tg_mailbox_rows_bytes: the bytes
+ * of mapped memory one of `capacity` rows (1 .. TG_RM_MAX_ROWS) in and out needs (-1: a size out
+ * of range). tg_mailbox_init_rows: as tg_mailbox_init, for such a mailbox (element size 4).
+ * tg_mailbox_rows_step: one request of `rows` rows: src (rows x in_features, dense, float32 or
+ * float64 where src_f64) converted into the mailbox's input rows and, with check, looked at as
+ * tg_stage_rows_f32 does (*bad, *bad_kind); a row that is not finite (kind 1) posts nothing and
+ * returns TG_OK. Otherwise the request is posted, the answer waited for (as tg_mailbox_call:
+ * TG_MB_TIMEOUT, TG_MB_EXITED, TG_MB_REFUSED with *kernel_status), and its rows x out_features
+ * float32 copied to out. */
+int64_t tg_mailbox_rows_bytes(int64_t capacity, int64_t in_features, int64_t out_features);
+int tg_mailbox_init_rows(void *box, int64_t bytes, int64_t capacity, int64_t in_features, int64_t out_features,
+                         int64_t idle_timeout_ns, int64_t spin_ns, int32_t sleep_max_ns);
+int tg_mailbox_rows_step(void *box, const void *src, int src_f64, int64_t rows, int64_t in_features,
+                         int64_t out_features, int check, float limit, int64_t *bad, int *bad_kind, float *out,
+                         int64_t timeout_ns, uint32_t *kernel_status);
+
+/* The resident quantized model's plan (csrc/cuda/resident_mlp.cu reads it from device memory;
+ * tickgpu.quant.resident writes it): what every block of the kernel needs to run a step. All
+ * addresses are device addresses. Layer l's output channels are dealt to the blocks of a token
+ * group `channels` at a time (block c owns [c * channels, (c + 1) * channels)); its weight
+ * slice lives in each block's shared memory for the kernel's life. */
+typedef enum {
+    TG_RM_MAGIC = 0x706c6d72,   /* "rmlp" little-endian */
+    TG_RM_VERSION = 1,
+    TG_RM_MAX_LAYERS = 8,
+    TG_RM_MAX_ROWS = 64,        /* rows of a request at most: four token groups of 16 */
+    TG_RM_TOKENS = 16,          /* rows of a token group */
+    TG_RM_MAX_CHANNELS = 64,    /* channels a block owns at most (four 16-channel MMA tiles) */
+    TG_RM_THREADS = 256,        /* threads a block (eight warps splitting K) */
+    TG_RM_FUSED_OUT = 16,       /* widest last layer summed in the epilogue of the one before */
+    TG_RM_SYNC_BYTES = 2048     /* the blocks' hand-over words (device memory, zeroed before a launch) */
+} tg_rm_const;
+
+typedef struct {
+    uint64_t weight;    /* int8 (n, k_pad) rows, k_pad = k rounded up to 16, zero beyond k */
+    uint64_t scale;     /* float32 (n,): the weights' per-channel scales */
+    uint64_t bias;      /* float32 (n,) */
+    uint64_t input;     /* float16 (capacity, k64) rows: the layer's input, zero beyond k */
+    uint32_t n, k, k_pad, k64;  /* k64: k rounded up to 64, the input's row stride */
+    uint32_t gelu;      /* 1: GELU after the bias (every layer but the last) */
+    uint32_t smem_w;    /* byte offset of the block's weight slice in dynamic shared memory */
+    uint32_t rows_w;    /* rows of the slice: channels, or fewer where n is narrower */
+    uint32_t stride_w;  /* its row stride in bytes: k64 rounded up to 128, plus 64 */
+    uint32_t smem_sb;   /* byte offset of the slice's scales, then biases (rows_w float32 each) */
+    uint32_t pad;
+} tg_rm_layer;
+
+typedef struct {
+    uint32_t magic, version;
+    uint32_t n_layers, in_features, out_features, capacity;
+    uint32_t channels;          /* a block's output channels in every layer (16, 32, 48 or 64) */
+    uint32_t channel_blocks;    /* blocks of a token group: the widest layer over channels */
+    uint32_t token_groups;      /* capacity over 16; the grid is token_groups * channel_blocks */
+    uint32_t has_ln;
+    float ln_eps;
+    uint32_t smem_bytes;        /* dynamic shared memory the kernel is launched with, at least */
+    uint32_t smem_x;            /* byte offsets in it: block 0's input rows (16 x in_features float32), */
+    uint32_t smem_a;            /* a token group's staged input (16 x stride_a float16), */
+    uint32_t smem_part;         /* the warps' partial sums (8 x 16 x channels float32) */
+    uint32_t stride_a;          /* float16 elements a staged row: the widest k64, plus 8 */
+    uint32_t fuse_last;         /* 1: the last layer (out_features <= TG_RM_FUSED_OUT) is summed in the
+                                   one before it's epilogue, a slice of K a block (see the kernel) */
+    uint32_t smem_last;         /* then: byte offset of the block's (out_features x channels) int8
+                                   slice of the last layer's weights, and of its hidden rows
+                                   (16 x channels float32) at smem_last + TG_RM_FUSED_OUT * channels */
+    uint64_t gamma, beta;       /* float32 (in_features,): the LayerNorm's (has_ln) */
+    uint64_t sync;              /* TG_RM_SYNC_BYTES of device memory */
+    uint64_t partial;           /* fuse_last: float32 (token_groups, channel_blocks, 16, out_features) */
+    tg_rm_layer layer[8];
+} tg_rm_plan;
+
 /* ---- Host memory: huge-page mappings for the pinned pool (csrc/mem/hostmem.c) ------------- */
 /* tg_host_map: an anonymous private read-write mapping of at least `bytes` for the pinned pool,
  * pre-faulted (every 4 KB page written once) so that registration and first use take no faults.
