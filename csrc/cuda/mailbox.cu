@@ -33,7 +33,7 @@
 #include <stdint.h>
 #include <math.h>
 
-#include "resident.cuh"
+#include "../hot/mailbox_protocol.h"
 
 #ifndef TG_MB_BLOCK
 #define TG_MB_BLOCK 1024
@@ -91,12 +91,34 @@ __device__ static inline void greeks_limit(float S, float K, float t, float r, f
 }
 #endif
 
+__device__ static inline uint64_t globaltimer_ns(void)
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* fence.acq_rel at system scope: with a relaxed (volatile) load before it, an acquire; with a
+   relaxed store after it, a release -- each paired with the host's atomics (mailbox.c). */
+__device__ static inline void fence_acq_rel_sys(void)
+{
+    asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
+/* seq and ctl in one 16-byte volatile load: one PCIe read per poll, not two. Each 8-byte half is
+   read whole; the two halves need not be one snapshot, which ctl's seq tag detects. */
+__device__ static inline void poll_request(volatile tg_mb_request *req, uint64_t *seq, uint64_t *ctl)
+{
+    asm volatile("ld.volatile.v2.u64 {%0, %1}, [%2];" : "=l"(*seq), "=l"(*ctl) : "l"(req) : "memory");
+}
+
 template <typename REAL>
 __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
 {
     __shared__ uint64_t s_seq, s_ctl;
     __shared__ int s_go;
 
+    volatile tg_mb_request *req = &box->request;
     volatile tg_mb_response *resp = &box->response;
     /* The config was written before the launch, and a launch orders the host's earlier writes
        before the kernel: plain loads see it. */
@@ -106,7 +128,7 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
         if (blockIdx.x == 0 && threadIdx.x == 0) {
             resp->status = TG_MB_STATUS_BAD_CONFIG;
             /* NOTE: release: the status is visible before the exit it explains. */
-            tg_fence_acq_rel_sys();
+            fence_acq_rel_sys();
             resp->exited = TG_MB_EXIT_CONFIG;
         }
         return;
@@ -119,16 +141,53 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
     const unsigned char *call = base + tg_mb_input_offset(TG_MB_REALS, cap, sizeof(REAL));
     REAL *out = (REAL *)(base + tg_mb_output_offset(cap, sizeof(REAL)));
     volatile unsigned int *stop = arrive + 1;
+    const unsigned int sleep_max = cfg.sleep_max_ns;
 
     /* A relaunched kernel starts from the last answer; anything after it is a request to serve. */
     uint64_t last = resp->done;
     uint64_t served = 0;   /* requests answered since the launch: every block sees every one */
     for (;;) {
         if (threadIdx.x == 0) {
+            int go = 0;
             uint64_t seq = last, ctl = 0;
-            /* The __syncthreads below carries the request's acquire to the block's other threads. */
-            const int go = tg_mb_wait_request(box, cfg, last, stop, blockIdx.x == 0, &seq, &ctl);
+            const uint64_t idle_from = globaltimer_ns();
+            unsigned int sleep_ns = 0;
+            for (;;) {
+                if (blockIdx.x != 0 && *stop)
+                    break;                            /* block 0 returned on idle: so do we */
+                uint64_t w_seq, w_ctl;
+                poll_request(req, &w_seq, &w_ctl);
+                if (w_ctl & TG_MB_CTL_QUIT)
+                    break;                            /* quit */
+                if (w_seq != last && tg_mb_ctl_matches(w_ctl, w_seq)) {
+                    seq = w_seq;
+                    ctl = w_ctl;
+                    go = 1;
+                    break;
+                }
+                const uint64_t idle = globaltimer_ns() - idle_from;
+                if (blockIdx.x == 0 && cfg.idle_timeout_ns != 0 && idle > cfg.idle_timeout_ns) {
+                    *stop = 1u;
+                    /* NOTE: the stop flag (device memory) reaches the other blocks before the host
+                       can see `exited` and relaunch; the host zeroes it, stream-ordered, for the
+                       next launch. */
+                    __threadfence();
+                    resp->exited = TG_MB_EXIT_IDLE;
+                    /* NOTE: push the exit to the host now rather than whenever the write drains. */
+                    __threadfence_system();
+                    break;
+                }
+                if (idle > cfg.spin_ns) {
+                    __nanosleep(sleep_ns);
+                    sleep_ns = sleep_ns == 0 ? 32 : (2 * sleep_ns < sleep_max ? 2 * sleep_ns : sleep_max);
+                }
+            }
             if (go) {
+                /* NOTE: acquire: pairs with the host's release of seq (mailbox.c), so the inputs
+                   read after this are the ones written before that seq (and ctl, tagged with
+                   it, is its own). The __syncthreads below carries the ordering to the block's
+                   other threads. */
+                fence_acq_rel_sys();
                 s_seq = seq;
                 s_ctl = ctl;
             }
@@ -183,7 +242,7 @@ __device__ static void serve(tg_mb_header *box, unsigned int *arrive)
                     atomicExch(&arrive[0], 0u);
                     /* NOTE: acquire the other blocks' arrivals (and with them their fenced writes),
                        release them before `done`; this block's own writes are fenced already. */
-                    tg_fence_acq_rel_sys();
+                    fence_acq_rel_sys();
                     resp->done = seq;
                 }
             }

@@ -47,10 +47,10 @@ int64_t tg_mailbox_bytes(int64_t capacity, int32_t elem_size)
     return (int64_t)tg_mb_bytes((uint64_t)capacity, (uint64_t)elem_size);
 }
 
-/* The header of a mailbox of `need` bytes (-1: sizes out of range) at `box`. */
-static int init_header(void *box, int64_t bytes, int64_t need, int32_t elem_size, int64_t capacity,
-                       int64_t idle_timeout_ns, int64_t spin_ns, int32_t sleep_max_ns)
+int tg_mailbox_init(void *box, int64_t bytes, int32_t elem_size, int64_t capacity,
+                    int64_t idle_timeout_ns, int64_t spin_ns, int32_t sleep_max_ns)
 {
+    int64_t need = tg_mailbox_bytes(capacity, elem_size);
     if (box == NULL || need < 0 || idle_timeout_ns < 0 || spin_ns < 0 || sleep_max_ns < 0
         || ((uintptr_t)box % TG_MB_LINE) != 0)
         return TG_EINVAL;
@@ -70,29 +70,6 @@ static int init_header(void *box, int64_t bytes, int64_t need, int32_t elem_size
        for the CPU server of the tests too, which a thread start orders as well). */
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     return TG_OK;
-}
-
-int tg_mailbox_init(void *box, int64_t bytes, int32_t elem_size, int64_t capacity,
-                    int64_t idle_timeout_ns, int64_t spin_ns, int32_t sleep_max_ns)
-{
-    return init_header(box, bytes, tg_mailbox_bytes(capacity, elem_size), elem_size, capacity, idle_timeout_ns,
-                       spin_ns, sleep_max_ns);
-}
-
-int64_t tg_mailbox_rows_bytes(int64_t capacity, int64_t in_features, int64_t out_features)
-{
-    /* Features are bounded by what a kernel stages (well under 2^20): every offset fits 32 bits. */
-    if (capacity < 1 || capacity > TG_RM_MAX_ROWS || in_features < 1 || in_features > (1 << 20)
-        || out_features < 1 || out_features > (1 << 20))
-        return -1;
-    return (int64_t)tg_mb_rows_bytes((uint64_t)capacity, (uint64_t)in_features, (uint64_t)out_features);
-}
-
-int tg_mailbox_init_rows(void *box, int64_t bytes, int64_t capacity, int64_t in_features, int64_t out_features,
-                         int64_t idle_timeout_ns, int64_t spin_ns, int32_t sleep_max_ns)
-{
-    return init_header(box, bytes, tg_mailbox_rows_bytes(capacity, in_features, out_features), 4, capacity,
-                       idle_timeout_ns, spin_ns, sleep_max_ns);
 }
 
 int tg_mailbox_rearm(void *box)
@@ -148,10 +125,37 @@ static uint32_t stage_input(unsigned char *area, const void *src, int64_t stride
     return 1;
 }
 
-/* Post a request of n whose inputs are in place (mask: which are arrays) and wait for its answer:
-   TG_OK with the outputs in the mailbox, or TG_MB_EXITED / TG_MB_TIMEOUT / TG_MB_REFUSED. */
-static int post_and_wait(tg_mb_header *h, int64_t n, uint32_t mask, int64_t timeout_ns, uint32_t *kernel_status)
+/* One request; the answer's ten rows go to dst[k] (NULL: skipped). */
+static int mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, void *const dst[TG_MB_OUTPUTS],
+                        int64_t timeout_ns, uint32_t *kernel_status)
 {
+    if (kernel_status)
+        *kernel_status = TG_MB_STATUS_OK;
+    if (box == NULL || in == NULL || timeout_ns < 0)
+        return TG_EINVAL;
+    tg_mb_header *h = (tg_mb_header *)box;
+    const uint64_t cap = h->config.capacity, elem = h->config.elem_size;
+    if (h->config.magic != TG_MB_MAGIC || (elem != 4 && elem != 8))
+        return TG_EINVAL;
+    if (n < 1 || (uint64_t)n > cap)
+        return TG_ERANGE;
+    const void *src[TG_MB_INPUTS] = {in->spot, in->strike, in->t, in->rate, in->vol, in->div, in->call};
+    const int64_t stride[TG_MB_INPUTS] = {in->s_spot, in->s_strike, in->s_t, in->s_rate, in->s_vol,
+                                          in->s_div, in->s_call};
+    for (int k = 0; k < TG_MB_INPUTS; k++)
+        if (src[k] == NULL || (stride[k] != 0 && stride[k] != 1))
+            return TG_EINVAL;
+
+    /* A kernel that returned by itself (idle) answers nothing: say so before staging anything. */
+    if (__atomic_load_n(&h->response.exited, __ATOMIC_ACQUIRE) != TG_MB_RUNNING)
+        return TG_MB_EXITED;
+
+    unsigned char *base = (unsigned char *)box;
+    uint32_t mask = 0;
+    for (int k = 0; k < TG_MB_REALS; k++)
+        mask |= stage_input(base + tg_mb_input_offset(k, cap, elem), src[k], stride[k], n, elem) << k;
+    mask |= stage_input(base + tg_mb_input_offset(TG_MB_REALS, cap, elem), src[TG_MB_REALS],
+                        stride[TG_MB_REALS], n, 1) << TG_MB_REALS;
     /* Only this caller writes seq, so a relaxed read of it is exact; quit is never set while a
        call is possible (the owner asks only a mailbox it no longer calls), so ctl is rewritten whole. */
     const uint64_t seq = __atomic_load_n(&h->request.seq, __ATOMIC_RELAXED) + 1;
@@ -189,43 +193,6 @@ static int post_and_wait(tg_mb_header *h, int64_t n, uint32_t mask, int64_t time
         *kernel_status = status;
     if (status != TG_MB_STATUS_OK)
         return TG_MB_REFUSED;
-    return TG_OK;
-}
-
-/* One request; the answer's ten rows go to dst[k] (NULL: skipped). */
-static int mailbox_call(void *box, int64_t n, const tg_bsm_inputs *in, void *const dst[TG_MB_OUTPUTS],
-                        int64_t timeout_ns, uint32_t *kernel_status)
-{
-    if (kernel_status)
-        *kernel_status = TG_MB_STATUS_OK;
-    if (box == NULL || in == NULL || timeout_ns < 0)
-        return TG_EINVAL;
-    tg_mb_header *h = (tg_mb_header *)box;
-    const uint64_t cap = h->config.capacity, elem = h->config.elem_size;
-    if (h->config.magic != TG_MB_MAGIC || (elem != 4 && elem != 8))
-        return TG_EINVAL;
-    if (n < 1 || (uint64_t)n > cap)
-        return TG_ERANGE;
-    const void *src[TG_MB_INPUTS] = {in->spot, in->strike, in->t, in->rate, in->vol, in->div, in->call};
-    const int64_t stride[TG_MB_INPUTS] = {in->s_spot, in->s_strike, in->s_t, in->s_rate, in->s_vol,
-                                          in->s_div, in->s_call};
-    for (int k = 0; k < TG_MB_INPUTS; k++)
-        if (src[k] == NULL || (stride[k] != 0 && stride[k] != 1))
-            return TG_EINVAL;
-
-    /* A kernel that returned by itself (idle) answers nothing: say so before staging anything. */
-    if (__atomic_load_n(&h->response.exited, __ATOMIC_ACQUIRE) != TG_MB_RUNNING)
-        return TG_MB_EXITED;
-
-    unsigned char *base = (unsigned char *)box;
-    uint32_t mask = 0;
-    for (int k = 0; k < TG_MB_REALS; k++)
-        mask |= stage_input(base + tg_mb_input_offset(k, cap, elem), src[k], stride[k], n, elem) << k;
-    mask |= stage_input(base + tg_mb_input_offset(TG_MB_REALS, cap, elem), src[TG_MB_REALS],
-                        stride[TG_MB_REALS], n, 1) << TG_MB_REALS;
-    const int st = post_and_wait(h, n, mask, timeout_ns, kernel_status);
-    if (st != TG_OK)
-        return st;
 
     /* The answer is a (10, n) block; rows the caller holds back to back leave in one copy. */
     const unsigned char *res = base + tg_mb_output_offset(cap, elem);
@@ -274,32 +241,4 @@ int tg_mailbox_call_block(void *box, int64_t n, const tg_bsm_inputs *in, void *o
     for (int k = 0; k < TG_MB_OUTPUTS; k++)
         dst[k] = (unsigned char *)out + (size_t)k * row;
     return mailbox_call(box, n, in, dst, timeout_ns, kernel_status);
-}
-
-int tg_mailbox_rows_step(void *box, const void *src, int src_f64, int64_t rows, int64_t in_features,
-                         int64_t out_features, int check, float limit, int64_t *bad, int *bad_kind, float *out,
-                         int64_t timeout_ns, uint32_t *kernel_status)
-{
-    if (kernel_status)
-        *kernel_status = TG_MB_STATUS_OK;
-    if (box == NULL || src == NULL || out == NULL || bad == NULL || bad_kind == NULL || timeout_ns < 0)
-        return TG_EINVAL;
-    tg_mb_header *h = (tg_mb_header *)box;
-    const uint64_t cap = h->config.capacity;
-    if (h->config.magic != TG_MB_MAGIC || h->config.elem_size != 4)
-        return TG_EINVAL;
-    if (rows < 1 || (uint64_t)rows > cap || in_features < 1 || out_features < 1)
-        return TG_ERANGE;
-    if (__atomic_load_n(&h->response.exited, __ATOMIC_ACQUIRE) != TG_MB_RUNNING)
-        return TG_MB_EXITED;
-    unsigned char *base = (unsigned char *)box;
-    int st = tg_stage_rows_f32(src, src_f64, rows, in_features, in_features,
-                               (float *)(base + tg_mb_rows_input_offset()), check, limit, bad, bad_kind);
-    if (st != TG_OK || *bad_kind == 1)
-        return st;   /* a value that is not finite: the caller raises; nothing was posted */
-    st = post_and_wait(h, rows, 0, timeout_ns, kernel_status);
-    if (st != TG_OK)
-        return st;
-    memcpy(out, base + tg_mb_rows_output_offset(cap, (uint64_t)in_features), (size_t)(rows * out_features) * 4);
-    return TG_OK;
 }

@@ -14,7 +14,6 @@
  *                div), then `capacity` bytes of call flags (nonzero = call)
  *   [out, ...)   outputs (out = tg_mb_output_offset): the ten greeks of a request of n options
  *                as one (10, n) row-major block: output k at element k * n
- * (that data area is the greeks kernel's; a mailbox of rows, at the end of this file, has its own)
  *
  * Why each of the three control blocks fills a 128-byte line of its own: each is written by one
  * side and polled by the other. Were the host's request word on the same line as the kernel's
@@ -75,7 +74,6 @@
 #define TG_MB_RUNNING 0u
 #define TG_MB_EXIT_IDLE 1u                 /* returned by itself after idle_timeout_ns without a request */
 #define TG_MB_EXIT_CONFIG 2u               /* returned at start: the config was not for this kernel */
-#define TG_MB_EXIT_STALLED 3u              /* returned mid-request: its blocks' hand-over never completed */
 
 /* request.ctl: n (bits 0-24), the input mask (bits 25-31: bit k set, input k is an array of n;
    clear, one value), the low 16 bits of the seq it goes with (bits 32-47), quit (bit 63). */
@@ -156,24 +154,6 @@ TG_MB_HD uint64_t tg_mb_output_offset(uint64_t capacity, uint64_t elem_size)
 TG_MB_HD uint64_t tg_mb_bytes(uint64_t capacity, uint64_t elem_size)
 {
     return tg_mb_output_offset(capacity, elem_size) + tg_mb_round_line(TG_MB_OUTPUTS * capacity * elem_size);
-}
-
-/* A mailbox of rows (the resident quantized model, csrc/cuda/resident_mlp.cu): its data area holds
- * a request's input rows, `capacity` rows of `in_features` float32 (row-major, dense), from the end
- * of the header, then the answer's rows, `capacity` rows of `out_features` float32, from the next
- * line. The header and the rules are the ones above (elem_size 4, capacity in rows, ctl's n the
- * request's rows and its mask 0). */
-TG_MB_HD uint64_t tg_mb_rows_input_offset(void)
-{
-    return sizeof(tg_mb_header);
-}
-TG_MB_HD uint64_t tg_mb_rows_output_offset(uint64_t capacity, uint64_t in_features)
-{
-    return tg_mb_round_line(sizeof(tg_mb_header) + capacity * in_features * 4);
-}
-TG_MB_HD uint64_t tg_mb_rows_bytes(uint64_t capacity, uint64_t in_features, uint64_t out_features)
-{
-    return tg_mb_rows_output_offset(capacity, in_features) + tg_mb_round_line(capacity * out_features * 4);
 }
 
 #endif /* TICKGPU_MAILBOX_PROTOCOL_H */
