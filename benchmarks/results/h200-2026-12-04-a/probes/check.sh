@@ -11,7 +11,7 @@ if [ "$1" = tests ]; then
     tail -4 $R/pytest-gpu.txt; tail -2 $R/quant-cases-gpu.txt
     grep -E "^(FAILED|ERROR)" $R/pytest-gpu.txt $R/quant-cases-gpu.txt | head -20
 else
-    RESULTS=$R FLOOR_DIR=.floor FLOOR_RUNS=5 timeout 570 bash scripts/device-check --bench-only > $R/device-check-bench-$c.log 2>&1
+    RESULTS=$R FLOOR_DIR=.floor FLOOR_RUNS=5 timeout 450 bash scripts/device-check --bench-only > $R/device-check-bench-$c.log 2>&1
     echo "device-check bench rc=$?"
     grep -E "latency_1024|fraction_of_copy_bw|first_call|iv_f64_Gopts|launch_sync_over|bound_mapped|within_1.3x|^best" $R/device-check-bench-$c.log | head -40
 fi
