@@ -5,7 +5,7 @@ import numpy as np
 
 
 def cancelling_scale(args):
-    """Per option, the magnitude whose rounding sets the error of vanna and volga.
+    """Per option, the magnitude whose rounding sets the error of vanna, volga, price, theta and charm.
 
     Both are proportional to d2 = d1 - sigma sqrt(t), which cancels near the at-the-money-forward
     point ((r - q) t close to sigma^2 t / 2): any implementation's d2 carries a few ulps of
@@ -47,7 +47,7 @@ def cancelling_scale(args):
         price = leg_s + leg_k
         theta = a["spot"] * pdf_q * a["vol"] / (2 * np.sqrt(a["t"])) + np.abs(a["rate"]) * leg_k \
             + np.abs(a["div"]) * leg_s
-        charm = np.abs(a["div"]) * np.exp(-a["div"] * a["t"]) * ndtr(w * d1) \
+        charm = np.abs(a["div"]) * leg_s / a["spot"] \
             + pdf_q * (2 * np.abs(a["rate"] - a["div"]) * a["t"] + span * sst) / (2 * a["t"] * sst)
     return {k: np.nan_to_num(v, nan=0.0, posinf=0.0)
             for k, v in (("vanna", vanna), ("volga", volga), ("price", price), ("theta", theta), ("charm", charm))}
