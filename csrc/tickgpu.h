@@ -388,11 +388,18 @@ int tg_hot_graph_set_copy(uintptr_t graph_exec, uintptr_t node, const void *copy
  * cores), because one core copies ~10 GB/s where PCIe moves 55. A caller that finds the pool busy
  * copies alone. tg_hot_set_copy_threads sets how many threads (caller included) may copy: n > 0
  * that many, 0 the default, n < 0 leaves it; returns the previous count.
- * tg_hot_roundtrip: one tick -- inputs into staging, graph replayed, wait, results out. */
+ * tg_hot_roundtrip: one tick -- inputs into staging, graph replayed, wait, results out. It is
+ * tg_hot_roundtrip_begin (inputs into staging, graph launched) then tg_hot_roundtrip_end (wait,
+ * results out): a caller with host work that does not read the results (handing out their
+ * arrays) does it between the two, while the GPU runs. After a begin that returned TG_OK the
+ * caller must call end (on the same stream) before it touches the staging again. */
 int tg_hot_stage(const tg_hot_copy *copies, int n_copies);
 int tg_hot_set_copy_threads(int nthreads);
 int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
                      const tg_hot_copy *out, int n_out, int *cu_result);
+int tg_hot_roundtrip_begin(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
+                           int *cu_result);
+int tg_hot_roundtrip_end(uintptr_t stream, const tg_hot_copy *out, int n_out, int *cu_result);
 
 /* tg_hot_pipeline: a large host call as chunks through a few graph runners, in one call with the
  * GIL released. For chunk k in order: wait for (and copy out the results of) every earlier chunk,

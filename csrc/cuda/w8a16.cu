@@ -64,6 +64,18 @@ __device__ __forceinline__ void widen(uint32_t w, uint32_t &lo, uint32_t &hi)
     asm("sub.f16x2 %0, %0, %1;" : "+r"(hi) : "r"(0x64806480u));
 }
 
+/* 16 weight bytes, each read once: not kept in L1, which the activations (read by every block of
+ * the same tokens) then keep to themselves. 2-3% faster at M = 12-16, N = K = 4096, weights in L2 or
+ * not (benchmarks/results/h200-2026-12-04-b/, w8a16hint-probe.json); the same bits. */
+__device__ __forceinline__ uint4 load_w(const int8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -166,7 +178,7 @@ __device__ __forceinline__ void gemm(const __half *__restrict__ a, const int8_t 
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                     wv[i][nt][h] = (wok[nt][h] && k < K)
-                                       ? __ldg(reinterpret_cast<const uint4 *>(wrow[nt][h] + k))
+                                       ? load_w(wrow[nt][h] + k)
                                        : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)

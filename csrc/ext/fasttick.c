@@ -13,13 +13,23 @@
  * What a call here does, under the context's lock as the Python path does: make the context
  * current; point the plan's copy table at the arrays (and size each row); fill single values
  * into their staging slots; mark the runner's staging as no plan's (the Python path then trusts
- * none of what its slots hold); allocate the output blocks; one round trip with the GIL released
- * (inputs into staging, graph, wait, results out); the rows as arrays of n. Errors of the round
- * trip go to a Python function that raises the runtime's CudaError.
+ * none of what its slots hold); allocate the output blocks and what the results are handed out
+ * in; with the GIL released, the inputs into staging and the graph launched; the rows as arrays
+ * of n, while the GPU runs; with the GIL released again, the wait (and the results out of
+ * staging, where they are not written in place). Errors of either half go to a Python function
+ * that raises the runtime's CudaError.
  *
- * The round trip and the context switch are function pointers handed in at setup (the native
- * core's tg_hot_roundtrip / tg_hot_ctx_set_current, or a test's stand-ins), so this module links
- * against nothing but Python and NumPy.
+ * What runs while the GPU runs. Handing out ten rows costs the host about as long as the kernel
+ * takes, and needs only the rows' addresses, so it is done between the launch and the wait. It
+ * must not run Python code: a garbage collection there could run a finalizer that makes another
+ * call on this thread (the lock is reentrant), which would rewrite the staging the running graph
+ * reads. So everything that may allocate a tracked object or call into Python -- the tuple, or the
+ * result object and its __dict__ -- is made before the launch, and the window allocates only
+ * arrays (untracked) and dict entries. Nothing in it reads the results.
+ *
+ * The two halves of the round trip and the context switch are function pointers handed in at
+ * setup (the native core's tg_hot_roundtrip_begin / _end and tg_hot_ctx_set_current, or a test's
+ * stand-ins), so this module links against nothing but Python and NumPy.
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -38,8 +48,8 @@ typedef struct {
     size_t bytes;
 } hot_copy;
 
-typedef int (*roundtrip_fn)(const hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
-                            const hot_copy *out, int n_out, int *cu_result);
+typedef int (*begin_fn)(const hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream, int *cu_result);
+typedef int (*end_fn)(uintptr_t stream, const hot_copy *out, int n_out, int *cu_result);
 typedef int (*enter_fn)(uintptr_t ctx, int *cu_result);
 
 enum { MAX_INPUTS = 16, MAX_BLOCKS = 4, MAX_OUTPUTS = 16, MAX_RESULTS = 8 };
@@ -401,10 +411,13 @@ typedef struct {
     PyObject *env, *disable_key;   /* os.environ's mapping and TICKGPU_DISABLE_GPU as its key */
     PyObject *resident;       /* ops.RESIDENT: while not empty the Python path decides */
     PyObject *raise_error;    /* raise_error(status, cu_result): raises the runtime's CudaError */
-    roundtrip_fn roundtrip;
+    begin_fn begin;           /* inputs into staging, graph launched */
+    end_fn end;               /* wait, results out of staging */
     enter_fn enter;
     uintptr_t cu_ctx;
     PyObject *other;          /* the ticker of the same operation at another dtype (or None) */
+    PyObject *result_type;    /* None: the results as a tuple; else a class, made as object.__new__ */
+    PyObject *result_names;   /* with a class: the attribute of each output, set in its __dict__ */
     int n_inputs, flag;       /* flag: the input index of the call/put flags (-1: none) */
     Py_ssize_t auto_lo, auto_hi;   /* backend="auto" runs here for auto_lo <= n < auto_hi (-1: none) */
     unsigned long long calls;
@@ -414,11 +427,12 @@ static PyTypeObject TickerType;
 static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array holds */
 static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
+static PyObject *empty_tuple;
 
 #define TICKER_FIELDS(X)                                                                           \
     X(self->ctx) X(self->bundle) X(self->acquire) X(self->release) X(self->op) X(self->dtype_char)   \
     X(self->dtype_type) X(self->dtype_descr) X(self->want) X(self->env) X(self->disable_key)         \
-    X(self->resident) X(self->raise_error) X(self->other)
+    X(self->resident) X(self->raise_error) X(self->other) X(self->result_type) X(self->result_names)
 
 static int ticker_traverse(Ticker *self, visitproc visit, void *arg)
 {
@@ -444,18 +458,34 @@ static void ticker_dealloc(Ticker *self)
 }
 
 /* Ticker(ctx, bundle, lock, op, dtype_char, dtype_type, dtype_descr, n_inputs, flag, env,
- *        disable_key, resident, raise_error, roundtrip_addr, enter_addr, cu_ctx, auto_lo, auto_hi) */
+ *        disable_key, resident, raise_error, begin_addr, end_addr, enter_addr, cu_ctx, auto_lo,
+ *        auto_hi[, result_type, result_names]) */
 static PyObject *ticker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     PyObject *ctx, *bundle, *lock, *op, *dch, *dtt, *dtd, *env, *dkey, *resident, *raise_error;
+    PyObject *rtype = Py_None, *rnames = Py_None;
     int n_inputs, flag;
-    unsigned long long rt, en, cu_ctx;
+    unsigned long long bg, nd, en, cu_ctx;
     Py_ssize_t lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOUUOOiiOOOOKKKnn:Ticker", &ctx, &bundle, &lock, &op, &dch, &dtt, &dtd,
-                          &n_inputs, &flag, &env, &dkey, &resident, &raise_error, &rt, &en, &cu_ctx, &lo, &hi))
+    if (!PyArg_ParseTuple(args, "OOOUUOOiiOOOOKKKKnn|OO:Ticker", &ctx, &bundle, &lock, &op, &dch, &dtt, &dtd,
+                          &n_inputs, &flag, &env, &dkey, &resident, &raise_error, &bg, &nd, &en, &cu_ctx, &lo,
+                          &hi, &rtype, &rnames))
         return NULL;
-    if (n_inputs < 1 || n_inputs > MAX_INPUTS || flag < -1 || flag >= n_inputs || rt == 0) {
-        PyErr_SetString(PyExc_ValueError, "Ticker: n_inputs, flag or roundtrip out of range");
+    if (n_inputs < 1 || n_inputs > MAX_INPUTS || flag < -1 || flag >= n_inputs || bg == 0 || nd == 0) {
+        PyErr_SetString(PyExc_ValueError, "Ticker: n_inputs, flag, begin or end out of range");
+        return NULL;
+    }
+    if (rtype != Py_None) {
+        int ok = PyType_Check(rtype) && PyTuple_Check(rnames) && PyTuple_GET_SIZE(rnames) >= 1 &&
+                 PyTuple_GET_SIZE(rnames) <= MAX_OUTPUTS;
+        for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(rnames); j++)
+            ok = PyUnicode_CheckExact(PyTuple_GET_ITEM(rnames, j));
+        if (!ok) {
+            PyErr_SetString(PyExc_TypeError, "Ticker: result_type a class and result_names a tuple of 1 to 16 str");
+            return NULL;
+        }
+    } else if (rnames != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "Ticker: result_names without a result_type");
         return NULL;
     }
     if (!PyArray_DescrCheck(dtd) || !PyDict_Check(resident) || (env != Py_None && !PyDict_Check(env)) ||
@@ -484,12 +514,15 @@ static PyObject *ticker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     KEEP(disable_key, dkey);
     KEEP(resident, resident);
     KEEP(raise_error, raise_error);
+    KEEP(result_type, rtype);
+    KEEP(result_names, rnames);
 #undef KEEP
     Py_INCREF(dtd);
     self->want = (PyArray_Descr *)dtd;
     self->n_inputs = n_inputs;
     self->flag = flag;
-    self->roundtrip = (roundtrip_fn)(uintptr_t)rt;
+    self->begin = (begin_fn)(uintptr_t)bg;
+    self->end = (end_fn)(uintptr_t)nd;
     self->enter = en ? (enter_fn)(uintptr_t)en : NULL;
     self->cu_ctx = (uintptr_t)cu_ctx;
     self->auto_lo = lo;
@@ -700,7 +733,7 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
     if (r == NULL)
         return NULL;
     Py_DECREF(r);
-    PyObject *result = NULL;
+    PyObject *result = NULL, *made = NULL, *made_dict = NULL;
     PyObject *blocks[MAX_BLOCKS] = {NULL}, *owner = NULL;
     Plan *p = (Plan *)lookup_plan(tk, n, &owner);
     if (p == NULL) {
@@ -755,6 +788,22 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
             p->t_out[b].dst = PyArray_DATA((PyArrayObject *)blocks[b]);
             p->t_out[b].bytes = (size_t)(dims[0] * dims[1]) * (size_t)PyArray_ITEMSIZE((PyArrayObject *)blocks[b]);
         }
+    /* What the results are handed out in, made now: the window between launch and wait must not
+     * allocate a tracked object (a collection could re-enter; see the top of this file). */
+    if (tk->result_type != Py_None) {
+        if (PyTuple_GET_SIZE(tk->result_names) != p->k_outputs) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto unlock;
+        }
+        PyTypeObject *rt = (PyTypeObject *)tk->result_type;
+        made = rt->tp_new(rt, empty_tuple, NULL);
+        made_dict = made ? PyObject_GenericGetDict(made, NULL) : NULL;
+        if (made_dict == NULL || !PyDict_CheckExact(made_dict))
+            goto unlock_error;
+    } else if ((made = PyTuple_New(p->k_outputs)) == NULL) {
+        goto unlock;
+    }
     /* Staging: arrays through the copy table (n elements), single values into their slots. Every
      * row is written, so nothing depends on what an earlier call left. */
     for (int i = 0; i < tk->n_inputs; i++) {
@@ -770,47 +819,73 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
     if (PyObject_SetAttr(p->runner, s_staged_by, Py_None) != 0)
         goto unlock;
     Py_BEGIN_ALLOW_THREADS
-    st = tk->roundtrip(p->t_in, p->k_in, (uintptr_t)graph_exec, p->stream, p->t_out, direct ? 0 : p->k_blocks, &cu);
+    st = tk->begin(p->t_in, p->k_in, (uintptr_t)graph_exec, p->stream, &cu);
     Py_END_ALLOW_THREADS
     if (st != 0) {
-        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "tick round trip (cuGraphLaunch)");
+        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "tick launch (cuGraphLaunch)");
         Py_XDECREF(r);
         goto unlock;
     }
-    PyObject *outs = PyTuple_New(p->k_outputs);
-    if (outs == NULL)
-        goto unlock;
-    for (int j = 0; j < p->k_outputs; j++) {
-        /* Row out_row of output block out_block: in the result block at the block's offset, or in
-         * this call's own NumPy block. */
+    /* The GPU runs: hand out the rows (row out_row of output block out_block: in the result block
+     * at the block's offset, or in this call's own NumPy block, which the wait fills). */
+    int handed = 1;
+    for (int j = 0; j < p->k_outputs && handed; j++) {
         const int b = p->out_block[j];
         PyObject *base = direct ? direct : blocks[b];
         PyArray_Descr *d = PyArray_DescrFromType(p->block_typenum[b]);
-        if (d == NULL) {
-            Py_DECREF(outs);
-            goto unlock;
+        PyObject *v = NULL;
+        if (d != NULL) {
+            npy_intp dim = n;
+            char *data = PyArray_BYTES((PyArrayObject *)base) + (direct ? p->block_offset[b] : 0) +
+                         (npy_intp)p->out_row[j] * p->m * typenum_size(p->block_typenum[b]);
+            v = PyArray_NewFromDescr(&PyArray_Type, d, 1, &dim, NULL, data, NPY_ARRAY_CARRAY, NULL);
         }
-        npy_intp dim = n;
-        char *data = PyArray_BYTES((PyArrayObject *)base) + (direct ? p->block_offset[b] : 0) +
-                     (npy_intp)p->out_row[j] * p->m * typenum_size(p->block_typenum[b]);
-        PyObject *v = PyArray_NewFromDescr(&PyArray_Type, d, 1, &dim, NULL, data, NPY_ARRAY_CARRAY, NULL);
+        if (v != NULL) {
+            Py_INCREF(base);
+            if (PyArray_SetBaseObject((PyArrayObject *)v, base) != 0)
+                Py_CLEAR(v);
+        }
         if (v == NULL) {
-            Py_DECREF(outs);
-            goto unlock;
-        }
-        Py_INCREF(base);
-        if (PyArray_SetBaseObject((PyArrayObject *)v, base) != 0) {
+            handed = 0;
+        } else if (made_dict != NULL) {
+            handed = PyDict_SetItem(made_dict, PyTuple_GET_ITEM(tk->result_names, j), v) == 0;
             Py_DECREF(v);
-            Py_DECREF(outs);
+        } else {
+            PyTuple_SET_ITEM(made, j, v);
+        }
+    }
+    {
+        /* The wait, whatever happened above (the staging is the graph's until it is over); its
+         * error, if any, is the one raised. */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        Py_BEGIN_ALLOW_THREADS
+        st = tk->end(p->stream, p->t_out, direct ? 0 : p->k_blocks, &cu);
+        Py_END_ALLOW_THREADS
+        if (st != 0) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "tick wait (cuStreamSynchronize)");
+            Py_XDECREF(r);
             goto unlock;
         }
-        PyTuple_SET_ITEM(outs, j, v);
+        PyErr_Restore(et, ev, tb);
     }
+    if (!handed)
+        goto unlock;
     p->calls++;
     p->direct += direct != NULL;
     tk->calls++;
-    result = outs;
+    result = made;
+    made = NULL;
+    goto unlock;
+unlock_error:
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_TypeError, "Ticker.call: the result type's instances have no __dict__");
 unlock:
+    Py_XDECREF(made);
+    Py_XDECREF(made_dict);
     for (int b = 0; b < MAX_BLOCKS; b++)
         Py_XDECREF(blocks[b]);
     Py_XDECREF((PyObject *)p);
@@ -908,7 +983,8 @@ PyMODINIT_FUNC PyInit__fasttick(void)
     s_staged_by = PyUnicode_InternFromString("staged_by");
     s_gpu = PyUnicode_InternFromString("gpu");
     s_auto = PyUnicode_InternFromString("auto");
-    if (!s_plans || !s_staging_elements || !s_ticks || !s_fast || !s_exec || !s_scratch_epoch || !s_staged_by || !s_gpu || !s_auto)
+    empty_tuple = PyTuple_New(0);
+    if (!empty_tuple || !s_plans || !s_staging_elements || !s_ticks || !s_fast || !s_exec || !s_scratch_epoch || !s_staged_by || !s_gpu || !s_auto)
         return NULL;
     PyObject *m = PyModule_Create(&fasttick_module);
     if (m == NULL)

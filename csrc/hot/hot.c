@@ -263,19 +263,39 @@ int tg_hot_graph_set_copy(uintptr_t graph_exec, uintptr_t node, const void *copy
 
 /* One tick: the caller's inputs into pinned staging, the graph (H2D copies, kernel, D2H copies)
  * replayed, then the results out of pinned staging into the caller's arrays. */
+int tg_hot_roundtrip_begin(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
+                           int *cu_result)
+{
+    HOT_READY(cu_result);
+    if (graph_exec == 0)
+        return TG_EINVAL;
+    int st = tg_hot_stage(in, n_in);
+    if (st != TG_OK)
+        return st;
+    return tg_hot_graph_launch(graph_exec, stream, cu_result);
+}
+
+int tg_hot_roundtrip_end(uintptr_t stream, const tg_hot_copy *out, int n_out, int *cu_result)
+{
+    HOT_READY(cu_result);
+    /* An out list that cannot be copied is refused after the wait: the graph launched by begin is
+     * waited for whatever the list holds. */
+    int st = report(cu.stream_sync((CUstream)stream), cu_result);
+    if (st != TG_OK)
+        return st;
+    return tg_hot_stage(out, n_out);
+}
+
 int tg_hot_roundtrip(const tg_hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream,
                      const tg_hot_copy *out, int n_out, int *cu_result)
 {
     HOT_READY(cu_result);
     if (graph_exec == 0 || copy_list_check(out, n_out) != TG_OK)
         return TG_EINVAL;
-    int st = tg_hot_stage(in, n_in);
+    int st = tg_hot_roundtrip_begin(in, n_in, graph_exec, stream, cu_result);
     if (st != TG_OK)
         return st;
-    st = tg_hot_graph_replay(graph_exec, stream, cu_result);
-    if (st != TG_OK)
-        return st;
-    return tg_hot_stage(out, n_out);
+    return tg_hot_roundtrip_end(stream, out, n_out, cu_result);
 }
 
 /* Many chunks through a few graph runners, host copies overlapping the GPU (see tickgpu.h). */

@@ -18,7 +18,7 @@ import pytest
 
 import tickgpu
 import tickgpu.runtime as rt
-from tickgpu._native import ffi
+from tickgpu._native import check, ffi, lib
 from tickgpu.errors import BackendUnavailable
 from tickgpu.finance import greeks as greeks_mod
 from tickgpu.finance import iv as iv_mod
@@ -36,23 +36,46 @@ CHUNK = 4096
 
 
 class MockEntry:
-    """The mock's round trip and context switch as C function pointers (CFFI callbacks)."""
+    """The mock's round trip (its two halves) and context switch as C function pointers (CFFI
+    callbacks).
+
+    The graph runs at the wait, not at the launch, as a GPU may: so a result the C entry read, or
+    a staging slot it wrote, between the two would show in the results. `fail` makes the launch
+    fail with that CUresult, `fail_end` the wait."""
 
     def __init__(self, mock: MockDriver):
-        self.mock, self.errors, self.fail = mock, [], None
+        self.mock, self.errors, self.fail, self.fail_end = mock, [], None, None
         self.roundtrips = self.enters = 0
+        self.pending = None   # (graph exec, stream) launched and not yet waited for
 
-        @ffi.callback("int(tg_hot_copy *, int, uintptr_t, uintptr_t, tg_hot_copy *, int, int *)")
-        def roundtrip(cin, n_in, e, s, cout, n_out, result):
+        @ffi.callback("int(tg_hot_copy *, int, uintptr_t, uintptr_t, int *)")
+        def begin(cin, n_in, e, s, result):
+            assert self.pending is None, "a launch before the previous one was waited for"
             self.roundtrips += 1
             if self.fail is not None:
                 result[0] = self.fail
                 return 1
             try:
-                mock.roundtrip(cin, n_in, e, s, cout, n_out)
+                check(lib.tg_hot_stage(cin, n_in), "stage in")
+            except Exception as ex:   # an out-of-range copy, as the native core checks them
+                self.errors.append(ex)
+                return 2
+            self.pending = (e, s)
+            return 0
+
+        @ffi.callback("int(uintptr_t, tg_hot_copy *, int, int *)")
+        def end(s, cout, n_out, result):
+            assert self.pending is not None and self.pending[1] == s, "a wait with no launch on its stream"
+            e, self.pending = self.pending[0], None
+            try:
+                mock.graph_launch(e, s, sync=True)
+                check(lib.tg_hot_stage(cout, n_out), "stage out")
             except Exception as ex:   # an out-of-range copy or read, as the mock checks them
                 self.errors.append(ex)
                 return 2
+            if self.fail_end is not None:
+                result[0] = self.fail_end
+                return 1
             return 0
 
         @ffi.callback("int(uintptr_t, int *)")
@@ -61,7 +84,10 @@ class MockEntry:
             mock.ctx_set_current(ctx)
             return 0
 
-        self.roundtrip, self.enter = roundtrip, enter
+        self.begin, self.end, self.enter = begin, end, enter
+
+    def pointers(self):
+        return tuple(int(ffi.cast("uintptr_t", f)) for f in (self.begin, self.end, self.enter))
 
     def raise_error(self, status, code, op):
         if self.errors:
@@ -77,8 +103,7 @@ def fast(request, tmp_path):
     if request.param == "copies":
         ctx.mapped_elements = 0
     entry = MockEntry(mock)
-    assert fasttick.enable(ctx, int(ffi.cast("uintptr_t", entry.roundtrip)), int(ffi.cast("uintptr_t", entry.enter)),
-                           entry.raise_error)
+    assert fasttick.enable(ctx, *entry.pointers(), entry.raise_error)
     fasttick.install(ctx)
     ctx.entry = entry
     yield ctx
@@ -283,6 +308,60 @@ def test_failed_round_trip_raises_the_runtime_error_and_releases_the_lock(fast):
     assert taken(fast) == before + 1
 
 
+def test_failed_wait_raises_its_error_hands_out_nothing_and_releases_the_lock(fast):
+    rng = np.random.default_rng(21)
+    x = inputs(rng, 64, np.float32)
+    tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+    fast.entry.fail_end = 719
+    before = taken(fast)
+    with pytest.raises(CudaError, match="CUresult 719") as info:
+        tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
+    assert "tick wait" in str(info.value)
+    fast.entry.fail_end = None
+    assert fast.entry.pending is None   # the launch was waited for
+    assert taken(fast) == before        # no call counted as served
+    got = []
+    th = threading.Thread(target=lambda: got.append(fast.lock.acquire(timeout=5) and fast.lock.release() is None))
+    th.start()
+    th.join(10)
+    assert got == [True]
+    check_expected(tickgpu.greeks(**x, dtype=np.float32, backend="gpu"), x, np.float32)
+    assert taken(fast) == before + 1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_the_c_entrys_greeks_is_the_python_paths_kind_of_object(fast, dtype):
+    """The C entry makes the Greeks itself (before the launch, filled while the graph runs): the
+    same class, fields and behaviour as greeks._greeks_of's, and values only the wait put there."""
+    import dataclasses
+
+    rng = np.random.default_rng(22)
+    x = inputs(rng, 333, dtype)
+    want = python_path(**x, dtype=dtype, backend="gpu")
+    before = taken(fast)
+    g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+    assert taken(fast) == before + 1
+    assert type(g) is tickgpu.Greeks and type(want) is tickgpu.Greeks
+    assert list(vars(g)) == list(vars(want)) == list(greeks_mod.GREEK_NAMES)
+    assert [f.name for f in dataclasses.fields(g)] == list(greeks_mod.GREEK_NAMES)
+    assert list(g.as_dict()) == list(greeks_mod.GREEK_NAMES)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g.price = None
+    same_bits(g, want)
+    check_expected(g, x, dtype)
+    # The results were written by the wait (the mock runs the graph there), after the rows existed.
+    assert all(getattr(g, k).flags.c_contiguous and getattr(g, k).shape == (333,) for k in GREEKS)
+    # implied vol's results stay a (vols, status) tuple: the first call builds the plan, the second is C's.
+    q = (g.price, x["spot"], x["strike"], x["t"], x["rate"], x["div"], x["call"])
+    first = tickgpu.implied_vol(*q, dtype=dtype, backend="gpu", return_status=True)
+    before = taken(fast, "implied_vol")
+    second = tickgpu.implied_vol(*q, dtype=dtype, backend="gpu", return_status=True)
+    assert taken(fast, "implied_vol") == before + 1
+    assert type(second) is tuple and len(second) == 2
+    for a, b in zip(first, second):
+        assert type(b) is np.ndarray and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def test_disabled_gpu_resident_kernels_and_unknown_sizes_take_the_python_path(fast, monkeypatch):
     rng = np.random.default_rng(3)
     x = inputs(rng, 300, np.float64)
@@ -431,10 +510,18 @@ def test_plan_and_ticker_refuse_bad_construction():
         ft.Results([])
     with pytest.raises(TypeError):
         ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, "not a dtype", 7, 6, {}, b"", {},
-                  print, 1, 0, 0, -1, -1)
-    with pytest.raises(ValueError):
-        ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, np.dtype(np.float64), 7, 6, {}, b"",
-                  {}, print, 0, 0, 0, -1, -1)
+                  print, 1, 1, 0, 0, -1, -1)
+    for begin, end in ((0, 1), (1, 0)):
+        with pytest.raises(ValueError, match="begin or end"):
+            ft.Ticker(None, None, threading.RLock(), "greeks", "d", np.float64, np.dtype(np.float64), 7, 6, {},
+                      b"", {}, print, begin, end, 0, 0, -1, -1)
+    ok = (None, None, threading.RLock(), "greeks", "d", np.float64, np.dtype(np.float64), 7, 6, {}, b"", {}, print,
+          1, 1, 0, 0, -1, -1)
+    for rtype, names, what in ((object(), ("a",), "result_type a class"), (tickgpu.Greeks, ["price"], "tuple"),
+                               (tickgpu.Greeks, (), "1 to 16"), (tickgpu.Greeks, ("price", 3), "str"),
+                               (None, ("price",), "without a result_type")):
+        with pytest.raises(TypeError, match=what):
+            ft.Ticker(*ok, rtype, names)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -530,8 +617,7 @@ def test_result_blocks_go_back_to_the_pool_after_the_context_and_their_results(t
     mock = MockDriver()
     ctx = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries()), staging_elements=CHUNK)
     entry = MockEntry(mock)
-    fasttick.enable(ctx, int(ffi.cast("uintptr_t", entry.roundtrip)), int(ffi.cast("uintptr_t", entry.enter)),
-                    entry.raise_error)
+    fasttick.enable(ctx, *entry.pointers(), entry.raise_error)
     fasttick.install(ctx)
     x = inputs(np.random.default_rng(13), 100, np.float64)
     tickgpu.greeks(**x, backend="gpu")

@@ -103,9 +103,9 @@ def greeks(spot, strike, t, rate, vol, div=0.0, call=True, *, dtype=np.float64, 
     """
     fast = _fast
     if fast is not None and strict is False:
-        outs = fast(dtype, backend, spot, strike, t, rate, vol, div, call)
-        if outs is not None:   # None: not a call the C entry takes (runtime/fasttick.py)
-            return _greeks_of(outs)
+        g = fast(dtype, backend, spot, strike, t, rate, vol, div, call)
+        if g is not None:   # a Greeks as _greeks_of makes it; None: not a call the C entry takes
+            return g
     dt = _checks.check_dtype(dtype)
     if type(backend) is not str or backend not in _BACKENDS:
         _checks.check_backend(backend)

@@ -196,9 +196,9 @@ class BoundGreeks(_BoundTick):
         if fast is not None and self._fast_ok:
             # The C entry takes the bound arrays as it takes a plain call's (same plan, same bits);
             # None where it cannot (a resident kernel open, scratch moved): the path below.
-            outs = fast(self.dtype, "gpu", *self.arrays)
-            if outs is not None:
-                return _greeks_of(outs)
+            g = fast(self.dtype, "gpu", *self.arrays)
+            if g is not None:
+                return g
         m, n = self._m, self.n
         if ops.RESIDENT:   # empty unless a resident kernel is open: one truth test otherwise
             r = ops.RESIDENT.get(self._resident_key)

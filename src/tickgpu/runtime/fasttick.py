@@ -5,7 +5,8 @@ A plain call of the usual kind -- NumPy arrays of one length and the requested d
 numbers, ``call`` a bool or a bool array, ``backend`` "gpu" (or "auto" at a size the GPU takes), a
 size whose tick plan exists -- is taken by a `Ticker` of the extension: it reads the arrays' own
 structs, finds the plan the Python path built (same dict, same key, same epoch check), stages,
-replays, waits and hands out rows of one block, all in C. Every other call, and every call while a
+launches the graph, hands out rows of one block (a `Greeks` for greeks) while the GPU runs, and
+waits, all in C. Every other call, and every call while a
 resident kernel is open or ``TICKGPU_DISABLE_GPU`` is set, is answered None and runs the Python
 path (staged.host_call), which defines what a call means; the C path gives the same bits.
 
@@ -37,15 +38,22 @@ OPS = ("greeks", "implied_vol")
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
-def enable(ctx, roundtrip: int, enter: int = 0, raise_error=None) -> bool:
-    """Give `ctx` tickers: `roundtrip` the address of a C function of tg_hot_roundtrip's type, `enter`
-    of one of tg_hot_ctx_set_current's (0: none), `raise_error(status, cu_result, op)` raising the
-    error of a failed call (default: the runtime's CudaError through `ctx.driver`). Plans built
-    afterwards get the C side (`plan_state`). False where the extension is missing."""
+def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None) -> bool:
+    """Give `ctx` tickers: `begin` and `end` the addresses of C functions of the types of
+    tg_hot_roundtrip_begin and tg_hot_roundtrip_end (csrc/tickgpu.h), `enter` of one of
+    tg_hot_ctx_set_current's (0: none), `raise_error(status, cu_result, op)` raising the error of a
+    failed call (default: the runtime's CudaError through `ctx.driver`). Plans built afterwards get
+    the C side (`plan_state`). False where the extension is missing."""
     if _fasttick is None:
         ctx.tickers = None
         return False
+    from tickgpu.finance.greeks import GREEK_NAMES, Greeks
     from tickgpu.runtime import ops
+
+    assert tuple(o for o, _ in ops.GREEKS.outputs) == GREEK_NAMES
+    # greeks' results come back as the Greeks the Python path makes (greeks._greeks_of); implied
+    # vol's as the (vols, status) tuple.
+    result = {ops.GREEKS.name: (Greeks, GREEK_NAMES), ops.IMPLIED_VOL.name: (None, None)}
 
     raise_error = raise_error or _raiser(ctx.driver)
     env = dispatch._ENV_DATA if dispatch._ENV_DATA is not None else None
@@ -56,7 +64,8 @@ def enable(ctx, roundtrip: int, enter: int = 0, raise_error=None) -> bool:
         for dt in (_F64, _F32):
             t = _fasttick.Ticker(ctx, ctx.bundle, ctx.lock, fam.name, dt.char, dt.type, dt, len(fam.inputs),
                                  fam.flag_index, env, dispatch._DISABLE_KEY if env is not None else b"",
-                                 ops.RESIDENT, raise_error, roundtrip, enter, ctx.ctx, lo, -1 if hi is None else hi)
+                                 ops.RESIDENT, raise_error, begin, end, enter, ctx.ctx, lo, -1 if hi is None else hi,
+                                 *result[fam.name])
             if chain is None:
                 chain = t
             else:
@@ -71,8 +80,8 @@ def install(ctx) -> None:
     the API calls."""
     if getattr(ctx, "tickers", None) is None and os.environ.get("TICKGPU_FAST_TICK", "1") != "0" \
             and getattr(ctx.driver, "has_hot_path", False) is True:
-        enable(ctx, int(ffi.cast("uintptr_t", ffi.addressof(lib, "tg_hot_roundtrip"))),
-               int(ffi.cast("uintptr_t", ffi.addressof(lib, "tg_hot_ctx_set_current"))))
+        enable(ctx, *(int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
+                      for name in ("tg_hot_roundtrip_begin", "tg_hot_roundtrip_end", "tg_hot_ctx_set_current")))
     _publish(getattr(ctx, "tickers", None))
 
 
