@@ -128,9 +128,10 @@ def test_greeks_numpy(ctx, rng, dtype, n):
     args = _bsm(rng, n, dtype)
     g, c = _greeks_both(args, dtype)
     floors = cancelling_scale(args)
+    kappa = tail_conditioning(args)
     for name in GREEKS:
         assert isinstance(getattr(g, name), np.ndarray) and getattr(g, name).dtype == dtype
-        _agree(getattr(g, name), getattr(c, name), dtype, f"{name} n={n}", floors.get(name))
+        _agree(getattr(g, name), getattr(c, name), dtype, f"{name} n={n}", floors.get(name), kappa=kappa)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -145,9 +146,10 @@ def test_bound_greeks_follow_their_arrays(ctx, rng, dtype, n):
         g, c = _greeks_both(args, dtype)
         b = tick()
         floors = cancelling_scale(args)
+        kappa = tail_conditioning(args)
         for name in GREEKS:
             np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"bound {name} n={n}")
-            _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name} n={n}", floors.get(name))
+            _agree(getattr(b, name), getattr(c, name), dtype, f"bound {name} n={n}", floors.get(name), kappa=kappa)
         for k, v in _bsm(rng, n, dtype).items():
             args[k][:] = v
 
@@ -341,8 +343,9 @@ def test_every_variant(ctx, rng, monkeypatch):
             args = _bsm(rng, n, dtype)
             g, c = _greeks_both(args, dtype)
             floors = cancelling_scale(args)
+            kappa = tail_conditioning(args)
             for name in GREEKS:
-                _agree(getattr(g, name), getattr(c, name), dtype, f"{variant} {name}", floors.get(name))
+                _agree(getattr(g, name), getattr(c, name), dtype, f"{variant} {name}", floors.get(name), kappa=kappa)
         elif k.spec.family == "implied_vol":
             args = _iv_inputs(rng, n, dtype)
             _iv_agree(args, *_iv_both(args, dtype), dtype, variant)
@@ -568,9 +571,10 @@ def test_mapped_bindings_compute_in_place(ctx, rng, dtype):
             b = tick()
             g, c = _greeks_both(a, dtype)
             floors = cancelling_scale(a)
+            kappa = tail_conditioning(a)
             for i, name in enumerate(GREEKS):
                 assert np.shares_memory(getattr(b, name), out[i])
-                _agree(getattr(b, name), getattr(c, name), dtype, f"mapped {name} n={n} step {step}", floors.get(name))
+                _agree(getattr(b, name), getattr(c, name), dtype, f"mapped {name} n={n} step {step}", floors.get(name), kappa=kappa)
                 if n == 1024:
                     np.testing.assert_array_equal(getattr(b, name), getattr(g, name), err_msg=f"mapped {name}")
             vol, status = ivs()
@@ -678,9 +682,10 @@ def test_gpu_array_inputs_give_gpu_outputs(ctx, rng, dtype):
             g, c = _greeks_both(dev, dtype)
             assert type(g.price).__module__.split(".")[0] == name
             floors = cancelling_scale({**a, "rate": 0.015})
+            kappa = tail_conditioning({**a, "rate": 0.015})
             for gname in GREEKS:
                 _agree(_to_host(getattr(g, gname)), getattr(c, gname), dtype, f"{name} {gname} n={n}",
-                       floors.get(gname))
+                       floors.get(gname), kappa=kappa)
             ivargs = _iv_inputs(rng, n, dtype)
             dev_iv = {k: to_dev(v) for k, v in ivargs.items()}
             (vg, sg), (vc, sc) = _iv_both(dev_iv, dtype)
@@ -728,10 +733,11 @@ def test_device_bindings_follow_their_gpu_arrays(ctx, rng, dtype):
                 assert b is tick.outputs and type(b.price).__module__.split(".")[0] == lib
                 g, c = _greeks_both(dev, dtype)
                 floors = cancelling_scale(a)
+                kappa = tail_conditioning(a)
                 for name in GREEKS:
                     got = _to_host(getattr(b, name))
                     np.testing.assert_array_equal(got, _to_host(getattr(g, name)), err_msg=f"{lib} bound {name} n={n}")
-                    _agree(got, getattr(c, name), dtype, f"{lib} bound {name} n={n} step {step}", floors.get(name))
+                    _agree(got, getattr(c, name), dtype, f"{lib} bound {name} n={n} step {step}", floors.get(name), kappa=kappa)
                 vol, status = ivs()
                 (vg, sg), (vc, sc) = _iv_both(dev_iv, dtype)
                 np.testing.assert_array_equal(_to_host(vol), _to_host(vg), err_msg=f"{lib} bound vol n={n}")
@@ -911,11 +917,12 @@ def test_jax_arrays_in_give_jax_arrays_out(ctx, rng, dtype):
             dev["rate"] = 0.015
             g, c = _greeks_both(dev, dtype)
             floors = cancelling_scale({**a, "rate": 0.015})
+            kappa = tail_conditioning({**a, "rate": 0.015})
             for gname in GREEKS:
                 out = getattr(g, gname)
                 assert isinstance(out, jax.Array) and out.dtype == dtype, (gname, type(out), out.dtype)
                 assert out.devices() == {gpu}
-                _agree(np.asarray(out), getattr(c, gname), dtype, f"jax {gname} n={n}", floors.get(gname))
+                _agree(np.asarray(out), getattr(c, gname), dtype, f"jax {gname} n={n}", floors.get(gname), kappa=kappa)
             ivargs = _iv_inputs(rng, n, dtype)
             (vg, sg), (vc, sc) = _iv_both({k: to_dev(v) for k, v in ivargs.items()}, dtype)
             assert isinstance(vg, jax.Array) and isinstance(sg, jax.Array)
@@ -947,11 +954,12 @@ def test_binding_jax_arrays_gives_tickgpu_arrays(ctx, rng):
     g, unbound = tick(), tickgpu.greeks(**dev, dtype=np.float32, backend="gpu")
     c = tickgpu.greeks(**a, dtype=np.float32, backend="cpu")
     floors = cancelling_scale(a)
+    kappa = tail_conditioning(a)
     for gname in GREEKS:
         out = getattr(g, gname)
         assert isinstance(out, DeviceArray)
         assert np.array_equal(out.get(), np.asarray(getattr(unbound, gname))), gname
-        _agree(out.get(), getattr(c, gname), np.float32, f"bound jax {gname}", floors.get(gname))
+        _agree(out.get(), getattr(c, gname), np.float32, f"bound jax {gname}", floors.get(gname), kappa=kappa)
 
 
 def test_no_driver_allocations_over_10000_calls_after_warmup(ctx, rng):
