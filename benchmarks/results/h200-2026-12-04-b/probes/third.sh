@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Lease 4: pytest -m gpu again (the tail tolerance of d8de... applied to every random-input greeks
+# Lease 4: pytest -m gpu again (the tail tolerance of 13779cf applied to every random-input greeks
 # comparison), then the suites (scripts/device-check --bench-only through the earlier wrapper).
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tickgpu-site .whl/*.whl || exit 1
