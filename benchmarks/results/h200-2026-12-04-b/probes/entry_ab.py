@@ -4,7 +4,9 @@ rounds (gc off, per-call perf_counter_ns, p50 / p99 over all rounds):
   split   -- fdd2fde: launch, the Greeks' rows handed out while the GPU runs, wait (the shipped entry)
   serial  -- the same Greeks made in C, but the round trip whole before the rows (serial.c)
   before  -- as before fdd2fde: round trip whole, a tuple of rows, greeks._greeks_of in Python
-and, for reference, the graph replay alone (driver.roundtrip with no copies). Usage: entry_ab.py SO OUT"""
+and, for reference, the graph replay alone (driver.roundtrip with no copies) and the public call the
+benchmark times, tickgpu.greeks(**x, dtype=np.float32, backend="gpu") (through the shipped, split
+entry; added after lease 5). Usage: entry_ab.py SO OUT"""
 import ctypes, gc, json, sys, time
 import numpy as np
 import tickgpu
@@ -63,6 +65,7 @@ def graph_only():
 
 
 calls["graph_only"] = graph_only
+calls["api"] = lambda: tickgpu.greeks(**x, dtype=np.float32, backend="gpu")
 times = {k: [] for k in calls}
 gc.disable()
 pc = time.perf_counter_ns
