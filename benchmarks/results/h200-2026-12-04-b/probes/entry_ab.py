@@ -6,7 +6,8 @@ rounds (gc off, per-call perf_counter_ns, p50 / p99 over all rounds):
   before  -- as before fdd2fde: round trip whole, a tuple of rows, greeks._greeks_of in Python
 and, for reference, the graph replay alone (driver.roundtrip with no copies) and the public call the
 benchmark times, tickgpu.greeks(**x, dtype=np.float32, backend="gpu") (through the shipped, split
-entry; added after lease 5). Usage: entry_ab.py SO OUT"""
+entry; added after lease 5). --with-torch: torch and CuPy imported and used first, as in the suite.
+Usage: entry_ab.py SO OUT [--with-torch]"""
 import ctypes, gc, json, sys, time
 import numpy as np
 import tickgpu
@@ -15,6 +16,11 @@ from tickgpu._native import ffi, lib
 from tickgpu.finance import greeks as gm
 from tickgpu.runtime import context, fasttick, ops
 
+if "--with-torch" in sys.argv:   # as in `tickgpu bench --suite gpu`: torch and CuPy loaded, their contexts made
+    import cupy
+    import torch
+    torch.ones(4, device="cuda").sum().item()
+    float(cupy.ones(4).sum())
 so = ctypes.CDLL(sys.argv[1])
 addr = lambda name: ctypes.cast(getattr(so, name), ctypes.c_void_p).value
 nat = lambda name: int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
