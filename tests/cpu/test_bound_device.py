@@ -82,7 +82,7 @@ def test_device_binding_launches_on_the_producer_stream_without_waiting(gpu_ctx,
     dev = _on_gpu(mock, _chain(rng, n, np.float32), stream=0x5151)
     made = []
 
-    def library_empty(x, shape, dtypes, device_id):   # results from "the producer's library"
+    def library_empty(x, shape, dtypes, device_id, stream=None):   # results from "the producer's library"
         made.extend(FakeGpuArray(mock, np.zeros(shape, dt), stream=0x5151) for dt in dtypes)
         return [(o, o.ptr) for o in made]
 

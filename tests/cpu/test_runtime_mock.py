@@ -651,7 +651,7 @@ def test_device_path_launches_on_producer_stream(ctx, mock, rng, monkeypatch):
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v), stream=0x5151) for k, v in d.items()}
     made = []
 
-    def library_empty(x, shape, dtypes, device_id):   # outputs from "the producer's library"
+    def library_empty(x, shape, dtypes, device_id, stream=None):   # outputs from "the producer's library"
         made.extend(FakeGpuArray(mock, np.zeros(shape, dt), stream=0x5151) for dt in dtypes)
         return [(o, o.ptr) for o in made]
 
@@ -680,7 +680,7 @@ def test_device_path_takes_the_outputs_stream_where_the_inputs_name_none(ctx, mo
     d = _bsm_inputs(rng, n, np.float64)
     dev = {k: FakeGpuArray(mock, np.ascontiguousarray(v)) for k, v in d.items()}   # no stream named
 
-    def library_empty(x, shape, dtypes, device_id):   # a library whose new arrays name their stream
+    def library_empty(x, shape, dtypes, device_id, stream=None):   # a library whose new arrays name their stream
         outs = [FakeGpuArray(mock, np.zeros(shape, dt), stream=0x6262) for dt in dtypes]
         return [(o, o.ptr) for o in outs]
 

@@ -192,6 +192,63 @@ def test_cupy_arrays(ctx, rng):
         ops.greeks(**dict(dev, spot=cp.asarray(np.ones(2 * n))[::2]), dtype=np.float64, shape=(n,))
 
 
+@pytest.mark.parametrize("hold", ["nothing", "row", "view", "memory pointer", "dlpack export"])
+def test_cupy_results_are_reused_only_when_nothing_reaches_them(ctx, rng, hold):
+    """A call's CuPy results are handed out again by a later call only once the caller holds no
+    array, view, memory pointer or export of them; every call's values are its own, and what the
+    caller still holds is never rewritten."""
+    cp = pytest.importorskip("cupy")
+    from tickgpu.runtime import arrays
+
+    arrays.forget_results()
+    n = 1024
+    a, b = _inputs(rng, n, np.float64), _inputs(rng, n, np.float64)
+
+    def call(d):
+        out = ops.greeks(**{k: cp.asarray(v) for k, v in d.items()}, dtype=np.float64, shape=(n,))
+        cp.cuda.get_current_stream().synchronize()
+        return out
+
+    def check(out, d):
+        ref = expected_greeks(**_f64(d))
+        for k, v in out.items():
+            _close(cp.asnumpy(v), ref[k], np.float64)
+
+    out = call(a)
+    check(out, a)
+    first = {k: id(v) for k, v in out.items()}
+    kept = {"nothing": lambda: None, "row": lambda: out["delta"], "view": lambda: out["gamma"][3:9],
+            "memory pointer": lambda: out["vega"].data,
+            "dlpack export": lambda: out["theta"].__dlpack__()}[hold]()
+    held = cp.asnumpy(out["delta"] if hold == "row" else out["gamma"][3:9]) if hold in ("row", "view") else None
+    del out
+    out = call(b)
+    check(out, b)
+    same = {k: id(v) for k, v in out.items()} == first
+    assert same == (hold == "nothing")
+    if held is not None:
+        np.testing.assert_array_equal(cp.asnumpy(kept), held)
+
+
+def test_torch_results_are_rows_of_one_block(ctx, rng):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch without CUDA")
+    n = 777
+    d = _inputs(rng, n, np.float64)
+    dev = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in d.items()}
+    out = ops.greeks(**dev, dtype=np.float64, shape=(n,))
+    torch.cuda.synchronize()
+    base = out["price"].untyped_storage().data_ptr()
+    assert all(v.untyped_storage().data_ptr() == base and v.shape == (n,) and v.is_contiguous() for v in out.values())
+    ref = expected_greeks(**_f64(d))
+    for k, v in out.items():
+        _close(v.cpu().numpy(), ref[k], np.float64)
+    # tensors are read from their own attributes, not their interface; one that requires grad is refused by name
+    with pytest.raises(TypeError, match=r"vol: a CUDA tensor that requires grad; pass vol.detach\(\)"):
+        ops.greeks(**dict(dev, vol=dev["vol"].clone().requires_grad_()), dtype=np.float64, shape=(n,))
+
+
 def test_torch_tensors(ctx, rng):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():

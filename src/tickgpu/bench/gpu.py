@@ -509,10 +509,13 @@ def bench_latency(torch, repeats: int) -> dict:
 def bench_device_tick(cp, torch, repeats: int) -> dict:
     """A tick on GPU arrays: greeks of 1,024 options from CuPy arrays to CuPy arrays, call + wait.
 
-    Side by side: `tickgpu.greeks` on the arrays (outputs allocated by CuPy each call); the same
-    arrays bound once (`bind_greeks`: one launch into fixed outputs); the same greeks as one CuPy
-    ElementwiseKernel; PyTorch eager on tensors of the same values. Each waits for its stream.
-    ``launch_only``: the bound call without the wait (the host's share of a GPU-resident loop).
+    Side by side: `tickgpu.greeks` on the arrays, each call's results dropped before the next (a
+    tick loop: the dropped results are handed out again, `tickgpu.runtime.arrays.RECYCLE_SETS`),
+    and with every result kept (``tickgpu_greeks_results_kept``: new CuPy arrays each call); the
+    same arrays bound once (`bind_greeks`: one launch into fixed outputs); the same greeks as one
+    CuPy ElementwiseKernel; `tickgpu.greeks` on PyTorch tensors of the same values and PyTorch
+    eager on them. Each waits for its stream. ``launch_only``: the bound call without the wait (the
+    host's share of a GPU-resident loop).
     """
     from tickgpu.runtime import bind_greeks
 
@@ -524,6 +527,10 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
         wait = stream.synchronize
         r = {}
         r["tickgpu_greeks"] = time_calls(lambda: (tickgpu.greeks(**x, dtype=dtype, backend="gpu"), wait()), repeats)
+        kept: list = []
+        r["tickgpu_greeks_results_kept"] = time_calls(
+            lambda: (kept.append(tickgpu.greeks(**x, dtype=dtype, backend="gpu")), wait()), min(repeats, 2000))
+        del kept
         tick = bind_greeks(*(x[k] for k in names), dtype=dtype)
         r["tickgpu_bound"] = time_calls(lambda: (tick(), wait()), repeats)
         r["tickgpu_bound_launch_only"] = time_calls(tick, repeats)
@@ -531,6 +538,9 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
         ek = cupy_greeks_kernel(cp)
         r["cupy_elementwise"] = time_calls(lambda: (ek(*(x[k] for k in names)), wait()), repeats)
         tx = {k: torch.as_tensor(v, device="cuda") for k, v in x.items()}
+        tsync = torch.cuda.synchronize
+        r["tickgpu_greeks_torch"] = time_calls(lambda: (tickgpu.greeks(**tx, dtype=dtype, backend="gpu"), tsync()),
+                                               repeats)
         r["torch_eager"] = time_calls(lambda: (torch_greeks(torch, **tx), torch.cuda.synchronize()),
                                       max(repeats // 5, 1000))
         g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
@@ -901,6 +911,12 @@ def evaluate_targets(res: dict) -> dict:
         t["device_tick_1024_cupy_elementwise_over_bound"] = dt["cupy_elementwise"]["p50_us"] / dt["tickgpu_bound"]["p50_us"]
         t["device_tick_1024_cupy_elementwise_over_call"] = dt["cupy_elementwise"]["p50_us"] / dt["tickgpu_greeks"]["p50_us"]
         t["device_tick_1024_torch_eager_over_bound"] = dt["torch_eager"]["p50_us"] / dt["tickgpu_bound"]["p50_us"]
+        if "tickgpu_greeks_results_kept" in dt:
+            t["device_tick_1024_cupy_elementwise_over_call_results_kept"] = (
+                dt["cupy_elementwise"]["p50_us"] / dt["tickgpu_greeks_results_kept"]["p50_us"])
+        if "tickgpu_greeks_torch" in dt:
+            t["device_tick_1024_torch_eager_over_call_on_tensors"] = (
+                dt["torch_eager"]["p50_us"] / dt["tickgpu_greeks_torch"]["p50_us"])
         if fl_launch:
             t["device_tick_1024_bound_over_C_launch_sync"] = dt["tickgpu_bound"]["p50_us"] / fl_launch["p50_us"]
     iv = res.get("implied_vol", {})

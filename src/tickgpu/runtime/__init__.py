@@ -153,6 +153,9 @@ def reset() -> None:
             from tickgpu.runtime import fasttick
 
             fasttick.uninstall()
+        from tickgpu.runtime.arrays import forget_results
+
+        forget_results()
         _context, _probe = None, None
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from tickgpu.memory.errors import PoolError
 
 __all__ = ["DeviceView", "is_device_array", "device_view", "view_or_none", "producer_stream", "empty_like_kind",
+           "forget_results",
            "empty_outputs", "adopt_outputs", "DeviceArray", "dlpack_capsule"]
 
 _DL_CUDA, _DL_CUDA_MANAGED = 2, 13
@@ -30,6 +31,11 @@ def is_device_array(x) -> bool:
     """True if `x` is an array in GPU memory (CAI or DLPack on a CUDA device); never raises."""
     if isinstance(x, (np.ndarray, np.generic, int, float, bool)) or x is None:
         return False
+    tx = type(x)
+    if tx is (_CUPY[0] or _cupy_ndarray()):   # its interface is a dict built afresh on each access
+        return True
+    if tx is (_TORCH[0] or _torch_tensor()):
+        return bool(x.is_cuda)
     try:
         if getattr(x, "__cuda_array_interface__", None) is not None:
             return True
@@ -173,6 +179,13 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = 
     if not stream and tx is (_CUPY[0] or _cupy_ndarray()):
         data = x.data
         return DeviceView(data.ptr, x.shape, x.dtype, x.flags.c_contiguous, None, data.device_id, x)
+    if tx is (_TORCH[0] or _torch_tensor()):
+        v = _torch_view(x)
+        if v is not None:
+            return v
+        if x.is_cuda and x.requires_grad:
+            raise TypeError(f"{name}: a CUDA tensor that requires grad; pass {name}.detach() (tickgpu computes "
+                            f"no gradients)")
     try:
         cai = getattr(x, "__cuda_array_interface__", None)
     except PoolError:    # a closed tickgpu array (ManagedArray)
@@ -200,6 +213,35 @@ def _cupy_ndarray():
 _CUPY = [None]
 
 
+def _torch_tensor():
+    """PyTorch's tensor type where torch is imported (by the caller), remembered in `_TORCH`."""
+    torch = sys.modules.get("torch")
+    t = _TORCH[0] = getattr(torch, "Tensor", None) if torch is not None else None
+    return t
+
+
+_TORCH = [None]
+_TORCH_DTYPES: dict = {}   # torch dtype -> NumPy dtype, for the dtypes a kernel reads
+
+
+def _torch_view(x) -> DeviceView | None:
+    """The view of a CUDA tensor from its own attributes -- what its interface (version 2, no stream)
+    would say, without building the dict (a few us a tensor) -- or None where the interface itself
+    must answer: a CPU, sparse or grad-requiring tensor, a dtype no kernel reads."""
+    if not x.is_cuda or x.requires_grad or x.is_sparse:
+        return None
+    if not _TORCH_DTYPES:
+        torch = sys.modules["torch"]
+        _TORCH_DTYPES.update({torch.float64: np.dtype(np.float64), torch.float32: np.dtype(np.float32),
+                              torch.uint8: np.dtype(np.uint8), torch.int8: np.dtype(np.int8),
+                              torch.bool: np.dtype(np.bool_)})
+    dtype = _TORCH_DTYPES.get(x.dtype)
+    if dtype is None:
+        return None
+    shape = tuple(x.shape)
+    return DeviceView(x.data_ptr() if x.numel() else 0, shape, dtype, x.is_contiguous(), None, x.device.index, x)
+
+
 _PLAIN = frozenset({float, int, bool, np.ndarray, np.float64, np.float32, np.bool_, np.uint8, np.int64, type(None)})
 
 
@@ -215,34 +257,119 @@ def producer_stream(v: DeviceView) -> int | None:
     if _library(v.source) == "torch":
         torch = sys.modules.get("torch")
         if torch is not None:
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)   # ~10x cheaper than current_stream()
+            if raw is not None and v.device_id is not None:
+                return int(raw(v.device_id))
             return int(torch.cuda.current_stream(v.source.device).cuda_stream)
     return None
 
 
-#: Up to this many elements, same-dtype CuPy results are rows of one allocation (`empty_outputs`).
+#: Up to this many elements, same-dtype results are rows of one allocation (`empty_outputs`).
 ROWS_OF_ONE_BLOCK = 1 << 16
+#: CuPy results of up to ROWS_OF_ONE_BLOCK elements are kept after the call: once nothing but this
+#: module holds them (the caller has dropped every result array, every view of one and every
+#: memory pointer into them), the next call of the same size, dtypes and stream hands out the same
+#: arrays again instead of making new ones (ten CuPy arrays made and freed cost ~30 us a call).
+#: Up to RECYCLE_SETS sets a kind, RECYCLE_KINDS kinds (the oldest kind is forgotten first);
+#: `forget_results` drops them all.
+RECYCLE_SETS = 3
+RECYCLE_KINDS = 32
+_RECYCLE: dict = {}
 
 
-def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int) -> list[tuple[object, int]] | None:
+class _ResultSet:
+    """A call's CuPy results kept for reuse: the arrays, their device addresses, and the reference
+    counts of every object through which they can be reached when this set alone holds them."""
+
+    __slots__ = ("outs", "ptrs", "shapes", "objs", "counts")
+
+    def __init__(self, outs: tuple, roots: tuple):
+        self.outs = outs
+        self.shapes = tuple(o.shape for o in outs)
+        self.ptrs = tuple(o.data.ptr for o in outs)
+        # The arrays, their roots, their memory pointers and the memory behind them: a view of a
+        # result, a pointer taken from one, an array made over such a pointer, a DLPack export, all
+        # hold one of these.
+        objs = [*outs, *roots, *(a.data for a in (*outs, *roots))]
+        objs += list({id(m): m for m in (a.data.mem for a in objs[:len(outs) + len(roots)])}.values())
+        self.objs = tuple(objs)
+        self.counts = ()   # set by the maker once its own references are gone (`seal`)
+
+    def seal(self) -> None:
+        """Take the reference counts as they are now: those of the set holding the arrays alone."""
+        self.counts = self._counts()
+
+    def _counts(self) -> tuple:
+        return tuple(map(sys.getrefcount, self.objs))
+
+    def free(self) -> bool:
+        """Whether nothing but this set reaches the arrays (and none was reshaped in place)."""
+        return self._counts() == self.counts and tuple(o.shape for o in self.outs) == self.shapes
+
+
+def forget_results() -> None:
+    """Drop the CuPy results kept for reuse (their memory goes back to CuPy's pool once the caller
+    holds none of them)."""
+    _RECYCLE.clear()
+
+
+def _cupy_outputs(cupy, shape, dtypes, device_id, stream) -> list:
+    k, n = len(dtypes), math.prod(shape)
+    key = None
+    if stream is not None and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK:
+        key = (device_id, stream, n, tuple(dtypes))
+        sets = _RECYCLE.get(key)
+        if sets is not None:
+            for rs in sets:
+                if rs.free():
+                    return list(zip(rs.outs, rs.ptrs))
+    with cupy.cuda.Device(device_id):
+        if k > 1 and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK and len(set(dtypes)) == 1:
+            # Rows of one block, as the host path's small results: one allocation, not k.
+            block = cupy.empty(k * n, dtype=dtypes[0])
+            outs, roots = tuple(cupy.split(block, k)), (block,)
+            del block
+        else:
+            outs = tuple(cupy.empty(shape, dtype=dt) for dt in dtypes)
+            roots = ()
+    if key is None:
+        return [(o, o.data.ptr) for o in outs]
+    sets = _RECYCLE.get(key)
+    if sets is None:
+        if len(_RECYCLE) >= RECYCLE_KINDS:
+            del _RECYCLE[next(iter(_RECYCLE))]
+        sets = _RECYCLE[key] = []
+    if len(sets) < RECYCLE_SETS:
+        rs = _ResultSet(outs, roots)
+        del roots
+        rs.seal()
+        sets.append(rs)
+        return list(zip(rs.outs, rs.ptrs))
+    return [(o, o.data.ptr) for o in outs]
+
+
+def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int, stream: int | None = None
+                  ) -> list[tuple[object, int]] | None:
     """New, uninitialised GPU arrays of `shape`, one per dtype, from `x`'s library, each with its
     device address; None where that library makes none (the caller makes `DeviceArray`s).
 
     `empty_like_kind` for a whole set of outputs: the device is entered once, and each address is
-    read from the library's own attribute rather than through its interchange protocol.
+    read from the library's own attribute rather than through its interchange protocol. Same-dtype
+    results of up to ROWS_OF_ONE_BLOCK elements are rows of one allocation. CuPy's, for a call that
+    will run on `stream`, may be a previous call's results that nothing holds any more
+    (`RECYCLE_SETS`): work the caller queued on that stream before dropping them runs before the
+    kernel writes them again, as with any CuPy allocation on that stream.
     """
     lib = _library(x)
     if lib == "cupy":
         cupy = sys.modules.get("cupy") or __import__("cupy")
-        k, n = len(dtypes), math.prod(shape)
-        with cupy.cuda.Device(device_id):
-            if k > 1 and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK and len(set(dtypes)) == 1:
-                # Rows of one block, as the host path's small results: one allocation, not k.
-                outs = cupy.split(cupy.empty(k * n, dtype=dtypes[0]), k)
-            else:
-                outs = [cupy.empty(shape, dtype=dt) for dt in dtypes]
-        return [(o, o.data.ptr) for o in outs]
+        return _cupy_outputs(cupy, shape, dtypes, device_id, stream)
     if lib == "torch":
-        outs = [empty_like_kind(x, shape, dt, device_id) for dt in dtypes]
+        k, n = len(dtypes), math.prod(shape)
+        if k > 1 and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK and len(set(dtypes)) == 1:
+            outs = empty_like_kind(x, (k, n), dtypes[0], device_id).unbind(0)
+        else:
+            outs = [empty_like_kind(x, shape, dt, device_id) for dt in dtypes]
         return [(o, o.data_ptr()) for o in outs]
     return None
 

@@ -106,11 +106,11 @@ def outputs_and_stream(ctx, fam, views: dict, shape: tuple[int, ...], out_dtypes
     The results are made by the inputs' library where it makes arrays, else they are the runtime's
     own `DeviceArray`s, which no library orders (their caller waits for the launch). The stream is
     the one the inputs name, else the one the outputs' library names, else the legacy default."""
-    made = empty_outputs(next(iter(views.values())).source, shape, out_dtypes, ctx.ordinal)
+    stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
+    made = empty_outputs(next(iter(views.values())).source, shape, out_dtypes, ctx.ordinal, stream)
     owned = made is None
     if owned:
         made = [(o, o.ptr) for o in (DeviceArray(ctx, shape, odt) for odt in out_dtypes)]
-    stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
     if stream is None and not owned:
         stream = next((s for s in (producer_stream(device_view(o, name))
                                    for (o, _), (name, _) in zip(made, fam.outputs)) if s is not None), None)
