@@ -39,6 +39,10 @@ class ndarray:  # noqa: N801 - CuPy's name
         self.flags = _Flags()
 
     @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
     def size(self) -> int:
         return int(np.prod(self.shape))
 

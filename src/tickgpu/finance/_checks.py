@@ -51,8 +51,8 @@ def shape_of(a) -> tuple[int, ...]:
     if t is np.ndarray:
         return a.shape
     shape = getattr(a, "shape", None)
-    if type(shape) is tuple and not isinstance(a, (list, tuple)):   # CuPy's; PyTorch's Size is a subclass
-        return shape
+    if isinstance(shape, tuple) and not isinstance(a, (list, tuple)):
+        return shape if type(shape) is tuple else tuple(map(int, shape))   # CuPy's; PyTorch's Size: a subclass
     if shape is not None and not isinstance(a, (list, tuple)):
         try:
             return tuple(int(d) for d in shape)

@@ -281,11 +281,10 @@ class _ResultSet:
     """A call's CuPy results kept for reuse: the arrays, their device addresses, and the reference
     counts of every object through which they can be reached when this set alone holds them."""
 
-    __slots__ = ("outs", "ptrs", "shapes", "objs", "counts")
+    __slots__ = ("outs", "ptrs", "objs", "counts")
 
     def __init__(self, outs: tuple, roots: tuple):
-        self.outs = outs
-        self.shapes = tuple(o.shape for o in outs)
+        self.outs = outs   # 1-D arrays (`_cupy_outputs` keeps no others)
         self.ptrs = tuple(o.data.ptr for o in outs)
         # The arrays, their roots, their memory pointers and the memory behind them: a view of a
         # result, a pointer taken from one, an array made over such a pointer, a DLPack export, all
@@ -303,8 +302,9 @@ class _ResultSet:
         return tuple(map(sys.getrefcount, self.objs))
 
     def free(self) -> bool:
-        """Whether nothing but this set reaches the arrays (and none was reshaped in place)."""
-        return self._counts() == self.counts and tuple(o.shape for o in self.outs) == self.shapes
+        """Whether nothing but this set reaches the arrays, and none was reshaped in place (a 1-D
+        array reshaped to anything else has more dimensions)."""
+        return self._counts() == self.counts and all(o.ndim == 1 for o in self.outs)
 
 
 def forget_results() -> None:
