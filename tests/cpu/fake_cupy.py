@@ -6,6 +6,7 @@ a pointer holds the memory, a view holds its root array as ``base``), ``empty``,
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 import types
 
@@ -44,7 +45,7 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def __cuda_array_interface__(self):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -58,22 +57,27 @@ def is_device_array(x) -> bool:
     return int(kind) in (_DL_CUDA, _DL_CUDA_MANAGED)
 
 
-@dataclass(slots=True)
 class DeviceView:
-    """What the runtime needs of a GPU array: address, shape, dtype, contiguity, stream, owner."""
+    """What the runtime needs of a GPU array: address, shape, dtype, contiguity, stream, owner.
 
-    ptr: int
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    contiguous: bool
-    stream: int | None      # CAI stream to order work on (1 legacy default, 2 per-thread), None: unknown
-    device_id: int | None
-    source: object          # the caller's array (keeps its memory alive)
-    capsule: object = None  # the DLPack capsule read, kept alive while its pointer is in use
-    size: int = field(init=False)   # elements (Python ints: np.prod costs microseconds per call)
+    ptr, shape, dtype, contiguous; stream: the CAI stream to order work on (1 legacy default, 2
+    per-thread), None where unknown; device_id; source: the caller's array (keeps its memory
+    alive); capsule: the DLPack capsule read, kept alive while its pointer is in use; size: the
+    elements (Python ints: np.prod costs microseconds a call), taken from the caller where it
+    knows them. A plain class with slots: one is made per GPU-array argument per call.
+    """
 
-    def __post_init__(self):
-        self.size = math.prod(self.shape)
+    __slots__ = ("ptr", "shape", "dtype", "contiguous", "stream", "device_id", "source", "capsule", "size")
+
+    def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, contiguous: bool, stream: int | None,
+                 device_id: int | None, source: object, capsule: object = None, size: int | None = None):
+        self.ptr, self.shape, self.dtype, self.contiguous = ptr, shape, dtype, contiguous
+        self.stream, self.device_id, self.source, self.capsule = stream, device_id, source, capsule
+        self.size = math.prod(shape) if size is None else size
+
+    def __repr__(self) -> str:
+        return (f"DeviceView(ptr={self.ptr:#x}, shape={self.shape}, dtype={self.dtype}, contiguous={self.contiguous}, "
+                f"stream={self.stream}, device_id={self.device_id})")
 
 
 def _c_contiguous(shape, strides, itemsize) -> bool:
@@ -183,7 +187,7 @@ def view_or_none(x, name: str, dlpack_stream: int | None = None, stream: bool = 
         return None
     if not stream and tx is (_CUPY[0] or _cupy_ndarray()):
         data = x.data
-        return DeviceView(data.ptr, x.shape, x.dtype, x.flags.c_contiguous, None, data.device_id, x)
+        return DeviceView(data.ptr, x.shape, x.dtype, x.flags.c_contiguous, None, data.device_id, x, None, x.size)
     if tx is (_TORCH[0] or _torch_tensor()):
         v = _torch_view(x)
         if v is not None:

@@ -36,17 +36,23 @@ def device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> list:
 def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, list, bool]:
     """`device_call`'s launch: (an input GPU array, the outputs, whether they are the runtime's own)."""
     n = math.prod(shape)
+    flag = fam.flag
     with ctx.lock:
         ctx.enter()
         views = {}
         named = False   # a view has named the stream (CuPy's: then the others need not)
+        ordinal = ctx.ordinal
         for name, x in zip(fam.inputs, inputs):
             v = view_or_none(x, name, CU_STREAM_LEGACY, not named)
             if v is not None:
-                views[name] = _check_view(v, name, x, fam, dtype, shape, n, ctx.ordinal)
+                # The usual input passes these at once; anything else gets _check_view's verdict.
+                if not ((v.dtype in _FLAG_DTYPES if name == flag else v.dtype is dtype) and v.size == n and v.contiguous
+                        and v.ptr and not v.ptr % v.dtype.itemsize and (v.device_id is None or v.device_id == ordinal)):
+                    _check_view(v, name, x, fam, dtype, shape, n, ordinal)
+                views[name] = v
                 named = named or v.stream is not None
         first = next(iter(views.values()))
-        out_dtypes = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
+        out_dtypes = _out_dtypes(fam, dtype)
         made, owned, launch_stream = outputs_and_stream(ctx, fam, views, shape, out_dtypes)
         out_arrays = [o for o, _ in made]
         out_ptrs = [p for _, p in made]
@@ -56,7 +62,6 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
 
         ptrs, strides, scalars, uploaded = [], [], [], False
         for slot, (name, x) in enumerate(zip(fam.inputs, inputs)):
-            want = np.uint8 if name == fam.flag else dtype
             v = views.get(name)
             if v is not None:
                 ptrs.append(v.ptr)
@@ -64,7 +69,8 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
                 continue
             # A host value mixed in: real numbers only, as on the host path (NumPy would parse
             # strings, drop imaginary parts and make None a NaN).
-            a = _checks.real_array(name, x, flags=name == fam.flag)
+            want = np.uint8 if name == flag else dtype
+            a = _checks.real_array(name, x, flags=name == flag)
             if a.size == 1:
                 scalars.append((len(ptrs), np.ascontiguousarray(a, dtype=want).reshape(1)))
                 ptrs.append(0)
@@ -74,18 +80,26 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
                 ptrs.append(ctx.upload(slot, host, launch_stream))
                 strides.append(1)
                 uploaded = True
-        for (i, _), p in zip(scalars, ctx.constants.put([v for _, v in scalars], launch_stream)):
-            ptrs[i] = p
+        if scalars:
+            for (i, _), p in zip(scalars, ctx.constants.put([v for _, v in scalars], launch_stream)):
+                ptrs[i] = p
         grid_ptrs = ctx.resident_grid(grid) if grid else []
-        aligned = all(p % 16 == 0 for p in (*ptrs, *out_ptrs, *grid_ptrs))
+        low = 0   # the low bits of every address: 16-byte aligned where none is set
+        for p in ptrs:
+            low |= p
+        for p in out_ptrs:
+            low |= p
+        for p in grid_ptrs:
+            low |= p
+        aligned = not low & 15
         dts = DTYPE_CODE[dtype]
-        out_size = [odt.itemsize for odt in out_dtypes]
-        in_size = [1 if name == fam.flag else dtype.itemsize for name in fam.inputs]
         if n <= MAX_ELEMENTS_PER_LAUNCH:   # one launch, bound once per size and stream
             bound = _launch_of(ctx, fam.name, dts, n, aligned and n % 16 == 0, launch_stream)
             bound.launcher.args.pack(*fam.contract(grid_ptrs, ptrs, strides, out_ptrs, n, extra))
             bound()
         else:
+            out_size = [odt.itemsize for odt in out_dtypes]
+            in_size = [1 if name == flag else dtype.itemsize for name in fam.inputs]
             for start in range(0, n, MAX_ELEMENTS_PER_LAUNCH):
                 m = min(MAX_ELEMENTS_PER_LAUNCH, n - start)
                 bound = _launch_of(ctx, fam.name, dts, m, aligned and m % 16 == 0, launch_stream)
@@ -97,6 +111,18 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
             # A consumer we cannot order with, or upload scratch the next call may reuse.
             ctx.driver.stream_synchronize(launch_stream)
         return first.source, out_arrays, owned
+
+
+_OUT_DTYPES: dict = {}
+
+
+def _out_dtypes(fam, dtype) -> list:
+    """The dtype of each of `fam`'s outputs at `dtype` (remembered)."""
+    key = (fam.name, dtype)
+    hit = _OUT_DTYPES.get(key)
+    if hit is None:
+        hit = _OUT_DTYPES[key] = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
+    return hit
 
 
 def outputs_and_stream(ctx, fam, views: dict, shape: tuple[int, ...], out_dtypes) -> tuple[list, bool, int]:
