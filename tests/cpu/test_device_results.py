@@ -149,3 +149,52 @@ def test_cupy_arrays_are_device_arrays_without_their_interface(cp, mock, monkeyp
     from tickgpu.finance import greeks as G
 
     assert G._is_device_array(a)
+
+
+def test_a_binding_keeps_its_own_results(ctx, cp, rng):
+    """bind_greeks on CuPy arrays makes results of its own, never a kept set: it holds them for its
+    life, which would take a set from the calls for good."""
+    from tickgpu.runtime import bind_greeks
+
+    h = _inputs(rng, 64)
+    dev = {k: cp.asarray(v) for k, v in h.items()}
+    tick = bind_greeks(*(dev[k] for k in NAMES), dtype=np.float64)
+    assert not arrays._RECYCLE
+    g = tick()
+    _check(g, h)
+    held = {id(o) for rs in arrays._RECYCLE.get((0, 1, 64, (np.dtype(np.float64),) * 10), []) for o in rs.outs}
+    assert not held & set(_ids(g))
+    first = _ids(_call(cp, h))
+    assert _ids(_call(cp, h)) == first          # the calls still get theirs back
+
+
+def test_threads_never_share_a_set(ctx, cp):
+    """Calls from several threads, each holding its last results while it makes the next: a set is
+    handed to one holder at a time, so every thread reads its own values."""
+    import threading
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors = []
+    inputs = [_inputs(np.random.default_rng(i), 32) for i in range(4)]
+
+    def work(h):
+        try:
+            dev = {k: cp.asarray(v) for k, v in h.items()}
+            want = expected_greeks(**{k: np.asarray(v, np.float64) if k != "call" else v for k, v in h.items()})["price"]
+            g = None
+            for _ in range(150):
+                g = tickgpu.greeks(**dev, dtype=np.float64, backend="gpu")
+                np.testing.assert_allclose(g.price.get(), want, rtol=1e-12)
+        except BaseException as e:   # noqa: BLE001 - reported below
+            errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=work, args=(h,)) for h in inputs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import math
 import sys
+import threading
 
 import numpy as np
 
@@ -284,6 +285,7 @@ ROWS_OF_ONE_BLOCK = 1 << 16
 RECYCLE_SETS = 3
 RECYCLE_KINDS = 32
 _RECYCLE: dict = {}
+_RECYCLE_LOCK = threading.Lock()
 
 
 class _ResultSet:
@@ -319,10 +321,18 @@ class _ResultSet:
 def forget_results() -> None:
     """Drop the CuPy results kept for reuse (their memory goes back to CuPy's pool once the caller
     holds none of them)."""
-    _RECYCLE.clear()
+    with _RECYCLE_LOCK:
+        _RECYCLE.clear()
 
 
 def _cupy_outputs(cupy, shape, dtypes, device_id, stream) -> list:
+    # Under a lock of its own: a set found free is handed out (the returned list holds its arrays)
+    # before any other thread can find it free too.
+    with _RECYCLE_LOCK:
+        return _cupy_outputs_locked(cupy, shape, dtypes, device_id, stream)
+
+
+def _cupy_outputs_locked(cupy, shape, dtypes, device_id, stream) -> list:
     k, n = len(dtypes), math.prod(shape)
     key = None
     if stream is not None and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK:

@@ -222,7 +222,7 @@ class _DeviceBoundTick:
         views, n = _gpu_inputs(fam, self._api, values, dt, ctx.ordinal)
         # Arrays of our own have no library to order them: a call waits for its launch, as
         # tickgpu.greeks does for them.
-        made, owned, stream = outputs_and_stream(ctx, fam, views, (n,), out_dtypes)
+        made, owned, stream = outputs_and_stream(ctx, fam, views, (n,), out_dtypes, reuse=False)
         # Torch tensors can be reallocated in place (resize_): their addresses are checked per call.
         movable = [(o, p) for o, p in [*((v.source, v.ptr) for v in views.values()), *made] if hasattr(o, "data_ptr")]
         # A ManagedArray can be closed (its memory freed) under the binding: checked per call.

@@ -125,15 +125,18 @@ def _out_dtypes(fam, dtype) -> list:
     return hit
 
 
-def outputs_and_stream(ctx, fam, views: dict, shape: tuple[int, ...], out_dtypes) -> tuple[list, bool, int]:
+def outputs_and_stream(ctx, fam, views: dict, shape: tuple[int, ...], out_dtypes, reuse: bool = True
+                       ) -> tuple[list, bool, int]:
     """The results of `fam` on the GPU arrays `views` (by input name) and the stream to launch on:
     ((array, device address) per output, whether the arrays are the runtime's own, the stream).
 
     The results are made by the inputs' library where it makes arrays, else they are the runtime's
     own `DeviceArray`s, which no library orders (their caller waits for the launch). The stream is
-    the one the inputs name, else the one the outputs' library names, else the legacy default."""
+    the one the inputs name, else the one the outputs' library names, else the legacy default.
+    ``reuse=False``: never results a call dropped (`empty_outputs`), for a binding that keeps its own."""
     stream = next((s for s in map(producer_stream, views.values()) if s is not None), None)
-    made = empty_outputs(next(iter(views.values())).source, shape, out_dtypes, ctx.ordinal, stream)
+    made = empty_outputs(next(iter(views.values())).source, shape, out_dtypes, ctx.ordinal,
+                         stream if reuse else None)
     owned = made is None
     if owned:
         made = [(o, o.ptr) for o in (DeviceArray(ctx, shape, odt) for odt in out_dtypes)]
