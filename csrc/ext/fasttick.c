@@ -30,6 +30,14 @@
  * The two halves of the round trip and the context switch are function pointers handed in at
  * setup (the native core's tg_hot_roundtrip_begin / _end and tg_hot_ctx_set_current, or a test's
  * stand-ins), so this module links against nothing but Python and NumPy.
+ *
+ * GPU arrays. Greeks on CuPy arrays (Ticker.device) is taken here too: each array's address,
+ * length, dtype, contiguity and device read from its own attributes, the stream from the first
+ * one's interface, the results from a Python function (arrays.empty_outputs: CuPy arrays, a
+ * dropped set handed out again), and one launch -- of a plan per size, stream and alignment whose
+ * other parameters were packed once -- with no wait, as runtime/direct.py does it. The launch is a
+ * function pointer too (tg_hot_launch_desc_run). Anything but seven such arrays of one length
+ * answers None.
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -51,6 +59,8 @@ typedef struct {
 typedef int (*begin_fn)(const hot_copy *in, int n_in, uintptr_t graph_exec, uintptr_t stream, int *cu_result);
 typedef int (*end_fn)(uintptr_t stream, const hot_copy *out, int n_out, int *cu_result);
 typedef int (*enter_fn)(uintptr_t ctx, int *cu_result);
+/* tg_hot_launch_desc_run (csrc/tickgpu.h): one prepared launch, its parameters read at the call. */
+typedef int (*launch_fn)(const void *desc, int sync, int *cu_result);
 
 enum { MAX_INPUTS = 16, MAX_BLOCKS = 4, MAX_OUTPUTS = 16, MAX_RESULTS = 8 };
 
@@ -399,6 +409,62 @@ static PyTypeObject PlanType = {
     .tp_new = plan_new,
 };
 
+/* ---- DevicePlan: a launch on GPU arrays of one size, stream and alignment ---------------------- */
+/* The kernel's parameters packed once (strides, n, scratch) in a buffer of the plan's own; a call
+ * writes the inputs' and outputs' addresses at their offsets and runs the launch description. */
+typedef struct {
+    PyObject_HEAD
+    uintptr_t desc;           /* tg_hot_launch_desc * (its params point into the buffer) */
+    char *values;             /* the parameter values' buffer */
+    int off_in[MAX_INPUTS], off_out[MAX_OUTPUTS];
+    int n_in, n_out;
+    long long epoch;          /* the bundle's scratch epoch it was packed at */
+    PyObject *owner;          /* what keeps desc and values alive */
+} DevicePlan;
+
+static void device_plan_dealloc(DevicePlan *self)
+{
+    Py_XDECREF(self->owner);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* DevicePlan(desc, values, in_offsets, out_offsets, epoch, owner) */
+static PyObject *device_plan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    unsigned long long desc, values;
+    PyObject *ins, *outs, *owner;
+    long long epoch;
+    if (!PyArg_ParseTuple(args, "KKOOLO:DevicePlan", &desc, &values, &ins, &outs, &epoch, &owner))
+        return NULL;
+    if (desc == 0 || values == 0) {
+        PyErr_SetString(PyExc_ValueError, "DevicePlan: desc and values must be addresses");
+        return NULL;
+    }
+    DevicePlan *self = (DevicePlan *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->desc = (uintptr_t)desc;
+    self->values = (char *)(uintptr_t)values;
+    self->epoch = epoch;
+    Py_INCREF(owner);
+    self->owner = owner;
+    if ((self->n_in = parse_int_list(ins, "DevicePlan in_offsets", self->off_in, MAX_INPUTS, 0, 1 << 20)) < 0 ||
+        (self->n_out = parse_int_list(outs, "DevicePlan out_offsets", self->off_out, MAX_OUTPUTS, 0, 1 << 20)) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    return (PyObject *)self;
+}
+
+static PyTypeObject DevicePlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "tickgpu._fasttick.DevicePlan",
+    .tp_basicsize = sizeof(DevicePlan),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A launch on GPU arrays of one size, stream and alignment, its other parameters packed once.",
+    .tp_dealloc = (destructor)device_plan_dealloc,
+    .tp_new = device_plan_new,
+};
+
 /* ---- Ticker: one operation at one dtype -------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD
@@ -421,10 +487,22 @@ typedef struct {
     int n_inputs, flag;       /* flag: the input index of the call/put flags (-1: none) */
     Py_ssize_t auto_lo, auto_hi;   /* backend="auto" runs here for auto_lo <= n < auto_hi (-1: none) */
     unsigned long long calls;
+    /* GPU arrays (CuPy's), where `device` set them up: */
+    launch_fn launch;         /* NULL: such calls take the Python path */
+    PyObject *dev_plans;      /* {(n, stream, aligned): DevicePlan} */
+    PyObject *dev_factory;    /* factory(n, stream, aligned) -> DevicePlan or None */
+    PyObject *dev_outputs;    /* outputs(x, n, stream) -> (arrays, addresses) */
+    PyObject *dev_type;       /* cupy.ndarray, found on the first such call */
+    long long ordinal;        /* the context's device */
+    Py_ssize_t dev_max_n;     /* the most elements one launch takes */
+    unsigned long long dev_calls;
 } Ticker;
 
 static PyTypeObject TickerType;
 static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array holds */
+static PyArray_Descr *u8_descr;     /* np.dtype(uint8): flags may be bytes too on the GPU path */
+static PyObject *s_cupy, *s_ndarray, *s_dtype, *s_ndim, *s_size, *s_flags, *s_c_contiguous, *s_data, *s_ptr,
+    *s_device_id, *s_cai, *s_stream;
 static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
 static PyObject *empty_tuple;
@@ -432,7 +510,8 @@ static PyObject *empty_tuple;
 #define TICKER_FIELDS(X)                                                                           \
     X(self->ctx) X(self->bundle) X(self->acquire) X(self->release) X(self->op) X(self->dtype_char)   \
     X(self->dtype_type) X(self->dtype_descr) X(self->want) X(self->env) X(self->disable_key)         \
-    X(self->resident) X(self->raise_error) X(self->other) X(self->result_type) X(self->result_names)
+    X(self->resident) X(self->raise_error) X(self->other) X(self->result_type) X(self->result_names)   \
+    X(self->dev_plans) X(self->dev_factory) X(self->dev_outputs) X(self->dev_type)
 
 static int ticker_traverse(Ticker *self, visitproc visit, void *arg)
 {
@@ -688,6 +767,227 @@ static PyObject *call_lock(PyObject *method)
     return PyObject_CallNoArgs(method);
 }
 
+/* ---- GPU arrays ---------------------------------------------------------------------------------- */
+#if !defined(NPY_ABI_VERSION) || NPY_ABI_VERSION < 0x02000000   /* NumPy 1.x headers */
+#define PyDataType_ELSIZE(d) ((d)->elsize)
+#endif
+
+/* o.name as an integer: 1, or 0 where it is missing or not one (no exception left set). */
+static int attr_ull(PyObject *o, PyObject *name, unsigned long long *out)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL || !PyLong_Check(v)) {
+        Py_XDECREF(v);
+        PyErr_Clear();
+        return 0;
+    }
+    *out = PyLong_AsUnsignedLongLong(v);
+    Py_DECREF(v);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* A CuPy array as the launch reads it: 1-D, C-contiguous, the call's dtype (a flag: bool or uint8),
+ * on the context's device, a nonzero address aligned to its elements. 1 and its address and length,
+ * or 0: anything else (the Python path checks it and says what is wrong). Never raises. */
+static int read_device_array(const Ticker *tk, PyObject *x, int flag, unsigned long long *ptr, Py_ssize_t *len)
+{
+    unsigned long long ndim, size, dev;
+    PyObject *dt = PyObject_GetAttr(x, s_dtype);
+    const int ok_dtype = dt != NULL && (flag ? (dt == (PyObject *)bool_descr || dt == (PyObject *)u8_descr)
+                                              : dt == (PyObject *)tk->want);
+    const int itemsize = ok_dtype ? (int)PyDataType_ELSIZE((PyArray_Descr *)dt) : 0;
+    Py_XDECREF(dt);
+    if (!ok_dtype || !attr_ull(x, s_ndim, &ndim) || ndim != 1 || !attr_ull(x, s_size, &size))
+        goto no;
+    PyObject *flags = PyObject_GetAttr(x, s_flags);
+    PyObject *cc = flags ? PyObject_GetAttr(flags, s_c_contiguous) : NULL;
+    Py_XDECREF(flags);
+    const int contiguous = cc == Py_True;
+    Py_XDECREF(cc);
+    if (!contiguous)
+        goto no;
+    PyObject *data = PyObject_GetAttr(x, s_data);
+    const int ok = data != NULL && attr_ull(data, s_ptr, ptr) && attr_ull(data, s_device_id, &dev);
+    Py_XDECREF(data);
+    if (!ok || (long long)dev != tk->ordinal || *ptr == 0 || *ptr % (unsigned long long)itemsize)
+        goto no;
+    *len = (Py_ssize_t)size;
+    return 1;
+no:
+    PyErr_Clear();
+    return 0;
+}
+
+/* The call on CuPy arrays: every input one of the same length (anything else answers None), the
+ * results made by `dev_outputs` (CuPy arrays, handed out again once dropped: arrays.empty_outputs),
+ * the launch prepared once per (n, stream, alignment) by `dev_factory` and run on the stream the
+ * first input's interface names, with no wait -- what runtime/direct.py does, in C. */
+static PyObject *device_call(Ticker *tk, PyObject *const *x)
+{
+    if (tk->dev_type == NULL) {
+        PyObject *mod = PyImport_GetModule(s_cupy);
+        PyObject *t = mod ? PyObject_GetAttr(mod, s_ndarray) : NULL;
+        Py_XDECREF(mod);
+        if (t == NULL || !PyType_Check(t)) {
+            Py_XDECREF(t);
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        tk->dev_type = t;
+    }
+    for (int i = 0; i < tk->n_inputs; i++)
+        if (Py_TYPE(x[i]) != (PyTypeObject *)tk->dev_type)
+            Py_RETURN_NONE;
+    if (tk->result_type == Py_None)
+        Py_RETURN_NONE;
+    unsigned long long ptr[MAX_INPUTS], low = 0, stream = 0;
+    Py_ssize_t n = -1;
+    for (int i = 0; i < tk->n_inputs; i++) {
+        Py_ssize_t len;
+        if (!read_device_array(tk, x[i], i == tk->flag, &ptr[i], &len) || (n >= 0 && len != n))
+            Py_RETURN_NONE;
+        n = len;
+        low |= ptr[i];
+    }
+    if (n < 1 || n > tk->dev_max_n)
+        Py_RETURN_NONE;
+    {
+        /* The stream CuPy's interface names (version 3: its current stream); none: the Python path. */
+        PyObject *cai = PyObject_GetAttr(x[0], s_cai);
+        PyObject *st = cai && PyDict_Check(cai) ? PyDict_GetItemWithError(cai, s_stream) : NULL;
+        int ok = st != NULL && PyLong_Check(st);
+        if (ok) {
+            stream = PyLong_AsUnsignedLongLong(st);
+            ok = !PyErr_Occurred();
+        }
+        Py_XDECREF(cai);
+        if (!ok) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+    }
+    const int k_out = (int)PyTuple_GET_SIZE(tk->result_names);
+    PyObject *r = call_lock(tk->acquire);
+    if (r == NULL)
+        return NULL;
+    Py_DECREF(r);
+    PyObject *result = NULL, *outs = NULL, *made = NULL, *made_dict = NULL, *key = NULL;
+    DevicePlan *plan = NULL;
+    outs = PyObject_CallFunction(tk->dev_outputs, "OnK", x[0], n, stream);
+    if (outs == NULL)
+        goto unlock;
+    if (!PyTuple_Check(outs) || PyTuple_GET_SIZE(outs) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(outs, 0)) ||
+        !PyTuple_Check(PyTuple_GET_ITEM(outs, 1)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(outs, 0)) != k_out ||
+        PyTuple_GET_SIZE(PyTuple_GET_ITEM(outs, 1)) != k_out) {
+        PyErr_SetString(PyExc_TypeError, "Ticker: the outputs function must give (arrays, addresses), one each");
+        goto unlock;
+    }
+    unsigned long long optr[MAX_OUTPUTS];
+    for (int j = 0; j < k_out; j++) {
+        optr[j] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(PyTuple_GET_ITEM(outs, 1), j));
+        if (PyErr_Occurred())
+            goto unlock;
+        low |= optr[j];
+    }
+    const int aligned = (low & 15) == 0 && n % 16 == 0;
+    key = Py_BuildValue("(nKi)", n, stream, aligned);
+    if (key == NULL)
+        goto unlock;
+    PyObject *epoch = PyObject_GetAttr(tk->bundle, s_scratch_epoch);
+    const long long e = epoch ? PyLong_AsLongLong(epoch) : -1;
+    Py_XDECREF(epoch);
+    if (PyErr_Occurred())
+        goto unlock;
+    plan = (DevicePlan *)PyDict_GetItemWithError(tk->dev_plans, key);
+    if (plan == NULL && PyErr_Occurred())
+        goto unlock;
+    Py_XINCREF(plan);
+    if (plan == NULL || plan->epoch != e) {
+        /* A size, stream or alignment not seen before, or the kernels' scratch moved since. */
+        Py_CLEAR(plan);
+        PyObject *made_plan = PyObject_CallFunction(tk->dev_factory, "nKi", n, stream, aligned);
+        if (made_plan == NULL)
+            goto unlock;
+        if (made_plan == Py_None) {
+            Py_DECREF(made_plan);
+            result = Py_None;
+            Py_INCREF(result);
+            goto unlock;
+        }
+        if (Py_TYPE(made_plan) != &DevicePlanType || ((DevicePlan *)made_plan)->n_in != tk->n_inputs ||
+            ((DevicePlan *)made_plan)->n_out != k_out) {
+            Py_DECREF(made_plan);
+            PyErr_SetString(PyExc_TypeError, "Ticker: the plan factory must give a DevicePlan of this operation");
+            goto unlock;
+        }
+        plan = (DevicePlan *)made_plan;
+        if (PyDict_GET_SIZE(tk->dev_plans) >= 256)
+            PyDict_Clear(tk->dev_plans);
+        if (PyDict_SetItem(tk->dev_plans, key, made_plan) != 0)
+            goto unlock;
+    }
+    PyTypeObject *rt = (PyTypeObject *)tk->result_type;
+    made = rt->tp_new(rt, empty_tuple, NULL);
+    made_dict = made ? PyObject_GenericGetDict(made, NULL) : NULL;
+    if (made_dict == NULL || !PyDict_CheckExact(made_dict)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "Ticker.call: the result type's instances have no __dict__");
+        goto unlock;
+    }
+    for (int j = 0; j < k_out; j++)
+        if (PyDict_SetItem(made_dict, PyTuple_GET_ITEM(tk->result_names, j),
+                           PyTuple_GET_ITEM(PyTuple_GET_ITEM(outs, 0), j)) != 0)
+            goto unlock;
+    int cu = 0, st;
+    if (tk->enter != NULL && (st = tk->enter(tk->cu_ctx, &cu)) != 0) {
+        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuCtxSetCurrent");
+        Py_XDECREF(r);
+        goto unlock;
+    }
+    for (int i = 0; i < tk->n_inputs; i++)
+        memcpy(plan->values + plan->off_in[i], &ptr[i], sizeof ptr[i]);
+    for (int j = 0; j < k_out; j++)
+        memcpy(plan->values + plan->off_out[j], &optr[j], sizeof optr[j]);
+    Py_BEGIN_ALLOW_THREADS
+    st = tk->launch((const void *)plan->desc, 0, &cu);
+    Py_END_ALLOW_THREADS
+    if (st != 0) {
+        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuLaunchKernel");
+        Py_XDECREF(r);
+        goto unlock;
+    }
+    tk->dev_calls++;
+    result = made;
+    made = NULL;
+unlock:
+    Py_XDECREF(made);
+    Py_XDECREF(made_dict);
+    Py_XDECREF(outs);
+    Py_XDECREF(key);
+    Py_XDECREF((PyObject *)plan);
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        r = call_lock(tk->release);
+        if (r == NULL) {
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            Py_XDECREF(result);
+            return NULL;
+        }
+        Py_DECREF(r);
+        PyErr_Restore(et, ev, tb);
+    }
+    if (result == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "Ticker.call failed without an exception");
+    return result;
+}
+
 /* ticker.call(dtype, backend, *inputs): a tuple of NumPy arrays (the op's outputs in order), or None
  * where the Python path must take the call. */
 static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs)
@@ -724,8 +1024,11 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
     }
     arg_t a[MAX_INPUTS];
     Py_ssize_t n;
-    if (!read_inputs(tk, args + 2, a, &n))
+    if (!read_inputs(tk, args + 2, a, &n)) {
+        if (tk->launch != NULL)   /* GPU arrays: backend "auto" runs them on the GPU, as dispatch does */
+            return device_call(tk, args + 2);
         Py_RETURN_NONE;
+    }
     if (on_auto && (tk->auto_lo < 0 || n < tk->auto_lo || (tk->auto_hi >= 0 && n >= tk->auto_hi)))
         Py_RETURN_NONE;
 
@@ -922,6 +1225,43 @@ static PyObject *ticker_then(Ticker *self, PyObject *other)
     Py_RETURN_NONE;
 }
 
+/* ticker.device(launch, factory, outputs, ordinal, max_n): take calls on CuPy arrays of up to max_n
+ * elements too (see device_call); launch the address of a function of tg_hot_launch_desc_run's type. */
+static PyObject *ticker_device(Ticker *self, PyObject *args)
+{
+    unsigned long long launch;
+    PyObject *factory, *outputs;
+    long long ordinal;
+    Py_ssize_t max_n;
+    if (!PyArg_ParseTuple(args, "KOOLn:device", &launch, &factory, &outputs, &ordinal, &max_n))
+        return NULL;
+    if (launch == 0 || !PyCallable_Check(factory) || !PyCallable_Check(outputs) || max_n < 1) {
+        PyErr_SetString(PyExc_TypeError, "Ticker.device: a launch address, two callables and max_n >= 1");
+        return NULL;
+    }
+    self->dev_max_n = max_n;
+    if (self->result_type == Py_None) {
+        PyErr_SetString(PyExc_TypeError, "Ticker.device: only for an operation whose results are a class");
+        return NULL;
+    }
+    PyObject *plans = PyDict_New();
+    if (plans == NULL)
+        return NULL;
+    Py_XSETREF(self->dev_plans, plans);
+    Py_INCREF(factory);
+    Py_XSETREF(self->dev_factory, factory);
+    Py_INCREF(outputs);
+    Py_XSETREF(self->dev_outputs, outputs);
+    self->ordinal = ordinal;
+    self->launch = (launch_fn)(uintptr_t)launch;
+    Py_RETURN_NONE;
+}
+
+static PyObject *ticker_dev_calls(Ticker *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->dev_calls);
+}
+
 static PyObject *ticker_calls(Ticker *self, void *closure)
 {
     return PyLong_FromUnsignedLongLong(self->calls);
@@ -936,12 +1276,15 @@ static PyObject *ticker_other(Ticker *self, void *closure)
 static PyGetSetDef ticker_getset[] = {
     {"calls", (getter)ticker_calls, NULL, "calls this ticker ran (the others took the Python path)", NULL},
     {"other", (getter)ticker_other, NULL, "the ticker of the same operation at another dtype, or None", NULL},
+    {"device_calls", (getter)ticker_dev_calls, NULL, "calls on GPU arrays this ticker ran", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
 static PyMethodDef ticker_methods[] = {
     {"call", (PyCFunction)(void (*)(void))ticker_call, METH_FASTCALL,
      "call(dtype, backend, *inputs): the outputs as a tuple of NumPy arrays, or None (take the Python path)"},
+    {"device", (PyCFunction)ticker_device, METH_VARARGS,
+     "device(launch, factory, outputs, ordinal, max_n): take calls on CuPy arrays too"},
     {"then", (PyCFunction)ticker_then, METH_O,
      "then(other): calls whose dtype is not this ticker's go to `other` (a Ticker of the same operation)"},
     {NULL, NULL, 0, NULL},
@@ -969,11 +1312,19 @@ static struct PyModuleDef fasttick_module = {
 PyMODINIT_FUNC PyInit__fasttick(void)
 {
     import_array();
-    if (PyType_Ready(&ResultsType) < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&TickerType) < 0)
+    if (PyType_Ready(&ResultsType) < 0 || PyType_Ready(&PlanType) < 0 || PyType_Ready(&TickerType) < 0 ||
+        PyType_Ready(&DevicePlanType) < 0)
         return NULL;
     bool_descr = PyArray_DescrFromType(NPY_BOOL);   /* kept for the module's life */
-    if (bool_descr == NULL)
+    u8_descr = PyArray_DescrFromType(NPY_UINT8);
+    if (bool_descr == NULL || u8_descr == NULL)
         return NULL;
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    INTERN(s_cupy, "cupy") INTERN(s_ndarray, "ndarray") INTERN(s_dtype, "dtype") INTERN(s_ndim, "ndim")
+    INTERN(s_size, "size") INTERN(s_flags, "flags") INTERN(s_c_contiguous, "c_contiguous") INTERN(s_data, "data")
+    INTERN(s_ptr, "ptr") INTERN(s_device_id, "device_id") INTERN(s_cai, "__cuda_array_interface__")
+    INTERN(s_stream, "stream")
+#undef INTERN
     s_plans = PyUnicode_InternFromString("plans");
     s_staging_elements = PyUnicode_InternFromString("staging_elements");
     s_ticks = PyUnicode_InternFromString("ticks");
@@ -992,7 +1343,9 @@ PyMODINIT_FUNC PyInit__fasttick(void)
     Py_INCREF(&ResultsType);
     Py_INCREF(&PlanType);
     Py_INCREF(&TickerType);
-    if (PyModule_AddObject(m, "Results", (PyObject *)&ResultsType) < 0 ||
+    Py_INCREF(&DevicePlanType);
+    if (PyModule_AddObject(m, "DevicePlan", (PyObject *)&DevicePlanType) < 0 ||
+        PyModule_AddObject(m, "Results", (PyObject *)&ResultsType) < 0 ||
         PyModule_AddObject(m, "Plan", (PyObject *)&PlanType) < 0 ||
         PyModule_AddObject(m, "Ticker", (PyObject *)&TickerType) < 0) {
         Py_DECREF(m);

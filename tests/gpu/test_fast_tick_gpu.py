@@ -163,3 +163,48 @@ def test_results_written_into_result_blocks_stay_put_while_held(ctx):
     direct = plan.direct
     tickgpu.greeks(spot=np.full(n, 100.0, np.float32), **base, dtype=np.float32, backend="gpu")
     assert plan.direct == direct + 1
+
+
+def test_calls_on_cupy_arrays_are_taken_in_c_with_the_python_paths_bits(ctx):
+    """Greeks on seven CuPy arrays of one length: taken by the C entry (its device counter), the
+    Python path's bits, the CPU backend's values; on another stream too, and at sizes whose
+    addresses leave the aligned variants; anything else (a single value, mixed lengths) the Python
+    path's."""
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(77)
+    head = ctx.tickers["greeks"]
+    count = lambda: head.device_calls + head.other.device_calls  # noqa: E731
+    stream = cp.cuda.Stream(non_blocking=True)
+    for dtype, n, on_stream, offset in ((np.float64, 1024, False, 0), (np.float32, 1024, False, 0),
+                                        (np.float64, 17, False, 0), (np.float32, 100003, True, 0),
+                                        (np.float64, 4096, True, 1), (np.float32, 1, False, 0)):
+        host = {k: rng.uniform(lo, hi, n + offset).astype(dtype)[offset:] for k, (lo, hi) in
+                dict(spot=(50, 150), strike=(50, 150), t=(0.01, 2), rate=(0, 0.05), vol=(0.05, 0.8),
+                     div=(0, 0.03)).items()}
+        host["call"] = rng.random(n) < 0.5
+        with (stream if on_stream else cp.cuda.Stream.null):
+            x = {k: cp.asarray(np.ascontiguousarray(v)) if offset == 0 else cp.asarray(np.concatenate([np.zeros(1, v.dtype), v]))[1:]
+                 for k, v in host.items()}
+            if offset:
+                x["call"] = cp.asarray(host["call"])
+            before = count()
+            g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+            assert count() == before + 1, (dtype, n)
+            p = python_path(**x, dtype=dtype, backend="gpu")
+            cp.cuda.get_current_stream().synchronize()
+        cpu = tickgpu.greeks(**host, dtype=dtype, backend="cpu")
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        for k in GREEKS:
+            a = getattr(g, k)
+            assert isinstance(a, cp.ndarray) and a.dtype == dtype and a.shape == (n,), k
+            assert cp.asnumpy(a).tobytes() == cp.asnumpy(getattr(p, k)).tobytes(), (n, k)
+            c = getattr(cpu, k).astype(np.float64)
+            scale = np.max(np.abs(c[np.isfinite(c)]), initial=0.0)
+            np.testing.assert_allclose(cp.asnumpy(a).astype(np.float64), c, rtol=tol * 10, atol=tol * 10 * scale,
+                                       err_msg=f"{k} n {n}")
+    x = {k: cp.asarray(rng.uniform(0.5, 1.5, 64) * v) for k, v in
+         dict(spot=100.0, strike=100.0, t=1.0, rate=0.03, vol=0.2, div=0.01).items()}
+    before = count()
+    tickgpu.greeks(**dict(x, rate=0.03), call=cp.asarray(np.ones(64, bool)), backend="gpu")   # a single value
+    tickgpu.greeks(**x, call=True, backend="gpu")                                              # a Python bool
+    assert count() == before

@@ -527,6 +527,14 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
         wait = stream.synchronize
         r = {}
         r["tickgpu_greeks"] = time_calls(lambda: (tickgpu.greeks(**x, dtype=dtype, backend="gpu"), wait()), repeats)
+        from tickgpu.runtime import context
+
+        tickers = context().tickers
+        if tickers is not None:   # the C entry's counter: whether it took the call timed above
+            head = tickers["greeks"]
+            c0 = head.device_calls + head.other.device_calls
+            tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+            r["c_entry_took_the_call"] = head.device_calls + head.other.device_calls == c0 + 1
         kept: list = []
         r["tickgpu_greeks_results_kept"] = time_calls(
             lambda: (kept.append(tickgpu.greeks(**x, dtype=dtype, backend="gpu")), wait()), min(repeats, 2000))

@@ -10,6 +10,11 @@ waits, all in C. Every other call, and every call while a
 resident kernel is open or ``TICKGPU_DISABLE_GPU`` is set, is answered None and runs the Python
 path (staged.host_call), which defines what a call means; the C path gives the same bits.
 
+Greeks on CuPy arrays -- seven arrays of one length, the call's dtype (``call`` bool or uint8),
+C-contiguous, on the context's device -- is taken in C too: the results made as
+`runtime.arrays.empty_outputs` makes them, one launch on the stream the arrays' interface names,
+no wait, the same bits as runtime/direct.py (`device_plan`).
+
 On when the context has the native hot path (a real driver), off with ``TICKGPU_FAST_TICK=0`` or
 where the extension did not build. Tests switch it on over a mock driver with `enable`.
 """
@@ -25,6 +30,7 @@ from tickgpu import dispatch
 from tickgpu._native import ffi, lib
 from tickgpu.runtime.driver import CudaError
 from tickgpu.runtime.graph import plan_layout
+from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH, ArgBuffer
 
 try:
     from tickgpu import _fasttick
@@ -38,12 +44,14 @@ OPS = ("greeks", "implied_vol")
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
-def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None) -> bool:
+def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None, launch: int = 0) -> bool:
     """Give `ctx` tickers: `begin` and `end` the addresses of C functions of the types of
     tg_hot_roundtrip_begin and tg_hot_roundtrip_end (csrc/tickgpu.h), `enter` of one of
     tg_hot_ctx_set_current's (0: none), `raise_error(status, cu_result, op)` raising the error of a
-    failed call (default: the runtime's CudaError through `ctx.driver`). Plans built afterwards get
-    the C side (`plan_state`). False where the extension is missing."""
+    failed call (default: the runtime's CudaError through `ctx.driver`), `launch` of one of
+    tg_hot_launch_desc_run's (0: calls on GPU arrays take the Python path; else greeks on CuPy
+    arrays is taken in C too, `device_plan`). Plans built afterwards get the C side (`plan_state`).
+    False where the extension is missing."""
     if _fasttick is None:
         ctx.tickers = None
         return False
@@ -66,6 +74,9 @@ def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None) -> bool:
                                  fam.flag_index, env, dispatch._DISABLE_KEY if env is not None else b"",
                                  ops.RESIDENT, raise_error, begin, end, enter, ctx.ctx, lo, -1 if hi is None else hi,
                                  *result[fam.name])
+            if launch and fam is ops.GREEKS:
+                t.device(launch, device_plan(ctx, fam, dt), _device_outputs(ctx, fam, dt), ctx.ordinal,
+                         MAX_ELEMENTS_PER_LAUNCH)
             if chain is None:
                 chain = t
             else:
@@ -80,8 +91,9 @@ def install(ctx) -> None:
     the API calls."""
     if getattr(ctx, "tickers", None) is None and os.environ.get("TICKGPU_FAST_TICK", "1") != "0" \
             and getattr(ctx.driver, "has_hot_path", False) is True:
-        enable(ctx, *(int(ffi.cast("uintptr_t", ffi.addressof(lib, name)))
-                      for name in ("tg_hot_roundtrip_begin", "tg_hot_roundtrip_end", "tg_hot_ctx_set_current")))
+        begin, end, enter, launch = (int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (
+            "tg_hot_roundtrip_begin", "tg_hot_roundtrip_end", "tg_hot_ctx_set_current", "tg_hot_launch_desc_run"))
+        enable(ctx, begin, end, enter, launch=launch)
     _publish(getattr(ctx, "tickers", None))
 
 
@@ -155,6 +167,54 @@ def result_blocks(ctx, plan) -> tuple:
         del blocks   # the Results object holds the only references: its test of a block's use
     return hit
 
+
+
+def device_plan(ctx, fam, dtype):
+    """The factory of `fam`'s launches on GPU arrays at `dtype` for the C entry:
+    ``factory(n, stream, aligned)`` gives a `_fasttick.DevicePlan` -- the kernel direct.py would
+    launch for those n elements on `stream` (its 16-byte-aligned variant where `aligned`), every
+    parameter but the addresses packed once in an argument buffer of the plan's own (inputs read
+    with stride 1), a launch description over it, and where in it each input's and output's
+    address goes."""
+    from tickgpu.runtime.staged import DTYPE_CODE   # staged imports this module
+
+    dts, k, k_out = DTYPE_CODE[dtype], len(fam.inputs), len(fam.outputs)
+
+    def factory(n: int, stream: int, aligned: int):
+        lau = ctx.launcher(fam.name, dts, n, bool(aligned))
+        grid = lau.grid(n)
+        ctx.bundle.ensure_scratch(lau.kernel, grid[0])
+        args = ArgBuffer(lau.kernel)
+        args.pack(*fam.contract((), [0] * k, [1] * k, [0] * k_out, n, None))
+        spec = lau.kernel.spec
+        desc = ffi.new("tg_hot_launch_desc *")
+        desc.func = lau.kernel.func
+        desc.grid_x, desc.grid_y, desc.grid_z = grid
+        desc.block_x, desc.block_y, desc.block_z = spec.block
+        desc.shared_bytes = spec.shared
+        desc.stream = stream
+        desc.params = ffi.cast("void **", args.address)
+        desc.ctx = 0   # the C entry makes the context current first
+        at = args.offsets   # contract order: (input, stride) pairs, the outputs, n
+        return _fasttick.DevicePlan(int(ffi.cast("uintptr_t", desc)), int(args.values.ctypes.data),
+                                    [at[2 * i] for i in range(k)], [at[2 * k + j] for j in range(k_out)],
+                                    ctx.bundle.scratch_epoch, (desc, args, lau))
+
+    return factory
+
+
+def _device_outputs(ctx, fam, dtype):
+    """``outputs(x, n, stream)``: (arrays, addresses) of `fam`'s results on the GPU array `x`'s
+    library (arrays.empty_outputs: CuPy's, handed out again once dropped)."""
+    from tickgpu.runtime.arrays import empty_outputs
+
+    out_dtypes = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
+
+    def outputs(x, n: int, stream: int):
+        made = empty_outputs(x, (n,), out_dtypes, ctx.ordinal, stream)
+        return tuple(o for o, _ in made), tuple(p for _, p in made)
+
+    return outputs
 
 
 def _raiser(driver):

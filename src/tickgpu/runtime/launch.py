@@ -63,6 +63,11 @@ class ArgBuffer:
         self._offsets = [p.offset for p in spec.params]
         self._n_contract = spec.n_contract
 
+    @property
+    def offsets(self) -> list[int]:
+        """The byte offset in `values` of each parameter's value, in manifest order."""
+        return list(self._offsets)
+
     def pack(self, *contract_values) -> None:
         """Write every parameter of the family's contract, in contract order.
 

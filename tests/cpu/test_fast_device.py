@@ -1,0 +1,197 @@
+"""The C entry's calls on CuPy arrays (tickgpu._fasttick Ticker.device, runtime/fasttick.py) on the
+mock driver, with the stand-in CuPy of fake_cupy.py.
+
+The launch it calls is the mock's, through a CFFI callback reading the launch description the way
+tg_hot_launch_desc_run does, so the C side runs whole: reading the arrays, the results (handed out
+again once dropped), the plan per size, stream and alignment, the addresses written into the plan's
+parameters, the launch, errors and the lock. Each call is checked against the mock kernel's closed
+form and the Python path's bits, and by the counter that says the C side took it.
+"""
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tickgpu
+import tickgpu.runtime as rt
+from tickgpu._native import ffi
+from tickgpu.finance import greeks as greeks_mod
+from tickgpu.runtime import arrays, fasttick
+from tickgpu.runtime.driver import CudaError
+
+sys.path.insert(0, str(Path(__file__).parent))
+import fake_cupy  # noqa: E402
+from cuda_mock import MockDriver, default_entries, expected_greeks, write_bundle  # noqa: E402
+from test_fast_tick import MockEntry  # noqa: E402
+
+pytestmark = pytest.mark.skipif(fasttick._fasttick is None, reason="tickgpu._fasttick was not built")
+
+NAMES = ("spot", "strike", "t", "rate", "vol", "div", "call")
+GREEKS = ("price", "delta", "gamma", "vega", "theta", "rho", "phi", "vanna", "volga", "charm")
+
+
+class MockLaunch:
+    """tg_hot_launch_desc_run over the mock: the description's fields, its parameters read at the call."""
+
+    def __init__(self, mock):
+        self.mock, self.fail, self.runs, self.streams = mock, None, 0, []
+
+        @ffi.callback("int(tg_hot_launch_desc *, int, int *)")
+        def run(desc, sync, result):
+            self.runs += 1
+            if self.fail is not None:
+                result[0] = self.fail
+                return 1
+            self.streams.append(int(desc.stream))
+            mock.launch(int(desc.func), (desc.grid_x, desc.grid_y, desc.grid_z),
+                        (desc.block_x, desc.block_y, desc.block_z), desc.shared_bytes, int(desc.stream),
+                        int(ffi.cast("uintptr_t", desc.params)))
+            return 0
+
+        self.run = run
+
+    def address(self) -> int:
+        return int(ffi.cast("uintptr_t", self.run))
+
+
+@pytest.fixture
+def dev(tmp_path, monkeypatch):
+    mock = MockDriver()
+    cp = fake_cupy.install(monkeypatch, mock)
+    ctx = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries()), staging_elements=256)
+    entry, launch = MockEntry(mock), MockLaunch(mock)
+    assert fasttick.enable(ctx, *entry.pointers(), entry.raise_error, launch=launch.address())
+    fasttick.install(ctx)
+    ctx.entry, ctx.launch, ctx.cp = entry, launch, cp
+    yield ctx
+    rt.reset()
+
+
+def taken(ctx) -> int:
+    head = ctx.tickers["greeks"]
+    return head.device_calls + head.other.device_calls
+
+
+def host(rng, n, dtype=np.float64):
+    return dict(spot=rng.uniform(50, 150, n).astype(dtype), strike=rng.uniform(50, 150, n).astype(dtype),
+                t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),
+                vol=rng.uniform(0.05, 0.8, n).astype(dtype), div=rng.uniform(0, 0.03, n).astype(dtype),
+                call=rng.random(n) < 0.5)
+
+
+def python_path(**kw):
+    saved = greeks_mod._fast
+    greeks_mod._fast = None
+    try:
+        return tickgpu.greeks(**kw)
+    finally:
+        greeks_mod._fast = saved
+
+
+def check(ctx, g, h, dtype):
+    want = expected_greeks(**{k: np.asarray(v, np.float64) if k != "call" else v for k, v in h.items()})
+    tol = 1e-12 if dtype == np.float64 else 2e-6
+    for k in GREEKS:
+        a = getattr(g, k)
+        assert isinstance(a, ctx.cp.ndarray) and a.dtype == dtype and a.shape == (len(h["spot"]),)
+        np.testing.assert_allclose(a.get(), want[k], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 17, 256, 1000])
+def test_cupy_calls_are_taken_in_c_with_the_python_paths_bits(dev, rng, dtype, n):
+    h = host(rng, n, dtype)
+    x = {k: dev.cp.asarray(v) for k, v in h.items()}
+    before = taken(dev)
+    g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+    assert taken(dev) == before + 1 and type(g) is tickgpu.Greeks
+    check(dev, g, h, dtype)
+    p = python_path(**x, dtype=dtype, backend="gpu")
+    for k in GREEKS:
+        assert getattr(g, k).get().tobytes() == getattr(p, k).get().tobytes(), k
+    assert dev.launch.streams[-1] == 1       # the stream CuPy's interface names
+    g2 = tickgpu.greeks(**x, dtype=dtype, backend="auto")   # auto: GPU arrays run on the GPU
+    assert taken(dev) == before + 2
+    check(dev, g2, h, dtype)
+
+
+def test_plans_per_size_stream_and_alignment_and_results_handed_out_again(dev, rng):
+    h = host(rng, 64)
+    x = {k: dev.cp.asarray(v) for k, v in h.items()}
+    g = tickgpu.greeks(**x, backend="gpu")
+    ids = [id(getattr(g, k)) for k in GREEKS]
+    del g
+    g = tickgpu.greeks(**x, backend="gpu")
+    assert [id(getattr(g, k)) for k in GREEKS] == ids      # arrays.empty_outputs: the dropped set again
+    del g
+    fake_cupy.ndarray.stream = 0x99
+    g = tickgpu.greeks(**x, backend="gpu")
+    assert dev.launch.streams[-1] == 0x99
+    check(dev, g, h, np.float64)
+    # an input at an address 8 bytes off 16: the unaligned variant, in a plan of its own
+    big = dev.cp.asarray(np.concatenate([[0.0], h["strike"]]))
+    g = tickgpu.greeks(**dict(x, strike=big[1:]), backend="gpu")
+    check(dev, g, h, np.float64)
+    assert taken(dev) == 4
+
+
+@pytest.mark.parametrize("case", ["scalar", "length", "dtype", "not contiguous", "2-d", "numpy mixed", "int flags"])
+def test_other_calls_take_the_python_path(dev, rng, case):
+    h = host(rng, 32)
+    x = {k: dev.cp.asarray(v) for k, v in h.items()}
+    if case == "scalar":
+        x["rate"] = 0.02
+    elif case == "length":
+        x["vol"] = dev.cp.asarray(np.full(1, 0.2))
+    elif case == "dtype":
+        x["t"] = dev.cp.asarray(h["t"].astype(np.float32))
+    elif case == "not contiguous":
+        x["spot"].flags = type("F", (), {"c_contiguous": False})()
+    elif case == "2-d":
+        x["spot"].shape = (4, 8)
+    elif case == "numpy mixed":
+        x["div"] = h["div"]
+    elif case == "int flags":
+        x["call"] = dev.cp.asarray(h["call"].astype(np.int8))
+    before = taken(dev)
+    try:
+        tickgpu.greeks(**x, backend="gpu")
+    except (TypeError, ValueError):
+        pass   # the Python path's verdict (a float32 array in a float64 call, ...)
+    assert taken(dev) == before
+
+
+def test_a_failed_launch_raises_and_releases_the_lock(dev, rng):
+    h = host(rng, 16)
+    x = {k: dev.cp.asarray(v) for k, v in h.items()}
+    dev.launch.fail = 700
+    with pytest.raises(CudaError, match="cuLaunchKernel"):
+        tickgpu.greeks(**x, backend="gpu")
+    dev.launch.fail = None
+    assert dev.lock.acquire(blocking=False)
+    dev.lock.release()
+    check(dev, tickgpu.greeks(**x, backend="gpu"), h, np.float64)
+
+
+def test_device_setup_is_checked(dev):
+    t = dev.tickers["greeks"]
+    with pytest.raises(TypeError):
+        t.device(0, lambda *a: None, lambda *a: None, 0, 10)
+    with pytest.raises(TypeError):
+        t.device(1, None, lambda *a: None, 0, 10)
+    with pytest.raises(ValueError):
+        fasttick._fasttick.DevicePlan(0, 1, [0], [0], 0, None)
+    iv = dev.tickers["implied_vol"]
+    with pytest.raises(TypeError, match="results are a class"):
+        iv.device(1, lambda *a: None, lambda *a: None, 0, 10)
+
+
+def test_scratch_moved_rebuilds_the_plan(dev, rng):
+    h = host(rng, 48)
+    x = {k: dev.cp.asarray(v) for k, v in h.items()}
+    tickgpu.greeks(**x, backend="gpu")
+    dev.bundle.scratch_epoch += 1
+    check(dev, tickgpu.greeks(**x, backend="gpu"), h, np.float64)
+    assert taken(dev) == 2
+    assert arrays._RECYCLE
