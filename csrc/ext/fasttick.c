@@ -767,6 +767,40 @@ static PyObject *call_lock(PyObject *method)
     return PyObject_CallNoArgs(method);
 }
 
+/* The context made current on this thread: 0, or -1 with the runtime's CudaError raised. */
+static int enter_ctx(Ticker *tk)
+{
+    int cu = 0, st;
+    if (tk->enter == NULL || (st = tk->enter(tk->cu_ctx, &cu)) == 0)
+        return 0;
+    PyObject *r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuCtxSetCurrent");
+    Py_XDECREF(r);
+    if (!PyErr_Occurred())
+        PyErr_SetString(PyExc_RuntimeError, "cuCtxSetCurrent failed (raise_error raised nothing)");
+    return -1;
+}
+
+/* The context's lock released whatever happened, an exception already set kept: `result` (a new
+ * reference, or NULL with an exception set), or NULL where the release itself failed. */
+static PyObject *unlock_with(Ticker *tk, PyObject *result)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *r = call_lock(tk->release);
+    if (r == NULL) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+        Py_XDECREF(result);
+        return NULL;
+    }
+    Py_DECREF(r);
+    PyErr_Restore(et, ev, tb);
+    if (result == NULL && !PyErr_Occurred())
+        PyErr_SetString(PyExc_SystemError, "Ticker.call failed without an exception");
+    return result;
+}
+
 /* ---- GPU arrays ---------------------------------------------------------------------------------- */
 #if !defined(NPY_ABI_VERSION) || NPY_ABI_VERSION < 0x02000000   /* NumPy 1.x headers */
 #define PyDataType_ELSIZE(d) ((d)->elsize)
@@ -943,11 +977,8 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
                            PyTuple_GET_ITEM(PyTuple_GET_ITEM(outs, 0), j)) != 0)
             goto unlock;
     int cu = 0, st;
-    if (tk->enter != NULL && (st = tk->enter(tk->cu_ctx, &cu)) != 0) {
-        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuCtxSetCurrent");
-        Py_XDECREF(r);
+    if (enter_ctx(tk) != 0)
         goto unlock;
-    }
     for (int i = 0; i < tk->n_inputs; i++)
         memcpy(plan->values + plan->off_in[i], &ptr[i], sizeof ptr[i]);
     for (int j = 0; j < k_out; j++)
@@ -969,23 +1000,7 @@ unlock:
     Py_XDECREF(outs);
     Py_XDECREF(key);
     Py_XDECREF((PyObject *)plan);
-    {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        r = call_lock(tk->release);
-        if (r == NULL) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-            Py_XDECREF(result);
-            return NULL;
-        }
-        Py_DECREF(r);
-        PyErr_Restore(et, ev, tb);
-    }
-    if (result == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_SystemError, "Ticker.call failed without an exception");
-    return result;
+    return unlock_with(tk, result);
 }
 
 /* ticker.call(dtype, backend, *inputs): a tuple of NumPy arrays (the op's outputs in order), or None
@@ -1045,11 +1060,8 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
         goto unlock;
     }
     int cu = 0, st;
-    if (tk->enter != NULL && (st = tk->enter(tk->cu_ctx, &cu)) != 0) {
-        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuCtxSetCurrent");
-        Py_XDECREF(r);
+    if (enter_ctx(tk) != 0)
         goto unlock;
-    }
     PyObject *ex = PyObject_GetAttr(p->graph, s_exec);
     unsigned long long graph_exec = ex ? PyLong_AsUnsignedLongLong(ex) : 0;
     Py_XDECREF(ex);
@@ -1193,24 +1205,7 @@ unlock:
         Py_XDECREF(blocks[b]);
     Py_XDECREF((PyObject *)p);
     Py_XDECREF(owner);
-    {
-        /* The lock is released whatever happened; an exception already set is kept. */
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        r = call_lock(tk->release);
-        if (r == NULL) {
-            Py_XDECREF(et);
-            Py_XDECREF(ev);
-            Py_XDECREF(tb);
-            Py_XDECREF(result);
-            return NULL;
-        }
-        Py_DECREF(r);
-        PyErr_Restore(et, ev, tb);
-    }
-    if (result == NULL && !PyErr_Occurred())
-        PyErr_SetString(PyExc_SystemError, "Ticker.call failed without an exception");
-    return result;
+    return unlock_with(tk, result);
 }
 
 static PyObject *ticker_then(Ticker *self, PyObject *other)

@@ -16,14 +16,13 @@ import pytest
 import tickgpu
 import tickgpu.runtime as rt
 from tickgpu._native import ffi
-from tickgpu.finance import greeks as greeks_mod
 from tickgpu.runtime import arrays, fasttick
 from tickgpu.runtime.driver import CudaError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_cupy  # noqa: E402
 from cuda_mock import MockDriver, default_entries, expected_greeks, write_bundle  # noqa: E402
-from test_fast_tick import MockEntry  # noqa: E402
+from test_fast_tick import MockEntry, python_path  # noqa: E402
 
 pytestmark = pytest.mark.skipif(fasttick._fasttick is None, reason="tickgpu._fasttick was not built")
 
@@ -78,15 +77,6 @@ def host(rng, n, dtype=np.float64):
                 t=rng.uniform(0.01, 2, n).astype(dtype), rate=rng.uniform(0, 0.05, n).astype(dtype),
                 vol=rng.uniform(0.05, 0.8, n).astype(dtype), div=rng.uniform(0, 0.03, n).astype(dtype),
                 call=rng.random(n) < 0.5)
-
-
-def python_path(**kw):
-    saved = greeks_mod._fast
-    greeks_mod._fast = None
-    try:
-        return tickgpu.greeks(**kw)
-    finally:
-        greeks_mod._fast = saved
 
 
 def check(ctx, g, h, dtype):
