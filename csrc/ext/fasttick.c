@@ -876,8 +876,6 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
     for (int i = 0; i < tk->n_inputs; i++)
         if (Py_TYPE(x[i]) != (PyTypeObject *)tk->dev_type)
             Py_RETURN_NONE;
-    if (tk->result_type == Py_None)
-        Py_RETURN_NONE;
     unsigned long long ptr[MAX_INPUTS], low = 0, stream = 0;
     Py_ssize_t n = -1;
     for (int i = 0; i < tk->n_inputs; i++) {

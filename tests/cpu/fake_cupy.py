@@ -49,8 +49,9 @@ class ndarray:  # noqa: N801 - CuPy's name
 
     @property
     def __cuda_array_interface__(self):
+        strides = None if self.flags.c_contiguous else (2 * self.dtype.itemsize,)   # as a [::2] view's
         return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.data.ptr, False), "version": 3,
-                "strides": None, "stream": ndarray.stream}
+                "strides": strides, "stream": ndarray.stream}
 
     def __dlpack_device__(self):
         return (2, 0)

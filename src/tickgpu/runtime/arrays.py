@@ -334,8 +334,9 @@ def _cupy_outputs(cupy, shape, dtypes, device_id, stream) -> list:
 
 def _cupy_outputs_locked(cupy, shape, dtypes, device_id, stream) -> list:
     k, n = len(dtypes), math.prod(shape)
+    small = len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK
     key = None
-    if stream is not None and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK:
+    if stream is not None and small:
         key = (device_id, stream, n, tuple(dtypes))
         sets = _RECYCLE.get(key)
         if sets is not None:
@@ -343,7 +344,7 @@ def _cupy_outputs_locked(cupy, shape, dtypes, device_id, stream) -> list:
                 if rs.free():
                     return list(zip(rs.outs, rs.ptrs))
     with cupy.cuda.Device(device_id):
-        if k > 1 and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK and len(set(dtypes)) == 1:
+        if k > 1 and small and len(set(dtypes)) == 1:
             # Rows of one block, as the host path's small results: one allocation, not k.
             block = cupy.empty(k * n, dtype=dtypes[0])
             outs, roots = tuple(cupy.split(block, k)), (block,)

@@ -52,7 +52,7 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
                 views[name] = v
                 named = named or v.stream is not None
         first = next(iter(views.values()))
-        out_dtypes = _out_dtypes(fam, dtype)
+        out_dtypes = out_dtypes_of(fam, dtype)
         made, owned, launch_stream = outputs_and_stream(ctx, fam, views, shape, out_dtypes)
         out_arrays = [o for o, _ in made]
         out_ptrs = [p for _, p in made]
@@ -116,7 +116,7 @@ def _device_call(ctx, fam, dtype, shape, inputs, grid, extra) -> tuple[object, l
 _OUT_DTYPES: dict = {}
 
 
-def _out_dtypes(fam, dtype) -> list:
+def out_dtypes_of(fam, dtype) -> list:
     """The dtype of each of `fam`'s outputs at `dtype` (remembered)."""
     key = (fam.name, dtype)
     hit = _OUT_DTYPES.get(key)

@@ -30,7 +30,7 @@ from tickgpu import dispatch
 from tickgpu._native import ffi, lib
 from tickgpu.runtime.driver import CudaError
 from tickgpu.runtime.graph import plan_layout
-from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH, ArgBuffer
+from tickgpu.runtime.launch import MAX_ELEMENTS_PER_LAUNCH, ArgBuffer, launch_desc
 
 try:
     from tickgpu import _fasttick
@@ -186,15 +186,7 @@ def device_plan(ctx, fam, dtype):
         ctx.bundle.ensure_scratch(lau.kernel, grid[0])
         args = ArgBuffer(lau.kernel)
         args.pack(*fam.contract((), [0] * k, [1] * k, [0] * k_out, n, None))
-        spec = lau.kernel.spec
-        desc = ffi.new("tg_hot_launch_desc *")
-        desc.func = lau.kernel.func
-        desc.grid_x, desc.grid_y, desc.grid_z = grid
-        desc.block_x, desc.block_y, desc.block_z = spec.block
-        desc.shared_bytes = spec.shared
-        desc.stream = stream
-        desc.params = ffi.cast("void **", args.address)
-        desc.ctx = 0   # the C entry makes the context current first
+        desc = launch_desc(ffi, lau.kernel, grid, stream, args.address)   # the C entry enters the context
         at = args.offsets   # contract order: (input, stride) pairs, the outputs, n
         return _fasttick.DevicePlan(int(ffi.cast("uintptr_t", desc)), int(args.values.ctypes.data),
                                     [at[2 * i] for i in range(k)], [at[2 * k + j] for j in range(k_out)],
@@ -207,8 +199,9 @@ def _device_outputs(ctx, fam, dtype):
     """``outputs(x, n, stream)``: (arrays, addresses) of `fam`'s results on the GPU array `x`'s
     library (arrays.empty_outputs: CuPy's, handed out again once dropped)."""
     from tickgpu.runtime.arrays import empty_outputs
+    from tickgpu.runtime.direct import out_dtypes_of
 
-    out_dtypes = [fam.out_dtype(role, dtype) for _, role in fam.outputs]
+    out_dtypes = out_dtypes_of(fam, dtype)
 
     def outputs(x, n: int, stream: int):
         made = empty_outputs(x, (n,), out_dtypes, ctx.ordinal, stream)

@@ -147,6 +147,22 @@ class Launcher:
         return BoundLaunch(self, self.grid(n) if grid is None else grid, stream, context)
 
 
+def launch_desc(ffi, kernel: LoadedKernel, grid, stream: int, params: int, context: int = 0):
+    """A ``tg_hot_launch_desc`` (csrc/tickgpu.h) of `kernel` on `grid` and `stream`, reading its
+    parameters at each run from the ``void *[]`` at address `params`; `context` (0: none) made
+    current first. The caller keeps the parameters alive as long as the description."""
+    spec = kernel.spec
+    desc = ffi.new("tg_hot_launch_desc *")
+    desc.func = kernel.func
+    desc.grid_x, desc.grid_y, desc.grid_z = grid
+    desc.block_x, desc.block_y, desc.block_z = spec.block
+    desc.shared_bytes = spec.shared
+    desc.stream = stream
+    desc.params = ffi.cast("void **", params)
+    desc.ctx = context
+    return desc
+
+
 class BoundLaunch:
     """One kernel's launch with its function, grid, block, shared memory and stream fixed.
 
@@ -175,16 +191,8 @@ class BoundLaunch:
         self._run = self._desc = None
         hot = getattr(d, "_hot", None)
         if hot is not None:
-            ffi = d._ffi
-            desc = self._desc = ffi.new("tg_hot_launch_desc *")
-            desc.func = launcher.kernel.func
-            desc.grid_x, desc.grid_y, desc.grid_z = grid
-            desc.block_x, desc.block_y, desc.block_z = spec.block
-            desc.shared_bytes = spec.shared
-            desc.stream = self.stream
             # The buffer lives as long as the launcher, which this object holds.
-            desc.params = ffi.cast("void **", launcher.args.address)
-            desc.ctx = self.context
+            self._desc = launch_desc(d._ffi, launcher.kernel, grid, self.stream, launcher.args.address, self.context)
             self._run = hot.tg_hot_launch_desc_run
 
     def __call__(self, sync: bool = False) -> None:
