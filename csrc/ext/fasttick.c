@@ -31,13 +31,14 @@
  * setup (the native core's tg_hot_roundtrip_begin / _end and tg_hot_ctx_set_current, or a test's
  * stand-ins), so this module links against nothing but Python and NumPy.
  *
- * GPU arrays. Greeks on CuPy arrays (Ticker.device) is taken here too: each array's address,
- * length, dtype, contiguity and device read from its own attributes, the stream from the first
- * one's interface, the results from a Python function (arrays.empty_outputs: CuPy arrays, a
- * dropped set handed out again), and one launch -- of a plan per size, stream and alignment whose
- * other parameters were packed once -- with no wait, as runtime/direct.py does it. The launch is a
- * function pointer too (tg_hot_launch_desc_run). Anything but seven such arrays of one length
- * answers None.
+ * GPU arrays. Calls on CuPy arrays or PyTorch CUDA tensors (Ticker.device) are taken here too:
+ * each array's address, length, dtype, contiguity and device read from its own attributes, the
+ * stream from the first CuPy array's interface or PyTorch's current stream, the results from a
+ * Python function (arrays.empty_outputs: arrays of the inputs' library, CuPy's a dropped set
+ * handed out again), and one launch -- of a plan per size, stream and alignment whose other
+ * parameters were packed once -- with no wait, as runtime/direct.py does it. The launch is a
+ * function pointer too (tg_hot_launch_desc_run). Anything but seven such arrays of one kind and
+ * one length answers None.
  */
 #define PY_SSIZE_T_CLEAN
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
@@ -487,14 +488,17 @@ typedef struct {
     int n_inputs, flag;       /* flag: the input index of the call/put flags (-1: none) */
     Py_ssize_t auto_lo, auto_hi;   /* backend="auto" runs here for auto_lo <= n < auto_hi (-1: none) */
     unsigned long long calls;
-    /* GPU arrays (CuPy's), where `device` set them up: */
+    /* GPU arrays (CuPy's, PyTorch's), where `device` set them up: */
     launch_fn launch;         /* NULL: such calls take the Python path */
     PyObject *dev_plans;      /* {(n, stream, aligned): DevicePlan} */
     PyObject *dev_factory;    /* factory(n, stream, aligned) -> DevicePlan or None */
     PyObject *dev_outputs;    /* outputs(x, n, stream) -> (arrays, addresses) */
     PyObject *dev_type;       /* cupy.ndarray, found on the first such call */
+    PyObject *torch_spec;     /* torch_spec(dtype) -> TORCH_* tuple or None, asked once torch is imported */
+    PyObject *torch;          /* its answer (NULL: not asked yet) */
     long long ordinal;        /* the context's device */
     Py_ssize_t dev_max_n;     /* the most elements one launch takes */
+    int dev_k_out;            /* the operation's outputs */
     unsigned long long dev_calls;
 } Ticker;
 
@@ -503,6 +507,7 @@ static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array hold
 static PyArray_Descr *u8_descr;     /* np.dtype(uint8): flags may be bytes too on the GPU path */
 static PyObject *s_cupy, *s_ndarray, *s_dtype, *s_ndim, *s_size, *s_flags, *s_c_contiguous, *s_data, *s_ptr,
     *s_device_id, *s_cai, *s_stream;
+static PyObject *s_torch, *s_requires_grad, *s_get_device, *s_is_contiguous, *s_data_ptr;
 static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
 static PyObject *empty_tuple;
@@ -511,7 +516,8 @@ static PyObject *empty_tuple;
     X(self->ctx) X(self->bundle) X(self->acquire) X(self->release) X(self->op) X(self->dtype_char)   \
     X(self->dtype_type) X(self->dtype_descr) X(self->want) X(self->env) X(self->disable_key)         \
     X(self->resident) X(self->raise_error) X(self->other) X(self->result_type) X(self->result_names)   \
-    X(self->dev_plans) X(self->dev_factory) X(self->dev_outputs) X(self->dev_type)
+    X(self->dev_plans) X(self->dev_factory) X(self->dev_outputs) X(self->dev_type) X(self->torch_spec)    \
+    X(self->torch)
 
 static int ticker_traverse(Ticker *self, visitproc visit, void *arg)
 {
@@ -824,6 +830,117 @@ static int attr_ull(PyObject *o, PyObject *name, unsigned long long *out)
     return 1;
 }
 
+/* o.name() as an integer: 1, or 0 where the call fails or gives none (no exception left set). */
+static int call_ll(PyObject *o, PyObject *name, long long *out)
+{
+    PyObject *v = PyObject_CallMethodNoArgs(o, name);
+    int ok = v != NULL && PyLong_Check(v);
+    if (ok) {
+        *out = PyLong_AsLongLong(v);
+        ok = !PyErr_Occurred();
+    }
+    Py_XDECREF(v);
+    PyErr_Clear();
+    return ok;
+}
+
+/* What torch_spec tells of PyTorch at the ticker's dtype: torch.Tensor, the dtype, the two flag
+ * dtypes (torch.bool, torch.uint8), torch._C._cuda_getCurrentRawStream. */
+enum { TORCH_TENSOR, TORCH_WANT, TORCH_BOOL, TORCH_U8, TORCH_STREAM, TORCH_SPEC_SIZE };
+
+/* A PyTorch tensor as the launch reads it: what read_device_array asks of a CuPy array, from the
+ * tensor's own attributes (its interface is Python code building a dict), and no gradient wanted
+ * (the Python path refuses such a tensor, naming it). 1 and its address and length, or 0. */
+static int read_torch_tensor(const Ticker *tk, PyObject *x, int flag, unsigned long long *ptr, Py_ssize_t *len)
+{
+    PyObject *spec = tk->torch;
+    PyObject *dt = PyObject_GetAttr(x, s_dtype);
+    const int ok_dtype = dt != NULL && (flag ? (dt == PyTuple_GET_ITEM(spec, TORCH_BOOL) ||
+                                                dt == PyTuple_GET_ITEM(spec, TORCH_U8))
+                                             : dt == PyTuple_GET_ITEM(spec, TORCH_WANT));
+    Py_XDECREF(dt);
+    const long long itemsize = flag ? 1 : (long long)PyDataType_ELSIZE(tk->want);
+    unsigned long long ndim;
+    long long dev, p;
+    if (!ok_dtype || !attr_ull(x, s_ndim, &ndim) || ndim != 1)
+        goto no;
+    PyObject *grad = PyObject_GetAttr(x, s_requires_grad);
+    const int no_grad = grad == Py_False;
+    Py_XDECREF(grad);
+    if (!no_grad || !call_ll(x, s_get_device, &dev) || dev != tk->ordinal)
+        goto no;
+    PyObject *cc = PyObject_CallMethodNoArgs(x, s_is_contiguous);
+    const int contiguous = cc == Py_True;
+    Py_XDECREF(cc);
+    if (!contiguous || !call_ll(x, s_data_ptr, &p) || p <= 0 || p % itemsize)
+        goto no;
+    const Py_ssize_t size = PyObject_Size(x);
+    if (size < 0)
+        goto no;
+    *ptr = (unsigned long long)p;
+    *len = size;
+    return 1;
+no:
+    PyErr_Clear();
+    return 0;
+}
+
+/* The kind of GPU array `x` is, if one the C entry reads: 1 CuPy's, 2 PyTorch's, 0 neither.
+ * CuPy's type and what torch_spec says are found on the first call that needs them. Never raises. */
+static int device_kind(Ticker *tk, PyObject *x)
+{
+    if (tk->dev_type == NULL) {
+        PyObject *mod = PyImport_GetModule(s_cupy);
+        PyObject *t = mod ? PyObject_GetAttr(mod, s_ndarray) : NULL;
+        Py_XDECREF(mod);
+        if (t != NULL && PyType_Check(t))
+            tk->dev_type = t;
+        else
+            Py_XDECREF(t);
+        PyErr_Clear();
+    }
+    if (tk->dev_type != NULL && Py_TYPE(x) == (PyTypeObject *)tk->dev_type)
+        return 1;
+    if (tk->torch == NULL && tk->torch_spec != NULL) {
+        PyObject *mod = PyImport_GetModule(s_torch);   /* asked only once torch is imported */
+        if (mod != NULL) {
+            Py_DECREF(mod);
+            PyObject *spec = PyObject_CallOneArg(tk->torch_spec, (PyObject *)tk->want);
+            if (spec != NULL && (spec == Py_None || (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == TORCH_SPEC_SIZE &&
+                                                     PyType_Check(PyTuple_GET_ITEM(spec, TORCH_TENSOR)))))
+                tk->torch = spec;
+            else
+                Py_XDECREF(spec);   /* a failing spec is asked again next time */
+        }
+        PyErr_Clear();
+    }
+    if (tk->torch != NULL && tk->torch != Py_None &&
+        Py_TYPE(x) == (PyTypeObject *)PyTuple_GET_ITEM(tk->torch, TORCH_TENSOR))
+        return 2;
+    return 0;
+}
+
+/* The stream a call on arrays of `kind` runs on: CuPy's interface names it (version 3: its current
+ * stream), PyTorch's current stream on the context's device. 1, or 0: the Python path decides. */
+static int device_stream(Ticker *tk, int kind, PyObject *x, unsigned long long *stream)
+{
+    PyObject *owned = NULL, *st;
+    if (kind == 1) {
+        owned = PyObject_GetAttr(x, s_cai);
+        st = owned && PyDict_Check(owned) ? PyDict_GetItemWithError(owned, s_stream) : NULL;
+    } else {
+        st = owned = PyObject_CallFunction(PyTuple_GET_ITEM(tk->torch, TORCH_STREAM), "L", tk->ordinal);
+    }
+    int ok = st != NULL && PyLong_Check(st);
+    if (ok) {
+        *stream = PyLong_AsUnsignedLongLong(st);
+        ok = !PyErr_Occurred();
+    }
+    Py_XDECREF(owned);
+    PyErr_Clear();
+    return ok;
+}
+
 /* A CuPy array as the launch reads it: 1-D, C-contiguous, the call's dtype (a flag: bool or uint8),
  * on the context's device, a nonzero address aligned to its elements. 1 and its address and length,
  * or 0: anything else (the Python path checks it and says what is wrong). Never raises. */
@@ -856,53 +973,34 @@ no:
     return 0;
 }
 
-/* The call on CuPy arrays: every input one of the same length (anything else answers None), the
- * results made by `dev_outputs` (CuPy arrays, handed out again once dropped: arrays.empty_outputs),
- * the launch prepared once per (n, stream, alignment) by `dev_factory` and run on the stream the
- * first input's interface names, with no wait -- what runtime/direct.py does, in C. */
+/* The call on CuPy arrays or PyTorch tensors: every input one of the same kind and length
+ * (anything else answers None), the results made by `dev_outputs` (the inputs' library's arrays,
+ * CuPy's handed out again once dropped: arrays.empty_outputs), the launch prepared once per (n,
+ * stream, alignment) by `dev_factory` and run on the stream `device_stream` names, with no wait --
+ * what runtime/direct.py does, in C. The results as the host path gives them: a `result_type`
+ * made in C, or the tuple of arrays. */
 static PyObject *device_call(Ticker *tk, PyObject *const *x)
 {
-    if (tk->dev_type == NULL) {
-        PyObject *mod = PyImport_GetModule(s_cupy);
-        PyObject *t = mod ? PyObject_GetAttr(mod, s_ndarray) : NULL;
-        Py_XDECREF(mod);
-        if (t == NULL || !PyType_Check(t)) {
-            Py_XDECREF(t);
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-        tk->dev_type = t;
-    }
-    for (int i = 0; i < tk->n_inputs; i++)
-        if (Py_TYPE(x[i]) != (PyTypeObject *)tk->dev_type)
+    const int kind = device_kind(tk, x[0]);
+    if (kind == 0)
+        Py_RETURN_NONE;
+    for (int i = 1; i < tk->n_inputs; i++)
+        if (Py_TYPE(x[i]) != Py_TYPE(x[0]))
             Py_RETURN_NONE;
     unsigned long long ptr[MAX_INPUTS], low = 0, stream = 0;
     Py_ssize_t n = -1;
     for (int i = 0; i < tk->n_inputs; i++) {
         Py_ssize_t len;
-        if (!read_device_array(tk, x[i], i == tk->flag, &ptr[i], &len) || (n >= 0 && len != n))
+        const int ok = kind == 1 ? read_device_array(tk, x[i], i == tk->flag, &ptr[i], &len)
+                                 : read_torch_tensor(tk, x[i], i == tk->flag, &ptr[i], &len);
+        if (!ok || (n >= 0 && len != n))
             Py_RETURN_NONE;
         n = len;
         low |= ptr[i];
     }
-    if (n < 1 || n > tk->dev_max_n)
+    if (n < 1 || n > tk->dev_max_n || !device_stream(tk, kind, x[0], &stream))
         Py_RETURN_NONE;
-    {
-        /* The stream CuPy's interface names (version 3: its current stream); none: the Python path. */
-        PyObject *cai = PyObject_GetAttr(x[0], s_cai);
-        PyObject *st = cai && PyDict_Check(cai) ? PyDict_GetItemWithError(cai, s_stream) : NULL;
-        int ok = st != NULL && PyLong_Check(st);
-        if (ok) {
-            stream = PyLong_AsUnsignedLongLong(st);
-            ok = !PyErr_Occurred();
-        }
-        Py_XDECREF(cai);
-        if (!ok) {
-            PyErr_Clear();
-            Py_RETURN_NONE;
-        }
-    }
-    const int k_out = (int)PyTuple_GET_SIZE(tk->result_names);
+    const int k_out = tk->result_type == Py_None ? tk->dev_k_out : (int)PyTuple_GET_SIZE(tk->result_names);
     PyObject *r = call_lock(tk->acquire);
     if (r == NULL)
         return NULL;
@@ -962,18 +1060,23 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
         if (PyDict_SetItem(tk->dev_plans, key, made_plan) != 0)
             goto unlock;
     }
-    PyTypeObject *rt = (PyTypeObject *)tk->result_type;
-    made = rt->tp_new(rt, empty_tuple, NULL);
-    made_dict = made ? PyObject_GenericGetDict(made, NULL) : NULL;
-    if (made_dict == NULL || !PyDict_CheckExact(made_dict)) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "Ticker.call: the result type's instances have no __dict__");
-        goto unlock;
-    }
-    for (int j = 0; j < k_out; j++)
-        if (PyDict_SetItem(made_dict, PyTuple_GET_ITEM(tk->result_names, j),
-                           PyTuple_GET_ITEM(PyTuple_GET_ITEM(outs, 0), j)) != 0)
+    if (tk->result_type == Py_None) {
+        made = PyTuple_GET_ITEM(outs, 0);
+        Py_INCREF(made);
+    } else {
+        PyTypeObject *rt = (PyTypeObject *)tk->result_type;
+        made = rt->tp_new(rt, empty_tuple, NULL);
+        made_dict = made ? PyObject_GenericGetDict(made, NULL) : NULL;
+        if (made_dict == NULL || !PyDict_CheckExact(made_dict)) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_TypeError, "Ticker.call: the result type's instances have no __dict__");
             goto unlock;
+        }
+        for (int j = 0; j < k_out; j++)
+            if (PyDict_SetItem(made_dict, PyTuple_GET_ITEM(tk->result_names, j),
+                               PyTuple_GET_ITEM(PyTuple_GET_ITEM(outs, 0), j)) != 0)
+                goto unlock;
+    }
     int cu = 0, st;
     if (enter_ctx(tk) != 0)
         goto unlock;
@@ -1218,24 +1321,37 @@ static PyObject *ticker_then(Ticker *self, PyObject *other)
     Py_RETURN_NONE;
 }
 
-/* ticker.device(launch, factory, outputs, ordinal, max_n): take calls on CuPy arrays of up to max_n
- * elements too (see device_call); launch the address of a function of tg_hot_launch_desc_run's type. */
+/* ticker.device(launch, factory, outputs, ordinal, max_n, k_out[, torch_spec]): take calls on CuPy
+ * arrays (and PyTorch tensors, where torch_spec is given) of up to max_n elements too (see
+ * device_call); launch the address of a function of tg_hot_launch_desc_run's type, k_out the
+ * number of outputs. */
 static PyObject *ticker_device(Ticker *self, PyObject *args)
 {
     unsigned long long launch;
-    PyObject *factory, *outputs;
+    PyObject *factory, *outputs, *torch_spec = Py_None;
     long long ordinal;
     Py_ssize_t max_n;
-    if (!PyArg_ParseTuple(args, "KOOLn:device", &launch, &factory, &outputs, &ordinal, &max_n))
+    int k_out;
+    if (!PyArg_ParseTuple(args, "KOOLni|O:device", &launch, &factory, &outputs, &ordinal, &max_n, &k_out,
+                          &torch_spec))
         return NULL;
-    if (launch == 0 || !PyCallable_Check(factory) || !PyCallable_Check(outputs) || max_n < 1) {
-        PyErr_SetString(PyExc_TypeError, "Ticker.device: a launch address, two callables and max_n >= 1");
+    if (launch == 0 || !PyCallable_Check(factory) || !PyCallable_Check(outputs) || max_n < 1 ||
+        (torch_spec != Py_None && !PyCallable_Check(torch_spec))) {
+        PyErr_SetString(PyExc_TypeError, "Ticker.device: a launch address, two or three callables and max_n >= 1");
+        return NULL;
+    }
+    if (k_out < 1 || k_out > MAX_OUTPUTS ||
+        (self->result_type != Py_None && k_out != (int)PyTuple_GET_SIZE(self->result_names))) {
+        PyErr_SetString(PyExc_ValueError, "Ticker.device: k_out must be the operation's number of outputs");
         return NULL;
     }
     self->dev_max_n = max_n;
-    if (self->result_type == Py_None) {
-        PyErr_SetString(PyExc_TypeError, "Ticker.device: only for an operation whose results are a class");
-        return NULL;
+    self->dev_k_out = k_out;
+    Py_CLEAR(self->torch);
+    Py_CLEAR(self->torch_spec);
+    if (torch_spec != Py_None) {
+        Py_INCREF(torch_spec);
+        self->torch_spec = torch_spec;
     }
     PyObject *plans = PyDict_New();
     if (plans == NULL)
@@ -1277,7 +1393,8 @@ static PyMethodDef ticker_methods[] = {
     {"call", (PyCFunction)(void (*)(void))ticker_call, METH_FASTCALL,
      "call(dtype, backend, *inputs): the outputs as a tuple of NumPy arrays, or None (take the Python path)"},
     {"device", (PyCFunction)ticker_device, METH_VARARGS,
-     "device(launch, factory, outputs, ordinal, max_n): take calls on CuPy arrays too"},
+     "device(launch, factory, outputs, ordinal, max_n, k_out[, torch_spec]): take calls on CuPy arrays "
+     "(and PyTorch tensors) too"},
     {"then", (PyCFunction)ticker_then, METH_O,
      "then(other): calls whose dtype is not this ticker's go to `other` (a Ticker of the same operation)"},
     {NULL, NULL, 0, NULL},
@@ -1316,7 +1433,8 @@ PyMODINIT_FUNC PyInit__fasttick(void)
     INTERN(s_cupy, "cupy") INTERN(s_ndarray, "ndarray") INTERN(s_dtype, "dtype") INTERN(s_ndim, "ndim")
     INTERN(s_size, "size") INTERN(s_flags, "flags") INTERN(s_c_contiguous, "c_contiguous") INTERN(s_data, "data")
     INTERN(s_ptr, "ptr") INTERN(s_device_id, "device_id") INTERN(s_cai, "__cuda_array_interface__")
-    INTERN(s_stream, "stream")
+    INTERN(s_stream, "stream") INTERN(s_torch, "torch") INTERN(s_requires_grad, "requires_grad")
+    INTERN(s_get_device, "get_device") INTERN(s_is_contiguous, "is_contiguous") INTERN(s_data_ptr, "data_ptr")
 #undef INTERN
     s_plans = PyUnicode_InternFromString("plans");
     s_staging_elements = PyUnicode_InternFromString("staging_elements");

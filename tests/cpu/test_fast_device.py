@@ -1,5 +1,5 @@
-"""The C entry's calls on CuPy arrays (tickgpu._fasttick Ticker.device, runtime/fasttick.py) on the
-mock driver, with the stand-in CuPy of fake_cupy.py.
+"""The C entry's calls on CuPy arrays and PyTorch tensors (tickgpu._fasttick Ticker.device,
+runtime/fasttick.py) on the mock driver, with the stand-ins of fake_cupy.py and fake_torch.py.
 
 The launch it calls is the mock's, through a CFFI callback reading the launch description the way
 tg_hot_launch_desc_run does, so the C side runs whole: reading the arrays, the results (handed out
@@ -21,8 +21,11 @@ from tickgpu.runtime.driver import CudaError
 
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_cupy  # noqa: E402
+import fake_torch  # noqa: E402
 from cuda_mock import MockDriver, default_entries, expected_greeks, write_bundle  # noqa: E402
 from test_fast_tick import MockEntry, python_path  # noqa: E402
+
+from tickgpu.finance import iv as iv_mod  # noqa: E402
 
 pytestmark = pytest.mark.skipif(fasttick._fasttick is None, reason="tickgpu._fasttick was not built")
 
@@ -58,17 +61,18 @@ class MockLaunch:
 def dev(tmp_path, monkeypatch):
     mock = MockDriver()
     cp = fake_cupy.install(monkeypatch, mock)
+    th = fake_torch.install(monkeypatch, mock)
     ctx = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries()), staging_elements=256)
     entry, launch = MockEntry(mock), MockLaunch(mock)
     assert fasttick.enable(ctx, *entry.pointers(), entry.raise_error, launch=launch.address())
     fasttick.install(ctx)
-    ctx.entry, ctx.launch, ctx.cp = entry, launch, cp
+    ctx.entry, ctx.launch, ctx.cp, ctx.th = entry, launch, cp, th
     yield ctx
     rt.reset()
 
 
-def taken(ctx) -> int:
-    head = ctx.tickers["greeks"]
+def taken(ctx, op: str = "greeks") -> int:
+    head = ctx.tickers[op]
     return head.device_calls + head.other.device_calls
 
 
@@ -79,12 +83,15 @@ def host(rng, n, dtype=np.float64):
                 call=rng.random(n) < 0.5)
 
 
-def check(ctx, g, h, dtype):
+def check(ctx, g, h, dtype, kind="cupy"):
     want = expected_greeks(**{k: np.asarray(v, np.float64) if k != "call" else v for k, v in h.items()})
     tol = 1e-12 if dtype == np.float64 else 2e-6
     for k in GREEKS:
         a = getattr(g, k)
-        assert isinstance(a, ctx.cp.ndarray) and a.dtype == dtype and a.shape == (len(h["spot"]),)
+        if kind == "cupy":
+            assert isinstance(a, ctx.cp.ndarray) and a.dtype == dtype and a.shape == (len(h["spot"]),)
+        else:
+            assert type(a) is ctx.th.Tensor and a.dtype.np == dtype and a.shape == (len(h["spot"]),)
         np.testing.assert_allclose(a.get(), want[k], rtol=tol, atol=tol)
 
 
@@ -169,14 +176,121 @@ def test_a_failed_launch_raises_and_releases_the_lock(dev, rng):
 def test_device_setup_is_checked(dev):
     t = dev.tickers["greeks"]
     with pytest.raises(TypeError):
-        t.device(0, lambda *a: None, lambda *a: None, 0, 10)
+        t.device(0, lambda *a: None, lambda *a: None, 0, 10, 10)
     with pytest.raises(TypeError):
-        t.device(1, None, lambda *a: None, 0, 10)
+        t.device(1, None, lambda *a: None, 0, 10, 10)
+    with pytest.raises(TypeError):
+        t.device(1, lambda *a: None, lambda *a: None, 0, 10, 10, 5)   # torch_spec not callable
+    with pytest.raises(ValueError, match="k_out"):
+        t.device(1, lambda *a: None, lambda *a: None, 0, 10, 2)      # greeks has ten outputs
     with pytest.raises(ValueError):
         fasttick._fasttick.DevicePlan(0, 1, [0], [0], 0, None)
-    iv = dev.tickers["implied_vol"]
-    with pytest.raises(TypeError, match="results are a class"):
-        iv.device(1, lambda *a: None, lambda *a: None, 0, 10)
+    with pytest.raises(ValueError, match="k_out"):
+        dev.tickers["implied_vol"].device(1, lambda *a: None, lambda *a: None, 0, 10, 0)
+
+
+def torch_inputs(dev, h, dtype):
+    return {k: dev.th.asarray(v) for k, v in h.items()}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 17, 1000])
+def test_torch_calls_are_taken_in_c_with_the_python_paths_bits(dev, rng, dtype, n):
+    h = host(rng, n, dtype)
+    x = torch_inputs(dev, h, dtype)
+    fake_torch.Tensor.stream = 0x77   # PyTorch's current stream: the one the launch goes on
+    before = taken(dev)
+    g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+    assert taken(dev) == before + 1 and type(g) is tickgpu.Greeks
+    check(dev, g, h, dtype, kind="torch")
+    assert dev.launch.streams[-1] == 0x77
+    p = python_path(**x, dtype=dtype, backend="gpu")
+    for k in GREEKS:
+        assert getattr(g, k).get().tobytes() == getattr(p, k).get().tobytes(), k
+    if n > 1:   # rows of one block, as the Python path makes them
+        ptrs = [getattr(g, k).data_ptr() for k in GREEKS]
+        assert all(b - a == n * np.dtype(dtype).itemsize for a, b in zip(ptrs, ptrs[1:]))
+    x["call"] = dev.th.asarray(h["call"].astype(np.uint8))   # flags as bytes
+    check(dev, tickgpu.greeks(**x, dtype=dtype, backend="auto"), h, dtype, kind="torch")
+    assert taken(dev) == before + 2
+
+
+@pytest.mark.parametrize("case", ["grad", "not contiguous", "2-d", "other device", "mixed kinds", "dtype"])
+def test_other_torch_calls_take_the_python_path(dev, rng, case):
+    h = host(rng, 32)
+    x = torch_inputs(dev, h, np.float64)
+    if case == "grad":
+        x["vol"].requires_grad = True
+    elif case == "not contiguous":
+        x["spot"] = dev.th.asarray(np.repeat(h["spot"], 2))[::2]
+    elif case == "2-d":
+        x["spot"].shape, x["spot"]._strides = (4, 8), (8, 1)
+    elif case == "other device":
+        x["t"]._index = 1
+    elif case == "mixed kinds":
+        x["rate"] = dev.cp.asarray(h["rate"])
+    elif case == "dtype":
+        x["div"] = dev.th.asarray(h["div"].astype(np.float32))
+    before = taken(dev)
+    if case == "mixed kinds":
+        p = tickgpu.greeks(**x, backend="gpu")   # the Python path takes a mix of libraries
+        check(dev, p, h, np.float64, kind="torch")
+    else:
+        with pytest.raises((TypeError, ValueError), match={"grad": "vol", "not contiguous": "spot", "2-d": "spot",
+                                                          "other device": "t", "dtype": "div"}[case]):
+            tickgpu.greeks(**x, backend="gpu")
+    assert taken(dev) == before
+
+
+def iv_host(rng, n, dtype):
+    h = host(rng, n, dtype)
+    del h["vol"]
+    return dict(price=rng.uniform(1, 20, n).astype(dtype), **h)
+
+
+def iv_python_path(**kw):
+    saved = iv_mod._fast
+    iv_mod._fast = None
+    try:
+        return tickgpu.implied_vol(**kw)
+    finally:
+        iv_mod._fast = saved
+
+
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_implied_vol_on_gpu_arrays_is_taken_in_c(dev, rng, kind, dtype):
+    h = iv_host(rng, 33, dtype)
+    lib = dev.cp if kind == "cupy" else dev.th
+    x = {k: lib.asarray(v) for k, v in h.items()}
+    before = taken(dev, "implied_vol")
+    vol, status = tickgpu.implied_vol(**x, dtype=dtype, backend="gpu", return_status=True)
+    assert taken(dev, "implied_vol") == before + 1
+    want, want_status = expected_iv_of(h)
+    np.testing.assert_allclose(vol.get(), want, rtol=1e-12 if dtype == np.float64 else 2e-6)
+    assert np.array_equal(status.get(), want_status) and status.get().dtype == np.int8
+    pv, ps = iv_python_path(**x, dtype=dtype, backend="gpu", return_status=True)
+    assert vol.get().tobytes() == pv.get().tobytes() and status.get().tobytes() == ps.get().tobytes()
+    only = tickgpu.implied_vol(**x, dtype=dtype, backend="gpu")   # the vols alone
+    assert taken(dev, "implied_vol") == before + 2 and only.get().tobytes() == vol.get().tobytes()
+
+
+def expected_iv_of(h):
+    from cuda_mock import expected_iv
+
+    return expected_iv(**{k: np.asarray(v, np.float64) if k != "call" else v for k, v in h.items()})
+
+
+def test_torch_spec(monkeypatch):
+    import types
+
+    mod = types.ModuleType("torch")
+    monkeypatch.setitem(sys.modules, "torch", mod)
+    assert fasttick.torch_spec(np.float64) is None            # a torch without CUDA
+    mod.Tensor, mod.float64, mod.float32, mod.bool, mod.uint8 = type("Tensor", (), {}), 1, 2, 3, 4
+    mod._C = types.SimpleNamespace(_cuda_getCurrentRawStream=len)
+    assert fasttick.torch_spec(np.float32) == (mod.Tensor, 2, 3, 4, len)
+    assert fasttick.torch_spec(np.int8) is None
 
 
 def test_scratch_moved_rebuilds_the_plan(dev, rng):

@@ -208,3 +208,109 @@ def test_calls_on_cupy_arrays_are_taken_in_c_with_the_python_paths_bits(ctx):
     tickgpu.greeks(**dict(x, rate=0.03), call=cp.asarray(np.ones(64, bool)), backend="gpu")   # a single value
     tickgpu.greeks(**x, call=True, backend="gpu")                                              # a Python bool
     assert count() == before
+
+
+def _device_count(c, op):
+    head = c.tickers[op]
+    return head.device_calls + head.other.device_calls
+
+
+def test_calls_on_torch_tensors_are_taken_in_c_with_the_python_paths_bits(ctx):
+    """Greeks and implied vols on seven CUDA tensors of one length: taken by the C entry (its device
+    counter), on PyTorch's current stream (the default one and a side stream), the Python path's
+    bits, the CPU backend's values; a tensor that wants a gradient or a strided one goes to the
+    Python path and its error."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("this torch has no CUDA")
+    rng = np.random.default_rng(78)
+    dev = torch.device("cuda", ctx.ordinal)
+    side = torch.cuda.Stream(device=dev)
+    for dtype, n, on_side in ((np.float64, 1024, False), (np.float32, 1024, True), (np.float64, 17, True),
+                              (np.float32, 100003, False), (np.float64, 1, False)):
+        host = {k: rng.uniform(lo, hi, n).astype(dtype) for k, (lo, hi) in
+                dict(spot=(80, 120), strike=(80, 120), t=(0.1, 2), rate=(0, 0.05), vol=(0.1, 0.6),
+                     div=(0, 0.03)).items()}
+        host["call"] = rng.random(n) < 0.5
+        with torch.cuda.stream(side if on_side else torch.cuda.default_stream(dev)):
+            x = {k: torch.from_numpy(v).to(dev) for k, v in host.items()}
+            before = _device_count(ctx, "greeks")
+            g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
+            assert _device_count(ctx, "greeks") == before + 1, (dtype, n)
+            p = python_path(**x, dtype=dtype, backend="gpu")
+            cpu = tickgpu.greeks(**host, dtype=dtype, backend="cpu")
+            q = dict({k: x[k] for k in ("spot", "strike", "t", "rate", "div", "call")},
+                     price=torch.from_numpy(cpu.price).to(dev))
+            before = _device_count(ctx, "implied_vol")
+            vol, status = tickgpu.implied_vol(**q, dtype=dtype, backend="gpu", return_status=True)
+            assert _device_count(ctx, "implied_vol") == before + 1, (dtype, n)
+            saved, iv_mod._fast = iv_mod._fast, None
+            try:
+                pv, ps = tickgpu.implied_vol(**q, dtype=dtype, backend="gpu", return_status=True)
+            finally:
+                iv_mod._fast = saved
+            torch.cuda.current_stream(dev).synchronize()
+        tol = 1e-12 if dtype == np.float64 else 1e-5
+        for k in GREEKS:
+            a = getattr(g, k)
+            assert isinstance(a, torch.Tensor) and a.dtype == x["spot"].dtype and tuple(a.shape) == (n,), k
+            assert a.cpu().numpy().tobytes() == getattr(p, k).cpu().numpy().tobytes(), (n, k)
+            c = getattr(cpu, k).astype(np.float64)
+            scale = np.max(np.abs(c[np.isfinite(c)]), initial=0.0)
+            np.testing.assert_allclose(a.cpu().numpy().astype(np.float64), c, rtol=tol * 10, atol=tol * 10 * scale,
+                                       err_msg=f"{k} n {n}")
+        assert vol.cpu().numpy().tobytes() == pv.cpu().numpy().tobytes()
+        assert status.dtype == torch.int8 and status.cpu().numpy().tobytes() == ps.cpu().numpy().tobytes()
+        ok = status.cpu().numpy() == 0
+        assert ok.mean() > 0.9
+        if dtype == np.float64:
+            again = tickgpu.greeks(**dict(host, vol=vol.cpu().numpy()), backend="cpu").price
+            np.testing.assert_allclose(again[ok], cpu.price[ok], rtol=1e-12, atol=1e-13 * 120)
+    x = {k: torch.from_numpy(rng.uniform(0.5, 1.5, 64) * v).to(dev) for k, v in
+         dict(spot=100.0, strike=100.0, t=1.0, rate=0.03, vol=0.2, div=0.01).items()}
+    x["call"] = torch.ones(64, dtype=torch.bool, device=dev)
+    before = _device_count(ctx, "greeks")
+    with pytest.raises(TypeError, match="vol"):
+        tickgpu.greeks(**dict(x, vol=x["vol"].clone().requires_grad_()), backend="gpu")
+    with pytest.raises(ValueError, match="spot"):
+        tickgpu.greeks(**dict(x, spot=torch.cat([x["spot"], x["spot"]])[::2]), backend="gpu")
+    assert _device_count(ctx, "greeks") == before
+
+
+def test_implied_vols_on_cupy_arrays_are_taken_in_c(ctx):
+    cp = pytest.importorskip("cupy")
+    rng = np.random.default_rng(79)
+    stream = cp.cuda.Stream(non_blocking=True)
+    for dtype, n, on_stream in ((np.float64, 1024, False), (np.float32, 1024, True), (np.float64, 100003, True)):
+        host = dict(spot=rng.uniform(80, 120, n), strike=rng.uniform(80, 120, n), t=rng.uniform(0.1, 2, n),
+                    rate=rng.uniform(0, 0.05, n), vol=rng.uniform(0.1, 0.6, n), div=rng.uniform(0, 0.03, n))
+        host = {k: v.astype(dtype) for k, v in host.items()}
+        host["call"] = rng.random(n) < 0.5
+        price = tickgpu.greeks(**host, dtype=dtype, backend="cpu").price
+        q = dict({k: host[k] for k in ("spot", "strike", "t", "rate", "div", "call")}, price=price)
+        with (stream if on_stream else cp.cuda.Stream.null):
+            x = {k: cp.asarray(v) for k, v in q.items()}
+            before = _device_count(ctx, "implied_vol")
+            vol, status = tickgpu.implied_vol(**x, dtype=dtype, backend="gpu", return_status=True)
+            assert _device_count(ctx, "implied_vol") == before + 1
+            saved, iv_mod._fast = iv_mod._fast, None
+            try:
+                pv, ps = tickgpu.implied_vol(**x, dtype=dtype, backend="gpu", return_status=True)
+            finally:
+                iv_mod._fast = saved
+            cp.cuda.get_current_stream().synchronize()
+        cv, cs = tickgpu.implied_vol(**q, dtype=dtype, backend="cpu", return_status=True)
+        assert isinstance(vol, cp.ndarray) and vol.dtype == dtype and status.dtype == np.int8
+        assert cp.asnumpy(vol).tobytes() == cp.asnumpy(pv).tobytes()
+        assert cp.asnumpy(status).tobytes() == cp.asnumpy(ps).tobytes()
+        # The CPU backend's statuses (up to the intrinsic band's edge, where exp's last ulp decides:
+        # test_gpu_ops._iv_agree) and, where both solved, its vols / the quotes repriced.
+        sg, vg = cp.asnumpy(status), cp.asnumpy(vol)
+        assert (sg == cs).mean() > 0.999
+        ok = (sg == 0) & (cs == 0)
+        assert ok.mean() > 0.9
+        if dtype == np.float64:
+            again = tickgpu.greeks(**dict(host, vol=vg), backend="cpu").price
+            np.testing.assert_allclose(again[ok], price[ok], rtol=1e-12, atol=1e-13 * 120)
+        else:
+            np.testing.assert_allclose(vg[ok], cv[ok], rtol=1e-5)

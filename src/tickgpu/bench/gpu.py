@@ -514,10 +514,14 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
     and with every result kept (``tickgpu_greeks_results_kept``: new CuPy arrays each call); the
     same arrays bound once (`bind_greeks`: one launch into fixed outputs); the same greeks as one
     CuPy ElementwiseKernel; `tickgpu.greeks` on PyTorch tensors of the same values and PyTorch
-    eager on them. Each waits for its stream. ``launch_only``: the bound call without the wait (the
-    host's share of a GPU-resident loop).
+    eager on them; implied vols of the greeks' prices on CuPy arrays and on tensors. Each waits for
+    its stream. ``launch_only``: the bound call without the wait (the host's share of a GPU-resident
+    loop). ``*_python_path``: the same call with the C entry off (runtime/fasttick.py), in the same
+    process; ``c_entry_took_*``: whether the C entry took the calls timed.
     """
-    from tickgpu.runtime import bind_greeks
+    from tickgpu.finance import greeks as greeks_mod
+    from tickgpu.finance import iv as iv_mod
+    from tickgpu.runtime import bind_greeks, context
 
     res = {}
     names = ("spot", "strike", "t", "rate", "vol", "div", "call")
@@ -527,14 +531,25 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
         wait = stream.synchronize
         r = {}
         r["tickgpu_greeks"] = time_calls(lambda: (tickgpu.greeks(**x, dtype=dtype, backend="gpu"), wait()), repeats)
-        from tickgpu.runtime import context
-
         tickers = context().tickers
-        if tickers is not None:   # the C entry's counter: whether it took the call timed above
-            head = tickers["greeks"]
+
+        def took(op, call) -> bool | None:
+            """Whether the C entry takes `call` (its device counter), None where it is off."""
+            if tickers is None:
+                return None
+            head = tickers[op]
             c0 = head.device_calls + head.other.device_calls
-            tickgpu.greeks(**x, dtype=dtype, backend="gpu")
-            r["c_entry_took_the_call"] = head.device_calls + head.other.device_calls == c0 + 1
+            call()
+            return head.device_calls + head.other.device_calls == c0 + 1
+
+        def python_path(mod, call):
+            saved, mod._fast = mod._fast, None
+            try:
+                return call()
+            finally:
+                mod._fast = saved
+
+        r["c_entry_took_the_call"] = took("greeks", lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"))
         kept: list = []
         r["tickgpu_greeks_results_kept"] = time_calls(
             lambda: (kept.append(tickgpu.greeks(**x, dtype=dtype, backend="gpu")), wait()), min(repeats, 2000))
@@ -547,10 +562,24 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
         r["cupy_elementwise"] = time_calls(lambda: (ek(*(x[k] for k in names)), wait()), repeats)
         tx = {k: torch.as_tensor(v, device="cuda") for k, v in x.items()}
         tsync = torch.cuda.synchronize
-        r["tickgpu_greeks_torch"] = time_calls(lambda: (tickgpu.greeks(**tx, dtype=dtype, backend="gpu"), tsync()),
-                                               repeats)
+        on_tensors = lambda: (tickgpu.greeks(**tx, dtype=dtype, backend="gpu"), tsync())  # noqa: E731
+        r["tickgpu_greeks_torch"] = time_calls(on_tensors, repeats)
+        r["c_entry_took_the_torch_call"] = took("greeks", lambda: tickgpu.greeks(**tx, dtype=dtype, backend="gpu"))
+        r["tickgpu_greeks_torch_python_path"] = python_path(greeks_mod, lambda: time_calls(on_tensors,
+                                                                                           min(repeats, 3000)))
         r["torch_eager"] = time_calls(lambda: (torch_greeks(torch, **tx), torch.cuda.synchronize()),
                                       max(repeats // 5, 1000))
+        # Implied vols of those options' prices, on CuPy arrays and on tensors (vols and statuses).
+        price = tickgpu.greeks(**{k: cp.asnumpy(v) for k, v in x.items()}, dtype=dtype, backend="cpu").price
+        q = {k: v for k, v in x.items() if k != "vol"}
+        q["price"] = cp.asarray(price)
+        tq = {k: torch.as_tensor(v, device="cuda") for k, v in q.items()}
+        for lib, args, sync in (("cupy", q, wait), ("torch", tq, tsync)):
+            ivs = lambda: (tickgpu.implied_vol(**args, dtype=dtype, backend="gpu", return_status=True), sync())  # noqa: E731
+            r[f"tickgpu_implied_vol_{lib}"] = time_calls(ivs, repeats)
+            r[f"c_entry_took_the_implied_vol_{lib}_call"] = took(
+                "implied_vol", lambda: tickgpu.implied_vol(**args, dtype=dtype, backend="gpu"))
+            r[f"tickgpu_implied_vol_{lib}_python_path"] = python_path(iv_mod, lambda: time_calls(ivs, min(repeats, 3000)))
         g = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
         b = tick()
         r["bound_same_bits"] = bool(all(cp.array_equal(getattr(b, k), getattr(g, k), equal_nan=True) for k in GREEK_KEYS))
@@ -925,6 +954,10 @@ def evaluate_targets(res: dict) -> dict:
         if "tickgpu_greeks_torch" in dt:
             t["device_tick_1024_torch_eager_over_call_on_tensors"] = (
                 dt["torch_eager"]["p50_us"] / dt["tickgpu_greeks_torch"]["p50_us"])
+        for key in ("tickgpu_greeks_torch", "tickgpu_implied_vol_cupy", "tickgpu_implied_vol_torch"):
+            if f"{key}_python_path" in dt:   # the C entry against the Python path, same process
+                t[f"device_tick_1024_{key}_python_path_over_c_entry"] = (
+                    dt[f"{key}_python_path"]["p50_us"] / dt[key]["p50_us"])
         if fl_launch:
             t["device_tick_1024_bound_over_C_launch_sync"] = dt["tickgpu_bound"]["p50_us"] / fl_launch["p50_us"]
     iv = res.get("implied_vol", {})

@@ -387,9 +387,10 @@ def empty_outputs(x, shape: tuple[int, ...], dtypes, device_id: int, stream: int
     if lib == "torch":
         k, n = len(dtypes), math.prod(shape)
         if k > 1 and len(shape) == 1 and n <= ROWS_OF_ONE_BLOCK and len(set(dtypes)) == 1:
-            outs = empty_like_kind(x, (k, n), dtypes[0], device_id).unbind(0)
-        else:
-            outs = [empty_like_kind(x, shape, dt, device_id) for dt in dtypes]
+            block = empty_like_kind(x, (k, n), dtypes[0], device_id)
+            base, row = block.data_ptr(), n * np.dtype(dtypes[0]).itemsize   # rows of a C-contiguous block
+            return [(o, base + j * row) for j, o in enumerate(block.unbind(0))]
+        outs = [empty_like_kind(x, shape, dt, device_id) for dt in dtypes]
         return [(o, o.data_ptr()) for o in outs]
     return None
 
@@ -423,10 +424,14 @@ def empty_like_kind(x, shape: tuple[int, ...], dtype, device_id: int):
             return cupy.empty(shape, dtype=dtype)
     if lib == "torch":
         torch = sys.modules.get("torch") or __import__("torch")
-        tdt = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
-               np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8}[dtype]
-        return torch.empty(shape, dtype=tdt, device=x.device)
+        if not _TORCH_OF:
+            _TORCH_OF.update({np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
+                              np.dtype(np.int8): torch.int8, np.dtype(np.uint8): torch.uint8})
+        return torch.empty(shape, dtype=_TORCH_OF[dtype], device=x.device)
     return None
+
+
+_TORCH_OF: dict = {}   # NumPy dtype -> torch dtype, for the dtypes a kernel writes
 
 
 # ---- DLPack export -------------------------------------------------------------------------------

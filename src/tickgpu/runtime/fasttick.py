@@ -10,10 +10,11 @@ waits, all in C. Every other call, and every call while a
 resident kernel is open or ``TICKGPU_DISABLE_GPU`` is set, is answered None and runs the Python
 path (staged.host_call), which defines what a call means; the C path gives the same bits.
 
-Greeks on CuPy arrays -- seven arrays of one length, the call's dtype (``call`` bool or uint8),
-C-contiguous, on the context's device -- is taken in C too: the results made as
-`runtime.arrays.empty_outputs` makes them, one launch on the stream the arrays' interface names,
-no wait, the same bits as runtime/direct.py (`device_plan`).
+Greeks and implied vol on CuPy arrays or PyTorch CUDA tensors -- seven 1-D arrays of one kind
+and length, the call's dtype (``call`` bool or uint8), C-contiguous, on the context's device, no
+gradient wanted -- are taken in C too: the results made as `runtime.arrays.empty_outputs` makes
+them, one launch on the stream the arrays' interface names (CuPy) or PyTorch's current stream, no
+wait, the same bits as runtime/direct.py (`device_plan`).
 
 On when the context has the native hot path (a real driver), off with ``TICKGPU_FAST_TICK=0`` or
 where the extension did not build. Tests switch it on over a mock driver with `enable`.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import weakref
 
 import numpy as np
@@ -49,9 +51,9 @@ def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None, launch: 
     tg_hot_roundtrip_begin and tg_hot_roundtrip_end (csrc/tickgpu.h), `enter` of one of
     tg_hot_ctx_set_current's (0: none), `raise_error(status, cu_result, op)` raising the error of a
     failed call (default: the runtime's CudaError through `ctx.driver`), `launch` of one of
-    tg_hot_launch_desc_run's (0: calls on GPU arrays take the Python path; else greeks on CuPy
-    arrays is taken in C too, `device_plan`). Plans built afterwards get the C side (`plan_state`).
-    False where the extension is missing."""
+    tg_hot_launch_desc_run's (0: calls on GPU arrays take the Python path; else calls on CuPy
+    arrays and PyTorch CUDA tensors are taken in C too, `device_plan`). Plans built afterwards get
+    the C side (`plan_state`). False where the extension is missing."""
     if _fasttick is None:
         ctx.tickers = None
         return False
@@ -74,9 +76,9 @@ def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None, launch: 
                                  fam.flag_index, env, dispatch._DISABLE_KEY if env is not None else b"",
                                  ops.RESIDENT, raise_error, begin, end, enter, ctx.ctx, lo, -1 if hi is None else hi,
                                  *result[fam.name])
-            if launch and fam is ops.GREEKS:
+            if launch:
                 t.device(launch, device_plan(ctx, fam, dt), _device_outputs(ctx, fam, dt), ctx.ordinal,
-                         MAX_ELEMENTS_PER_LAUNCH)
+                         MAX_ELEMENTS_PER_LAUNCH, len(fam.outputs), torch_spec)
             if chain is None:
                 chain = t
             else:
@@ -208,6 +210,18 @@ def _device_outputs(ctx, fam, dtype):
         return tuple(o for o, _ in made), tuple(p for _, p in made)
 
     return outputs
+
+
+def torch_spec(dtype):
+    """What the C entry needs of PyTorch (imported already: it asks only then) to read tensors of
+    `dtype`: (torch.Tensor, the torch dtype, torch.bool, torch.uint8, the current raw stream's
+    getter), or None where this torch has no CUDA (its tensors then take the Python path)."""
+    torch = sys.modules.get("torch")
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    want = {_F64: "float64", _F32: "float32"}.get(np.dtype(dtype))
+    if torch is None or raw is None or want is None:
+        return None
+    return torch.Tensor, getattr(torch, want), torch.bool, torch.uint8, raw
 
 
 def _raiser(driver):
