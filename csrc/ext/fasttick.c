@@ -62,6 +62,7 @@ typedef int (*end_fn)(uintptr_t stream, const hot_copy *out, int n_out, int *cu_
 typedef int (*enter_fn)(uintptr_t ctx, int *cu_result);
 /* tg_hot_launch_desc_run (csrc/tickgpu.h): one prepared launch, its parameters read at the call. */
 typedef int (*launch_fn)(const void *desc, int sync, int *cu_result);
+typedef int (*htod_fn)(uintptr_t dst, const void *src, size_t bytes, uintptr_t stream, int *cu_result);
 
 enum { MAX_INPUTS = 16, MAX_BLOCKS = 4, MAX_OUTPUTS = 16, MAX_RESULTS = 8 };
 
@@ -496,6 +497,8 @@ typedef struct {
     PyObject *dev_type;       /* cupy.ndarray, found on the first such call */
     PyObject *torch_spec;     /* torch_spec(dtype) -> TORCH_* tuple or None, asked once torch is imported */
     PyObject *torch;          /* its answer (NULL: not asked yet) */
+    PyObject *ring;           /* the context's ConstantRing: single values mixed in (NULL: not taken) */
+    htod_fn htod;             /* tg_hot_copy_htod_async's type: the values to their slots */
     long long ordinal;        /* the context's device */
     Py_ssize_t dev_max_n;     /* the most elements one launch takes */
     int dev_k_out;            /* the operation's outputs */
@@ -508,6 +511,7 @@ static PyArray_Descr *u8_descr;     /* np.dtype(uint8): flags may be bytes too o
 static PyObject *s_cupy, *s_ndarray, *s_dtype, *s_ndim, *s_size, *s_flags, *s_c_contiguous, *s_data, *s_ptr,
     *s_device_id, *s_cai, *s_stream;
 static PyObject *s_torch, *s_requires_grad, *s_get_device, *s_is_contiguous, *s_data_ptr;
+static PyObject *s_cursor, *s_slots, *s_host, *s_dev, *s_slot;
 static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
 static PyObject *empty_tuple;
@@ -517,7 +521,7 @@ static PyObject *empty_tuple;
     X(self->dtype_type) X(self->dtype_descr) X(self->want) X(self->env) X(self->disable_key)         \
     X(self->resident) X(self->raise_error) X(self->other) X(self->result_type) X(self->result_names)   \
     X(self->dev_plans) X(self->dev_factory) X(self->dev_outputs) X(self->dev_type) X(self->torch_spec)    \
-    X(self->torch)
+    X(self->torch) X(self->ring)
 
 static int ticker_traverse(Ticker *self, visitproc visit, void *arg)
 {
@@ -623,6 +627,38 @@ typedef struct {
     double value;
 } arg_t;
 
+/* A single value as the C entry takes it: for the flag, True or False (1 / 0); else a float or an
+ * int a double holds exactly (NumPy's conversion of bigger ones -- rounding, or an OverflowError --
+ * stays the Python path's). 1 and *value, or 0: not one. Never raises. */
+static int read_value(PyObject *v, int flag, double *value)
+{
+    if (flag) {
+        if (v != Py_True && v != Py_False)
+            return 0;
+        *value = v == Py_True;
+    } else if (PyFloat_CheckExact(v)) {
+        *value = PyFloat_AS_DOUBLE(v);
+    } else if (PyLong_CheckExact(v)) {
+        int overflow = 0;
+        long long q = PyLong_AsLongLongAndOverflow(v, &overflow);
+        if (overflow || q > (1LL << 53) || q < -(1LL << 53)) {
+            PyErr_Clear();
+            return 0;
+        }
+        *value = (double)q;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* A single value for a float32 input beyond float32's range would round to inf here and warn on
+ * the Python path: that path's. */
+static int beyond_float32(double v)
+{
+    return isfinite(v) && fabs(v) > FLT_MAX;
+}
+
 /* 1: every input is what this path takes, *n set; 0: not (the Python path decides). Never raises. */
 static int read_inputs(const Ticker *tk, PyObject *const *x, arg_t *a, Py_ssize_t *n)
 {
@@ -644,21 +680,7 @@ static int read_inputs(const Ticker *tk, PyObject *const *x, arg_t *a, Py_ssize_
             else if (k != len)
                 return 0;
             a[i].data = PyArray_BYTES(arr);
-        } else if (i == tk->flag) {
-            if (v != Py_True && v != Py_False)
-                return 0;
-            a[i].value = v == Py_True;
-        } else if (PyFloat_CheckExact(v)) {
-            a[i].value = PyFloat_AS_DOUBLE(v);
-        } else if (PyLong_CheckExact(v)) {
-            int overflow = 0;
-            long long q = PyLong_AsLongLongAndOverflow(v, &overflow);
-            /* Exactly representable as a double only: NumPy's conversion of bigger ones
-             * (rounding, or an OverflowError) stays the Python path's. */
-            if (overflow || q > (1LL << 53) || q < -(1LL << 53))
-                return 0;
-            a[i].value = (double)q;
-        } else {
+        } else if (!read_value(v, i == tk->flag, &a[i].value)) {
             return 0;
         }
     }
@@ -973,6 +995,56 @@ no:
     return 0;
 }
 
+/* The constants ring's slot size (runtime/device.py, ConstantRing.SLOT; `device` checks it). */
+#define RING_SLOT 16
+
+/* The single values of `mask` written into the next slots of the constants ring (ConstantRing:
+ * its host buffer, each value at its dtype, in input order; the cursor moved past them), each
+ * input's address its device slot: 1 and the first slot's device and host addresses; 0 where the
+ * ring must wrap first (the Python path's put, which waits for the context); -1 with an exception
+ * set. Under the context's lock, as ConstantRing.put is called. */
+static int ring_slots(Ticker *tk, PyObject *const *x, int mask, const double *value, unsigned long long *ptr,
+                      unsigned long long *c_dev, unsigned long long *c_host)
+{
+    unsigned long long cursor, slots, host, dev;
+    if (!attr_ull(tk->ring, s_cursor, &cursor) || !attr_ull(tk->ring, s_slots, &slots) ||
+        !attr_ull(tk->ring, s_host, &host) || !attr_ull(tk->ring, s_dev, &dev)) {
+        PyErr_SetString(PyExc_TypeError, "Ticker: the constants ring lacks cursor, slots, host or dev");
+        return -1;
+    }
+    int k = 0;
+    for (int i = 0; i < tk->n_inputs; i++)
+        k += (mask >> i) & 1;
+    if (cursor + (unsigned long long)k > slots)
+        return 0;
+    const int itemsize = (int)PyDataType_ELSIZE(tk->want);
+    int j = 0;
+    for (int i = 0; i < tk->n_inputs; i++) {
+        if (!(mask & 1 << i))
+            continue;
+        char *slot = (char *)(uintptr_t)(host + (cursor + j) * RING_SLOT);
+        if (i == tk->flag) {
+            *(uint8_t *)slot = value[i] != 0.0;
+        } else if (itemsize == 8) {
+            memcpy(slot, &value[i], 8);
+        } else {
+            const float f = (float)value[i];
+            memcpy(slot, &f, 4);
+        }
+        ptr[i] = dev + (cursor + j) * RING_SLOT;
+        j++;
+    }
+    PyObject *moved = PyLong_FromUnsignedLongLong(cursor + (unsigned long long)k);
+    if (moved == NULL || PyObject_SetAttr(tk->ring, s_cursor, moved) != 0) {
+        Py_XDECREF(moved);
+        return -1;
+    }
+    Py_DECREF(moved);
+    *c_dev = dev + cursor * RING_SLOT;
+    *c_host = host + cursor * RING_SLOT;
+    return 1;
+}
+
 /* The call on CuPy arrays or PyTorch tensors: every input one of the same kind and length
  * (anything else answers None), the results made by `dev_outputs` (the inputs' library's arrays,
  * CuPy's handed out again once dropped: arrays.empty_outputs), the launch prepared once per (n,
@@ -981,15 +1053,30 @@ no:
  * made in C, or the tuple of arrays. */
 static PyObject *device_call(Ticker *tk, PyObject *const *x)
 {
-    const int kind = device_kind(tk, x[0]);
+    /* Single values (read_value) may be mixed in where the constants ring is at hand; the first
+     * other input says the kind, and every other one must be of it. */
+    double value[MAX_INPUTS];
+    int mask = 0, first = -1, n_values = 0;
+    for (int i = 0; i < tk->n_inputs; i++) {
+        if (tk->ring != NULL && read_value(x[i], i == tk->flag, &value[i])) {
+            if (i != tk->flag && PyDataType_ELSIZE(tk->want) == 4 && beyond_float32(value[i]))
+                Py_RETURN_NONE;
+            mask |= 1 << i;
+            n_values++;
+        } else if (first < 0) {
+            first = i;
+        } else if (Py_TYPE(x[i]) != Py_TYPE(x[first])) {
+            Py_RETURN_NONE;
+        }
+    }
+    const int kind = first < 0 ? 0 : device_kind(tk, x[first]);
     if (kind == 0)
         Py_RETURN_NONE;
-    for (int i = 1; i < tk->n_inputs; i++)
-        if (Py_TYPE(x[i]) != Py_TYPE(x[0]))
-            Py_RETURN_NONE;
     unsigned long long ptr[MAX_INPUTS], low = 0, stream = 0;
     Py_ssize_t n = -1;
     for (int i = 0; i < tk->n_inputs; i++) {
+        if (mask & 1 << i)
+            continue;
         Py_ssize_t len;
         const int ok = kind == 1 ? read_device_array(tk, x[i], i == tk->flag, &ptr[i], &len)
                                  : read_torch_tensor(tk, x[i], i == tk->flag, &ptr[i], &len);
@@ -998,7 +1085,7 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
         n = len;
         low |= ptr[i];
     }
-    if (n < 1 || n > tk->dev_max_n || !device_stream(tk, kind, x[0], &stream))
+    if (n < 1 || n > tk->dev_max_n || !device_stream(tk, kind, x[first], &stream))
         Py_RETURN_NONE;
     const int k_out = tk->result_type == Py_None ? tk->dev_k_out : (int)PyTuple_GET_SIZE(tk->result_names);
     PyObject *r = call_lock(tk->acquire);
@@ -1007,7 +1094,19 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
     Py_DECREF(r);
     PyObject *result = NULL, *outs = NULL, *made = NULL, *made_dict = NULL, *key = NULL;
     DevicePlan *plan = NULL;
-    outs = PyObject_CallFunction(tk->dev_outputs, "OnK", x[0], n, stream);
+    unsigned long long c_dev = 0, c_host = 0;   /* the values' slots in the ring (device, host) */
+    if (n_values) {
+        const int taken = ring_slots(tk, x, mask, value, ptr, &c_dev, &c_host);
+        if (taken <= 0) {
+            if (taken == 0) {   /* the ring must wrap first: the Python path's ConstantRing.put */
+                result = Py_None;
+                Py_INCREF(result);
+            }
+            goto unlock;
+        }
+        low |= c_dev;
+    }
+    outs = PyObject_CallFunction(tk->dev_outputs, "OnK", x[first], n, stream);
     if (outs == NULL)
         goto unlock;
     if (!PyTuple_Check(outs) || PyTuple_GET_SIZE(outs) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(outs, 0)) ||
@@ -1024,7 +1123,7 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
         low |= optr[j];
     }
     const int aligned = (low & 15) == 0 && n % 16 == 0;
-    key = Py_BuildValue("(nKi)", n, stream, aligned);
+    key = Py_BuildValue("(nKii)", n, stream, aligned, mask);
     if (key == NULL)
         goto unlock;
     PyObject *epoch = PyObject_GetAttr(tk->bundle, s_scratch_epoch);
@@ -1039,7 +1138,7 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
     if (plan == NULL || plan->epoch != e) {
         /* A size, stream or alignment not seen before, or the kernels' scratch moved since. */
         Py_CLEAR(plan);
-        PyObject *made_plan = PyObject_CallFunction(tk->dev_factory, "nKi", n, stream, aligned);
+        PyObject *made_plan = PyObject_CallFunction(tk->dev_factory, "nKii", n, stream, aligned, mask);
         if (made_plan == NULL)
             goto unlock;
         if (made_plan == Py_None) {
@@ -1084,11 +1183,20 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
         memcpy(plan->values + plan->off_in[i], &ptr[i], sizeof ptr[i]);
     for (int j = 0; j < k_out; j++)
         memcpy(plan->values + plan->off_out[j], &optr[j], sizeof optr[j]);
+    const char *failed = "cuLaunchKernel";
     Py_BEGIN_ALLOW_THREADS
-    st = tk->launch((const void *)plan->desc, 0, &cu);
+    /* The values to their device slots on the launch's stream, just before the kernel (as
+     * ConstantRing.put copies them). */
+    st = n_values ? tk->htod((uintptr_t)c_dev, (const void *)(uintptr_t)c_host, (size_t)n_values * RING_SLOT,
+                             (uintptr_t)stream, &cu)
+                  : 0;
+    if (st != 0)
+        failed = "cuMemcpyHtoDAsync";
+    else
+        st = tk->launch((const void *)plan->desc, 0, &cu);
     Py_END_ALLOW_THREADS
     if (st != 0) {
-        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, "cuLaunchKernel");
+        r = PyObject_CallFunction(tk->raise_error, "iis", st, cu, failed);
         Py_XDECREF(r);
         goto unlock;
     }
@@ -1172,9 +1280,8 @@ static PyObject *ticker_call(Ticker *tk, PyObject *const *args, Py_ssize_t nargs
         Py_INCREF(result);
         goto unlock;
     }
-    /* Single values beyond float32's range would round to inf here and warn there: the Python path's. */
     for (int i = 0; i < tk->n_inputs; i++)
-        if (a[i].data == NULL && p->itemsize[i] == 4 && isfinite(a[i].value) && fabs(a[i].value) > FLT_MAX) {
+        if (a[i].data == NULL && p->itemsize[i] == 4 && beyond_float32(a[i].value)) {
             result = Py_None;
             Py_INCREF(result);
             goto unlock;
@@ -1321,23 +1428,29 @@ static PyObject *ticker_then(Ticker *self, PyObject *other)
     Py_RETURN_NONE;
 }
 
-/* ticker.device(launch, factory, outputs, ordinal, max_n, k_out[, torch_spec]): take calls on CuPy
- * arrays (and PyTorch tensors, where torch_spec is given) of up to max_n elements too (see
- * device_call); launch the address of a function of tg_hot_launch_desc_run's type, k_out the
- * number of outputs. */
+/* ticker.device(launch, factory, outputs, ordinal, max_n, k_out[, torch_spec, ring, htod]): take
+ * calls on CuPy arrays (and PyTorch tensors, where torch_spec is given; single values mixed in,
+ * where the context's ConstantRing and the address of a function of tg_hot_copy_htod_async's type
+ * are) of up to max_n elements too (see device_call); launch the address of a function of
+ * tg_hot_launch_desc_run's type, k_out the number of outputs. */
 static PyObject *ticker_device(Ticker *self, PyObject *args)
 {
-    unsigned long long launch;
-    PyObject *factory, *outputs, *torch_spec = Py_None;
+    unsigned long long launch, htod = 0;
+    PyObject *factory, *outputs, *torch_spec = Py_None, *ring = Py_None;
     long long ordinal;
     Py_ssize_t max_n;
     int k_out;
-    if (!PyArg_ParseTuple(args, "KOOLni|O:device", &launch, &factory, &outputs, &ordinal, &max_n, &k_out,
-                          &torch_spec))
+    if (!PyArg_ParseTuple(args, "KOOLni|OOK:device", &launch, &factory, &outputs, &ordinal, &max_n, &k_out,
+                          &torch_spec, &ring, &htod))
         return NULL;
     if (launch == 0 || !PyCallable_Check(factory) || !PyCallable_Check(outputs) || max_n < 1 ||
         (torch_spec != Py_None && !PyCallable_Check(torch_spec))) {
         PyErr_SetString(PyExc_TypeError, "Ticker.device: a launch address, two or three callables and max_n >= 1");
+        return NULL;
+    }
+    unsigned long long slot = 0;
+    if (ring != Py_None && (htod == 0 || !attr_ull(ring, s_slot, &slot) || slot != RING_SLOT)) {
+        PyErr_SetString(PyExc_ValueError, "Ticker.device: a ring needs an htod address and slots of 16 bytes");
         return NULL;
     }
     if (k_out < 1 || k_out > MAX_OUTPUTS ||
@@ -1352,6 +1465,13 @@ static PyObject *ticker_device(Ticker *self, PyObject *args)
     if (torch_spec != Py_None) {
         Py_INCREF(torch_spec);
         self->torch_spec = torch_spec;
+    }
+    Py_CLEAR(self->ring);
+    self->htod = NULL;
+    if (ring != Py_None) {
+        Py_INCREF(ring);
+        self->ring = ring;
+        self->htod = (htod_fn)(uintptr_t)htod;
     }
     PyObject *plans = PyDict_New();
     if (plans == NULL)
@@ -1393,8 +1513,8 @@ static PyMethodDef ticker_methods[] = {
     {"call", (PyCFunction)(void (*)(void))ticker_call, METH_FASTCALL,
      "call(dtype, backend, *inputs): the outputs as a tuple of NumPy arrays, or None (take the Python path)"},
     {"device", (PyCFunction)ticker_device, METH_VARARGS,
-     "device(launch, factory, outputs, ordinal, max_n, k_out[, torch_spec]): take calls on CuPy arrays "
-     "(and PyTorch tensors) too"},
+     "device(launch, factory, outputs, ordinal, max_n, k_out[, torch_spec, ring, htod]): take calls on CuPy "
+     "arrays (and PyTorch tensors, and single values mixed in) too"},
     {"then", (PyCFunction)ticker_then, METH_O,
      "then(other): calls whose dtype is not this ticker's go to `other` (a Ticker of the same operation)"},
     {NULL, NULL, 0, NULL},
@@ -1435,6 +1555,8 @@ PyMODINIT_FUNC PyInit__fasttick(void)
     INTERN(s_ptr, "ptr") INTERN(s_device_id, "device_id") INTERN(s_cai, "__cuda_array_interface__")
     INTERN(s_stream, "stream") INTERN(s_torch, "torch") INTERN(s_requires_grad, "requires_grad")
     INTERN(s_get_device, "get_device") INTERN(s_is_contiguous, "is_contiguous") INTERN(s_data_ptr, "data_ptr")
+    INTERN(s_cursor, "cursor") INTERN(s_slots, "slots") INTERN(s_host, "host") INTERN(s_dev, "dev")
+    INTERN(s_slot, "SLOT")
 #undef INTERN
     s_plans = PyUnicode_InternFromString("plans");
     s_staging_elements = PyUnicode_InternFromString("staging_elements");

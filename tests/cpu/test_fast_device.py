@@ -57,16 +57,37 @@ class MockLaunch:
         return int(ffi.cast("uintptr_t", self.run))
 
 
+class MockHtod:
+    """tg_hot_copy_htod_async over the mock: the single values' copy into their device slots."""
+
+    def __init__(self, mock):
+        self.fail, self.copies = None, []
+
+        @ffi.callback("int(uintptr_t, void *, size_t, uintptr_t, int *)")
+        def copy(dst, src, nbytes, stream, result):
+            if self.fail is not None:
+                result[0] = self.fail
+                return 1
+            self.copies.append((int(dst), int(nbytes), int(stream)))
+            mock.memcpy_htod_async(int(dst), int(ffi.cast("uintptr_t", src)), int(nbytes), int(stream))
+            return 0
+
+        self.copy = copy
+
+    def address(self) -> int:
+        return int(ffi.cast("uintptr_t", self.copy))
+
+
 @pytest.fixture
 def dev(tmp_path, monkeypatch):
     mock = MockDriver()
     cp = fake_cupy.install(monkeypatch, mock)
     th = fake_torch.install(monkeypatch, mock)
     ctx = rt.init(driver=mock, bundle_dir=write_bundle(tmp_path / "bundle", default_entries()), staging_elements=256)
-    entry, launch = MockEntry(mock), MockLaunch(mock)
-    assert fasttick.enable(ctx, *entry.pointers(), entry.raise_error, launch=launch.address())
+    entry, launch, htod = MockEntry(mock), MockLaunch(mock), MockHtod(mock)
+    assert fasttick.enable(ctx, *entry.pointers(), entry.raise_error, launch=launch.address(), htod=htod.address())
     fasttick.install(ctx)
-    ctx.entry, ctx.launch, ctx.cp, ctx.th = entry, launch, cp, th
+    ctx.entry, ctx.launch, ctx.htod, ctx.cp, ctx.th = entry, launch, htod, cp, th
     yield ctx
     rt.reset()
 
@@ -133,12 +154,85 @@ def test_plans_per_size_stream_and_alignment_and_results_handed_out_again(dev, r
     assert taken(dev) == 4
 
 
-@pytest.mark.parametrize("case", ["scalar", "length", "dtype", "not contiguous", "2-d", "numpy mixed", "int flags"])
+@pytest.mark.parametrize("kind", ["cupy", "torch"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_single_values_mixed_in_are_taken_in_c(dev, rng, kind, dtype):
+    """Python numbers (and a bool `call`) among GPU arrays: their values in the constants ring's
+    next slots, copied on the launch's stream, read with stride 0; the Python path's bits."""
+    h = host(rng, 40, dtype)
+    lib = dev.cp if kind == "cupy" else dev.th
+    x = {k: lib.asarray(v) for k, v in h.items()}
+    fake_cupy.ndarray.stream, fake_torch.Tensor.stream = 0x51, 0x52
+    stream = 0x51 if kind == "cupy" else 0x52
+    ring = dev.constants
+    for values in ({"rate": 0.03}, {"rate": 0.03, "div": 0, "call": True}, {"call": False},
+                   {"spot": 101.5, "strike": 99, "t": 0.5, "rate": -0.01, "vol": 0.25, "div": 0.02}):
+        y = dict(x, **values)
+        before, cursor = taken(dev), ring.cursor
+        g = tickgpu.greeks(**y, dtype=dtype, backend="gpu")
+        assert taken(dev) == before + 1, values
+        assert ring.cursor == cursor + len(values)
+        assert dev.htod.copies[-1] == (ring.dev + cursor * ring.SLOT, len(values) * ring.SLOT, stream)
+        assert dev.launch.streams[-1] == stream
+        want = {k: (np.full(40, v, dtype) if k != "call" else np.full(40, v)) if k in values else h[k]
+                for k, v in dict(h, **values).items()}
+        check(dev, g, want, dtype, kind=kind)
+        p = python_path(**y, dtype=dtype, backend="gpu")
+        for k in GREEKS:
+            assert getattr(g, k).get().tobytes() == getattr(p, k).get().tobytes(), (values, k)
+    q = dict(x, price=lib.asarray(rng.uniform(1, 20, 40).astype(dtype)), rate=0.01, call=True)
+    del q["vol"]
+    before = taken(dev, "implied_vol")
+    vol, status = tickgpu.implied_vol(**q, dtype=dtype, backend="gpu", return_status=True)
+    assert taken(dev, "implied_vol") == before + 1
+    pv, ps = iv_python_path(**q, dtype=dtype, backend="gpu", return_status=True)
+    assert vol.get().tobytes() == pv.get().tobytes() and status.get().tobytes() == ps.get().tobytes()
+
+
+def test_a_full_constants_ring_wraps_on_the_python_path(dev, rng):
+    h = host(rng, 16)
+    x = {k: dev.cp.asarray(v) for k, v in h.items()}
+    ring = dev.constants
+    ring.cursor = ring.slots - 1   # two values do not fit: the Python path's put waits and wraps
+    before, wraps = taken(dev), ring.wraps
+    check(dev, tickgpu.greeks(**dict(x, rate=0.02, div=0.01), backend="gpu"),
+          dict(h, rate=np.full(16, 0.02), div=np.full(16, 0.01)), np.float64)
+    assert taken(dev) == before and ring.wraps == wraps + 1 and ring.cursor == 2
+    check(dev, tickgpu.greeks(**dict(x, rate=0.02, div=0.01), backend="gpu"),
+          dict(h, rate=np.full(16, 0.02), div=np.full(16, 0.01)), np.float64)
+    assert taken(dev) == before + 1 and ring.cursor == 4
+
+
+def test_a_failed_value_copy_raises_and_releases_the_lock(dev, rng):
+    h = host(rng, 16)
+    x = dict({k: dev.cp.asarray(v) for k, v in h.items()}, rate=0.02)
+    dev.htod.fail, runs = 1, dev.launch.runs
+    with pytest.raises(CudaError, match="cuMemcpyHtoDAsync"):
+        tickgpu.greeks(**x, backend="gpu")
+    assert dev.launch.runs == runs   # nothing launched after the failed copy
+    dev.htod.fail = None
+    assert dev.lock.acquire(blocking=False)
+    dev.lock.release()
+    check(dev, tickgpu.greeks(**x, backend="gpu"), dict(h, rate=np.full(16, 0.02)), np.float64)
+
+
+@pytest.mark.parametrize("case", ["numpy scalar", "big int", "bool value", "float32 overflow", "length", "dtype",
+                                  "not contiguous", "2-d", "numpy mixed", "int flags", "int call"])
 def test_other_calls_take_the_python_path(dev, rng, case):
     h = host(rng, 32)
     x = {k: dev.cp.asarray(v) for k, v in h.items()}
-    if case == "scalar":
-        x["rate"] = 0.02
+    dtype = np.float32 if case == "float32 overflow" else np.float64
+    if case == "numpy scalar":
+        x["rate"] = np.float64(0.02)
+    elif case == "big int":
+        x["strike"] = 2**60
+    elif case == "bool value":
+        x["div"] = True
+    elif case == "float32 overflow":
+        x = {k: dev.cp.asarray(v.astype(np.float32) if k != "call" else v) for k, v in h.items()}
+        x["spot"] = 1e39
+    elif case == "int call":
+        x["call"] = 1
     elif case == "length":
         x["vol"] = dev.cp.asarray(np.full(1, 0.2))
     elif case == "dtype":
@@ -152,11 +246,12 @@ def test_other_calls_take_the_python_path(dev, rng, case):
     elif case == "int flags":
         x["call"] = dev.cp.asarray(h["call"].astype(np.int8))
     before = taken(dev)
-    if case in ("dtype", "not contiguous", "2-d"):   # the Python path's verdict on them
+    if case in ("dtype", "not contiguous", "2-d", "bool value"):   # the Python path's verdict
         with pytest.raises((TypeError, ValueError)):
             tickgpu.greeks(**x, backend="gpu")
     else:
-        p = tickgpu.greeks(**x, backend="gpu")
+        with np.errstate(over="ignore"):
+            p = tickgpu.greeks(**x, dtype=dtype, backend="gpu")
         assert isinstance(p.price, dev.cp.ndarray)
     assert taken(dev) == before
 

@@ -202,11 +202,31 @@ def test_calls_on_cupy_arrays_are_taken_in_c_with_the_python_paths_bits(ctx):
             scale = np.max(np.abs(c[np.isfinite(c)]), initial=0.0)
             np.testing.assert_allclose(cp.asnumpy(a).astype(np.float64), c, rtol=tol * 10, atol=tol * 10 * scale,
                                        err_msg=f"{k} n {n}")
-    x = {k: cp.asarray(rng.uniform(0.5, 1.5, 64) * v) for k, v in
-         dict(spot=100.0, strike=100.0, t=1.0, rate=0.03, vol=0.2, div=0.01).items()}
+    # Single values mixed in (through the constants ring), on the null stream and another, both
+    # dtypes: taken too, the Python path's bits and the CPU backend's values.
+    for dtype, on_stream in ((np.float64, False), (np.float32, True), (np.float64, True)):
+        host = {k: (rng.uniform(0.5, 1.5, 64) * v).astype(dtype) for k, v in
+                dict(spot=100.0, strike=100.0, t=1.0, rate=0.03, vol=0.2, div=0.01).items()}
+        with (stream if on_stream else cp.cuda.Stream.null):
+            x = {k: cp.asarray(v) for k, v in host.items()}
+            for values in (dict(rate=0.03), dict(rate=0.03, div=0, call=True), dict(call=False, vol=0.25, t=2)):
+                args = dict(dict(x, call=cp.asarray(rng.random(64) < 0.5)), **values)
+                before = count()
+                g = tickgpu.greeks(**args, dtype=dtype, backend="gpu")
+                assert count() == before + 1, values
+                p = python_path(**args, dtype=dtype, backend="gpu")
+                cp.cuda.get_current_stream().synchronize()
+                cpu = tickgpu.greeks(**{k: cp.asnumpy(v) if isinstance(v, cp.ndarray) else v for k, v in args.items()},
+                                     dtype=dtype, backend="cpu")
+                for k in GREEKS:
+                    a = cp.asnumpy(getattr(g, k))
+                    assert a.tobytes() == cp.asnumpy(getattr(p, k)).tobytes(), (values, k)
+                    c = getattr(cpu, k).astype(np.float64)
+                    tol = 1e-12 if dtype == np.float64 else 1e-5
+                    np.testing.assert_allclose(a.astype(np.float64), c, rtol=tol * 10,
+                                               atol=tol * 10 * np.max(np.abs(c[np.isfinite(c)]), initial=0.0))
     before = count()
-    tickgpu.greeks(**dict(x, rate=0.03), call=cp.asarray(np.ones(64, bool)), backend="gpu")   # a single value
-    tickgpu.greeks(**x, call=True, backend="gpu")                                              # a Python bool
+    tickgpu.greeks(**dict(x, rate=cp.asarray(np.full(1, 0.03))), call=True, backend="gpu")   # a one-element array
     assert count() == before
 
 
@@ -275,6 +295,13 @@ def test_calls_on_torch_tensors_are_taken_in_c_with_the_python_paths_bits(ctx):
     with pytest.raises(ValueError, match="spot"):
         tickgpu.greeks(**dict(x, spot=torch.cat([x["spot"], x["spot"]])[::2]), backend="gpu")
     assert _device_count(ctx, "greeks") == before
+    # single values mixed in: taken too, the Python path's bits
+    g = tickgpu.greeks(**dict(x, rate=0.02, div=0, call=True), backend="gpu")
+    p = python_path(**dict(x, rate=0.02, div=0, call=True), backend="gpu")
+    torch.cuda.synchronize()
+    assert _device_count(ctx, "greeks") == before + 1
+    for k in GREEKS:
+        assert getattr(g, k).cpu().numpy().tobytes() == getattr(p, k).cpu().numpy().tobytes(), k
 
 
 def test_implied_vols_on_cupy_arrays_are_taken_in_c(ctx):

@@ -516,7 +516,8 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
     CuPy ElementwiseKernel; `tickgpu.greeks` on PyTorch tensors of the same values and PyTorch
     eager on them; implied vols of the greeks' prices on CuPy arrays and on tensors. Each waits for
     its stream. ``launch_only``: the bound call without the wait (the host's share of a GPU-resident
-    loop). ``*_python_path``: the same call with the C entry off (runtime/fasttick.py), in the same
+    loop). ``tickgpu_greeks_mixed``: four arrays with the rate, dividend yield and flag as single
+    values. ``*_python_path``: the same call with the C entry off (runtime/fasttick.py), in the same
     process; ``c_entry_took_*``: whether the C entry took the calls timed.
     """
     from tickgpu.finance import greeks as greeks_mod
@@ -550,6 +551,12 @@ def bench_device_tick(cp, torch, repeats: int) -> dict:
                 mod._fast = saved
 
         r["c_entry_took_the_call"] = took("greeks", lambda: tickgpu.greeks(**x, dtype=dtype, backend="gpu"))
+        # The usual mix: four arrays, the rate, dividend yield and call flag as single values.
+        mixed = dict({k: x[k] for k in ("spot", "strike", "t", "vol")}, rate=0.03, div=0.0, call=True)
+        on_mixed = lambda: (tickgpu.greeks(**mixed, dtype=dtype, backend="gpu"), wait())  # noqa: E731
+        r["tickgpu_greeks_mixed"] = time_calls(on_mixed, repeats)
+        r["c_entry_took_the_mixed_call"] = took("greeks", lambda: tickgpu.greeks(**mixed, dtype=dtype, backend="gpu"))
+        r["tickgpu_greeks_mixed_python_path"] = python_path(greeks_mod, lambda: time_calls(on_mixed, min(repeats, 3000)))
         kept: list = []
         r["tickgpu_greeks_results_kept"] = time_calls(
             lambda: (kept.append(tickgpu.greeks(**x, dtype=dtype, backend="gpu")), wait()), min(repeats, 2000))
@@ -954,7 +961,8 @@ def evaluate_targets(res: dict) -> dict:
         if "tickgpu_greeks_torch" in dt:
             t["device_tick_1024_torch_eager_over_call_on_tensors"] = (
                 dt["torch_eager"]["p50_us"] / dt["tickgpu_greeks_torch"]["p50_us"])
-        for key in ("tickgpu_greeks_torch", "tickgpu_implied_vol_cupy", "tickgpu_implied_vol_torch"):
+        for key in ("tickgpu_greeks_mixed", "tickgpu_greeks_torch", "tickgpu_implied_vol_cupy",
+                    "tickgpu_implied_vol_torch"):
             if f"{key}_python_path" in dt:   # the C entry against the Python path, same process
                 t[f"device_tick_1024_{key}_python_path_over_c_entry"] = (
                     dt[f"{key}_python_path"]["p50_us"] / dt[key]["p50_us"])

@@ -10,11 +10,13 @@ waits, all in C. Every other call, and every call while a
 resident kernel is open or ``TICKGPU_DISABLE_GPU`` is set, is answered None and runs the Python
 path (staged.host_call), which defines what a call means; the C path gives the same bits.
 
-Greeks and implied vol on CuPy arrays or PyTorch CUDA tensors -- seven 1-D arrays of one kind
-and length, the call's dtype (``call`` bool or uint8), C-contiguous, on the context's device, no
-gradient wanted -- are taken in C too: the results made as `runtime.arrays.empty_outputs` makes
-them, one launch on the stream the arrays' interface names (CuPy) or PyTorch's current stream, no
-wait, the same bits as runtime/direct.py (`device_plan`).
+Greeks and implied vol on CuPy arrays or PyTorch CUDA tensors -- 1-D arrays of one kind and
+length, the call's dtype (``call`` bool or uint8), C-contiguous, on the context's device, no
+gradient wanted, single Python numbers (``call`` a bool) mixed in as the NumPy call takes them --
+are taken in C too: the single values written into the context's ConstantRing and copied to the
+device on the launch's stream, the results made as `runtime.arrays.empty_outputs` makes them, one
+launch on the stream the arrays' interface names (CuPy) or PyTorch's current stream, no wait, the
+same bits as runtime/direct.py (`device_plan`).
 
 On when the context has the native hot path (a real driver), off with ``TICKGPU_FAST_TICK=0`` or
 where the extension did not build. Tests switch it on over a mock driver with `enable`.
@@ -46,14 +48,16 @@ OPS = ("greeks", "implied_vol")
 _F64, _F32 = np.dtype(np.float64), np.dtype(np.float32)
 
 
-def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None, launch: int = 0) -> bool:
+def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None, launch: int = 0, htod: int = 0) -> bool:
     """Give `ctx` tickers: `begin` and `end` the addresses of C functions of the types of
     tg_hot_roundtrip_begin and tg_hot_roundtrip_end (csrc/tickgpu.h), `enter` of one of
     tg_hot_ctx_set_current's (0: none), `raise_error(status, cu_result, op)` raising the error of a
     failed call (default: the runtime's CudaError through `ctx.driver`), `launch` of one of
     tg_hot_launch_desc_run's (0: calls on GPU arrays take the Python path; else calls on CuPy
-    arrays and PyTorch CUDA tensors are taken in C too, `device_plan`). Plans built afterwards get
-    the C side (`plan_state`). False where the extension is missing."""
+    arrays and PyTorch CUDA tensors are taken in C too, `device_plan`), `htod` of one of
+    tg_hot_copy_htod_async's (0: such calls with single values mixed in take the Python path; else
+    the values go through the context's ConstantRing, as there). Plans built afterwards get the C
+    side (`plan_state`). False where the extension is missing."""
     if _fasttick is None:
         ctx.tickers = None
         return False
@@ -78,7 +82,8 @@ def enable(ctx, begin: int, end: int, enter: int = 0, raise_error=None, launch: 
                                  *result[fam.name])
             if launch:
                 t.device(launch, device_plan(ctx, fam, dt), _device_outputs(ctx, fam, dt), ctx.ordinal,
-                         MAX_ELEMENTS_PER_LAUNCH, len(fam.outputs), torch_spec)
+                         MAX_ELEMENTS_PER_LAUNCH, len(fam.outputs), torch_spec, ctx.constants if htod else None,
+                         htod)
             if chain is None:
                 chain = t
             else:
@@ -93,9 +98,10 @@ def install(ctx) -> None:
     the API calls."""
     if getattr(ctx, "tickers", None) is None and os.environ.get("TICKGPU_FAST_TICK", "1") != "0" \
             and getattr(ctx.driver, "has_hot_path", False) is True:
-        begin, end, enter, launch = (int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (
-            "tg_hot_roundtrip_begin", "tg_hot_roundtrip_end", "tg_hot_ctx_set_current", "tg_hot_launch_desc_run"))
-        enable(ctx, begin, end, enter, launch=launch)
+        begin, end, enter, launch, htod = (int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (
+            "tg_hot_roundtrip_begin", "tg_hot_roundtrip_end", "tg_hot_ctx_set_current", "tg_hot_launch_desc_run",
+            "tg_hot_copy_htod_async"))
+        enable(ctx, begin, end, enter, launch=launch, htod=htod)
     _publish(getattr(ctx, "tickers", None))
 
 
@@ -173,21 +179,23 @@ def result_blocks(ctx, plan) -> tuple:
 
 def device_plan(ctx, fam, dtype):
     """The factory of `fam`'s launches on GPU arrays at `dtype` for the C entry:
-    ``factory(n, stream, aligned)`` gives a `_fasttick.DevicePlan` -- the kernel direct.py would
-    launch for those n elements on `stream` (its 16-byte-aligned variant where `aligned`), every
-    parameter but the addresses packed once in an argument buffer of the plan's own (inputs read
-    with stride 1), a launch description over it, and where in it each input's and output's
+    ``factory(n, stream, aligned, values)`` gives a `_fasttick.DevicePlan` -- the kernel direct.py
+    would launch for those n elements on `stream` (its 16-byte-aligned variant where `aligned`),
+    every parameter but the addresses packed once in an argument buffer of the plan's own (inputs
+    read with stride 1, those of the bit mask `values` -- single values in the constants ring --
+    with stride 0), a launch description over it, and where in it each input's and output's
     address goes."""
     from tickgpu.runtime.staged import DTYPE_CODE   # staged imports this module
 
     dts, k, k_out = DTYPE_CODE[dtype], len(fam.inputs), len(fam.outputs)
 
-    def factory(n: int, stream: int, aligned: int):
+    def factory(n: int, stream: int, aligned: int, values: int = 0):
         lau = ctx.launcher(fam.name, dts, n, bool(aligned))
         grid = lau.grid(n)
         ctx.bundle.ensure_scratch(lau.kernel, grid[0])
         args = ArgBuffer(lau.kernel)
-        args.pack(*fam.contract((), [0] * k, [1] * k, [0] * k_out, n, None))
+        strides = [0 if values >> i & 1 else 1 for i in range(k)]
+        args.pack(*fam.contract((), [0] * k, strides, [0] * k_out, n, None))
         desc = launch_desc(ffi, lau.kernel, grid, stream, args.address)   # the C entry enters the context
         at = args.offsets   # contract order: (input, stride) pairs, the outputs, n
         return _fasttick.DevicePlan(int(ffi.cast("uintptr_t", desc)), int(args.values.ctypes.data),
