@@ -5,7 +5,7 @@ set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/tickgpu-site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD/src:/tmp/tickgpu-site PYTHONUNBUFFERED=1
 python3 setup.py -q build_ext --inplace > /tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
-R=/tmp/r; mkdir -p $R
+R=/tmp/r3; rm -rf $R; mkdir -p $R
 C=${TICKGPU_COMMIT:-x}
 TICKGPU_REQUIRE_GPU=1 timeout 100 python3 -m pytest -m gpu -q -p no:cacheprovider tests/gpu/test_fast_tick_gpu.py tests/gpu/test_runtime_plumbing_gpu.py > $R/pytest-c-entry-$C.txt 2>&1
 echo "pytest rc=$?"; tail -n 3 $R/pytest-c-entry-$C.txt; grep -E "^(FAILED|ERROR)|Error" $R/pytest-c-entry-$C.txt | head -20
