@@ -915,7 +915,7 @@ static int device_kind(Ticker *tk, PyObject *x)
         PyObject *mod = PyImport_GetModule(s_cupy);
         PyObject *t = mod ? PyObject_GetAttr(mod, s_ndarray) : NULL;
         Py_XDECREF(mod);
-        if (t != NULL && PyType_Check(t))
+        if (t != NULL && PyType_Check(t) && tk->dev_type == NULL)
             tk->dev_type = t;
         else
             Py_XDECREF(t);
@@ -928,8 +928,10 @@ static int device_kind(Ticker *tk, PyObject *x)
         if (mod != NULL) {
             Py_DECREF(mod);
             PyObject *spec = PyObject_CallOneArg(tk->torch_spec, (PyObject *)tk->want);
-            if (spec != NULL && (spec == Py_None || (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == TORCH_SPEC_SIZE &&
-                                                     PyType_Check(PyTuple_GET_ITEM(spec, TORCH_TENSOR)))))
+            /* (Python code: another thread may have asked meanwhile; the first answer stays.) */
+            if (spec != NULL && tk->torch == NULL &&
+                (spec == Py_None || (PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) == TORCH_SPEC_SIZE &&
+                                     PyType_Check(PyTuple_GET_ITEM(spec, TORCH_TENSOR)))))
                 tk->torch = spec;
             else
                 Py_XDECREF(spec);   /* a failing spec is asked again next time */
