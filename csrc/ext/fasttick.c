@@ -510,7 +510,7 @@ static PyArray_Descr *bool_descr;   /* np.dtype(bool): the one a bool array hold
 static PyArray_Descr *u8_descr;     /* np.dtype(uint8): flags may be bytes too on the GPU path */
 static PyObject *s_cupy, *s_ndarray, *s_dtype, *s_ndim, *s_size, *s_flags, *s_c_contiguous, *s_data, *s_ptr,
     *s_device_id, *s_cai, *s_stream;
-static PyObject *s_torch, *s_requires_grad, *s_get_device, *s_is_contiguous, *s_data_ptr;
+static PyObject *s_torch, *s_requires_grad, *s_is_cuda, *s_get_device, *s_is_contiguous, *s_data_ptr;
 static PyObject *s_cursor, *s_slots, *s_host, *s_dev, *s_slot;
 static PyObject *s_plans, *s_staging_elements;
 static PyObject *s_ticks, *s_fast, *s_exec, *s_scratch_epoch, *s_staged_by, *s_gpu, *s_auto;
@@ -871,8 +871,9 @@ static int call_ll(PyObject *o, PyObject *name, long long *out)
 enum { TORCH_TENSOR, TORCH_WANT, TORCH_BOOL, TORCH_U8, TORCH_STREAM, TORCH_SPEC_SIZE };
 
 /* A PyTorch tensor as the launch reads it: what read_device_array asks of a CuPy array, from the
- * tensor's own attributes (its interface is Python code building a dict), and no gradient wanted
- * (the Python path refuses such a tensor, naming it). 1 and its address and length, or 0. */
+ * tensor's own attributes (its interface is Python code building a dict), on a CUDA device, and no
+ * gradient wanted (the Python path refuses such a tensor, naming it). 1 and its address and length,
+ * or 0. */
 static int read_torch_tensor(const Ticker *tk, PyObject *x, int flag, unsigned long long *ptr, Py_ssize_t *len)
 {
     PyObject *spec = tk->torch;
@@ -889,7 +890,10 @@ static int read_torch_tensor(const Ticker *tk, PyObject *x, int flag, unsigned l
     PyObject *grad = PyObject_GetAttr(x, s_requires_grad);
     const int no_grad = grad == Py_False;
     Py_XDECREF(grad);
-    if (!no_grad || !call_ll(x, s_get_device, &dev) || dev != tk->ordinal)
+    PyObject *cuda = PyObject_GetAttr(x, s_is_cuda);   /* other devices number theirs from 0 too */
+    const int on_cuda = cuda == Py_True;
+    Py_XDECREF(cuda);
+    if (!no_grad || !on_cuda || !call_ll(x, s_get_device, &dev) || dev != tk->ordinal)
         goto no;
     PyObject *cc = PyObject_CallMethodNoArgs(x, s_is_contiguous);
     const int contiguous = cc == Py_True;
@@ -1098,12 +1102,10 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
     DevicePlan *plan = NULL;
     unsigned long long c_dev = 0, c_host = 0;   /* the values' slots in the ring (device, host) */
     if (n_values) {
-        const int taken = ring_slots(tk, x, mask, value, ptr, &c_dev, &c_host);
-        if (taken <= 0) {
-            if (taken == 0) {   /* the ring must wrap first: the Python path's ConstantRing.put */
-                result = Py_None;
-                Py_INCREF(result);
-            }
+        /* The slots are taken just before the launch (below), once no Python code is left to run
+         * that could call again and wrap the ring; their alignment is the ring's (16-byte slots). */
+        if (!attr_ull(tk->ring, s_dev, &c_dev)) {
+            PyErr_SetString(PyExc_TypeError, "Ticker: the constants ring lacks dev");
             goto unlock;
         }
         low |= c_dev;
@@ -1177,6 +1179,16 @@ static PyObject *device_call(Ticker *tk, PyObject *const *x)
             if (PyDict_SetItem(made_dict, PyTuple_GET_ITEM(tk->result_names, j),
                                PyTuple_GET_ITEM(PyTuple_GET_ITEM(outs, 0), j)) != 0)
                 goto unlock;
+    }
+    if (n_values) {
+        const int taken = ring_slots(tk, x, mask, value, ptr, &c_dev, &c_host);
+        if (taken <= 0) {
+            if (taken == 0) {   /* the ring must wrap first: the Python path's ConstantRing.put */
+                result = Py_None;
+                Py_INCREF(result);
+            }
+            goto unlock;
+        }
     }
     int cu = 0, st;
     if (enter_ctx(tk) != 0)
@@ -1460,25 +1472,25 @@ static PyObject *ticker_device(Ticker *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "Ticker.device: k_out must be the operation's number of outputs");
         return NULL;
     }
-    self->dev_max_n = max_n;
-    self->dev_k_out = k_out;
-    Py_CLEAR(self->torch);
-    Py_CLEAR(self->torch_spec);
-    if (torch_spec != Py_None) {
-        Py_INCREF(torch_spec);
-        self->torch_spec = torch_spec;
-    }
-    Py_CLEAR(self->ring);
-    self->htod = NULL;
-    if (ring != Py_None) {
-        Py_INCREF(ring);
-        self->ring = ring;
-        self->htod = (htod_fn)(uintptr_t)htod;
+    if (self->launch != NULL) {   /* calls may be running on what it holds: set up once */
+        PyErr_SetString(PyExc_RuntimeError, "Ticker.device: this ticker takes GPU arrays already");
+        return NULL;
     }
     PyObject *plans = PyDict_New();
     if (plans == NULL)
         return NULL;
     Py_XSETREF(self->dev_plans, plans);
+    self->dev_max_n = max_n;
+    self->dev_k_out = k_out;
+    if (torch_spec != Py_None) {
+        Py_INCREF(torch_spec);
+        self->torch_spec = torch_spec;
+    }
+    if (ring != Py_None) {
+        Py_INCREF(ring);
+        self->ring = ring;
+        self->htod = (htod_fn)(uintptr_t)htod;
+    }
     Py_INCREF(factory);
     Py_XSETREF(self->dev_factory, factory);
     Py_INCREF(outputs);
@@ -1556,6 +1568,7 @@ PyMODINIT_FUNC PyInit__fasttick(void)
     INTERN(s_size, "size") INTERN(s_flags, "flags") INTERN(s_c_contiguous, "c_contiguous") INTERN(s_data, "data")
     INTERN(s_ptr, "ptr") INTERN(s_device_id, "device_id") INTERN(s_cai, "__cuda_array_interface__")
     INTERN(s_stream, "stream") INTERN(s_torch, "torch") INTERN(s_requires_grad, "requires_grad")
+    INTERN(s_is_cuda, "is_cuda")
     INTERN(s_get_device, "get_device") INTERN(s_is_contiguous, "is_contiguous") INTERN(s_data_ptr, "data_ptr")
     INTERN(s_cursor, "cursor") INTERN(s_slots, "slots") INTERN(s_host, "host") INTERN(s_dev, "dev")
     INTERN(s_slot, "SLOT")

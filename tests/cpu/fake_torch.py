@@ -41,17 +41,19 @@ class Tensor:
     """Only what the runtime reads, and a way to read the values back (`get`)."""
 
     _mock = None
-    stream = 0   # what the current raw stream is (0: the legacy default stream, as PyTorch's default)
+    stream = 0   # device 0's current raw stream (0: the legacy default stream, as PyTorch's default)
+    other_streams: dict = {}
 
     def __init__(self, shape, dt: dtype, storage: _Storage, offset: int = 0, strides=None, index: int = 0):
         self.shape, self.dtype, self._storage, self._offset = tuple(shape), dt, storage, offset
         self._strides = tuple(strides) if strides is not None else _c_strides(self.shape)
         self._index = index
         self.requires_grad, self.is_sparse = False, False
+        self._kind = "cuda"   # another kind ("xpu"): a device numbered from 0 as well, not CUDA
 
     @property
     def is_cuda(self) -> bool:
-        return self._index >= 0
+        return self._kind == "cuda" and self._index >= 0
 
     @property
     def ndim(self) -> int:
@@ -59,17 +61,23 @@ class Tensor:
 
     @property
     def device(self) -> device:
-        return device("cuda", self._index) if self._index >= 0 else device("cpu")
+        return device(self._kind, self._index) if self._index >= 0 else device("cpu")
 
     @property
     def __cuda_array_interface__(self):   # PyTorch's: version 2, no stream, strides None when contiguous
+        if not self.is_cuda:
+            raise AttributeError(f"Can't get __cuda_array_interface__ on non-CUDA tensor type: {self._kind}")
         item = self.dtype.np.itemsize
         strides = None if self.is_contiguous() else tuple(s * item for s in self._strides)
         return {"shape": self.shape, "typestr": self.dtype.np.str, "data": (self.data_ptr(), False), "version": 2,
                 "strides": strides}
 
     def __dlpack_device__(self):
-        return (2, self._index)
+        return (2 if self.is_cuda else 14, self._index)   # kDLCUDA, kDLOneAPI
+
+    def __array__(self, dtype=None, copy=None):   # PyTorch's answer for a tensor not in host memory
+        raise TypeError(f"can't convert {self._kind}:{self._index} device type tensor to numpy. Use Tensor.cpu() "
+                        f"to copy the tensor to host memory first.")
 
     def __len__(self) -> int:
         if not self.shape:
@@ -132,6 +140,13 @@ def asarray(host: np.ndarray) -> Tensor:
     return t
 
 
+def _current_stream(index: int) -> int:
+    """torch._C._cuda_getCurrentRawStream: the current stream of device `index`."""
+    if not isinstance(index, int) or index < 0:
+        raise TypeError(f"a device index, not {index!r}")
+    return Tensor.stream if index == 0 else Tensor.other_streams.get(index, 0)
+
+
 def install(monkeypatch, mock) -> types.ModuleType:
     """Make this module ``torch`` (over `mock`'s memory) for one test, and make the runtime forget
     any tensor type and dtypes it has seen."""
@@ -139,12 +154,13 @@ def install(monkeypatch, mock) -> types.ModuleType:
 
     Tensor._mock = mock
     Tensor.stream = 0
+    Tensor.other_streams = {}   # the current stream of devices other than 0
     mod = types.ModuleType("torch")
     mod.Tensor, mod.empty, mod.device = Tensor, empty, device
     for d in (float64, float32, uint8, int8):
         setattr(mod, d.name, d)
     mod.bool = bool_
-    mod._C = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: Tensor.stream)
+    mod._C = types.SimpleNamespace(_cuda_getCurrentRawStream=_current_stream)
     mod.asarray = asarray
     monkeypatch.setitem(sys.modules, "torch", mod)
     monkeypatch.setattr(arrays, "_TORCH", [None])

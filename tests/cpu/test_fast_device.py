@@ -8,6 +8,7 @@ parameters, the launch, errors and the lock. Each call is checked against the mo
 form and the Python path's bits, and by the counter that says the C side took it.
 """
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -78,8 +79,7 @@ class MockHtod:
         return int(ffi.cast("uintptr_t", self.copy))
 
 
-@pytest.fixture
-def dev(tmp_path, monkeypatch):
+def make_ctx(tmp_path, monkeypatch):
     mock = MockDriver()
     cp = fake_cupy.install(monkeypatch, mock)
     th = fake_torch.install(monkeypatch, mock)
@@ -88,13 +88,34 @@ def dev(tmp_path, monkeypatch):
     assert fasttick.enable(ctx, *entry.pointers(), entry.raise_error, launch=launch.address(), htod=htod.address())
     fasttick.install(ctx)
     ctx.entry, ctx.launch, ctx.htod, ctx.cp, ctx.th = entry, launch, htod, cp, th
-    yield ctx
+    return ctx
+
+
+@pytest.fixture
+def dev(tmp_path, monkeypatch):
+    yield make_ctx(tmp_path, monkeypatch)
     rt.reset()
 
 
 def taken(ctx, op: str = "greeks") -> int:
     head = ctx.tickers[op]
     return head.device_calls + head.other.device_calls
+
+
+def lock_is_free(ctx) -> bool:
+    """Whether another thread can take the context's lock (the RLock is this thread's to take again
+    whatever it holds)."""
+    got = []
+
+    def take():
+        if ctx.lock.acquire(timeout=5):
+            got.append(True)
+            ctx.lock.release()
+
+    t = threading.Thread(target=take)
+    t.start()
+    t.join()
+    return got == [True]
 
 
 def host(rng, n, dtype=np.float64):
@@ -203,6 +224,37 @@ def test_a_full_constants_ring_wraps_on_the_python_path(dev, rng):
     assert taken(dev) == before + 1 and ring.cursor == 4
 
 
+def test_values_survive_calls_made_while_the_results_are_made(tmp_path, monkeypatch, rng):
+    """Python code runs inside a call (the results' allocation, the plan factory) and may call
+    again on this thread -- a finalizer, a hook -- as often as it likes: the call's values go into
+    the ring after it, so a lap of the ring meanwhile overwrites nothing of them."""
+    nested = []
+    made = arrays.empty_outputs
+
+    def empty_outputs(*a):
+        if nested:
+            y = nested.pop()
+            ring = ctx.constants
+            wraps = ring.wraps
+            while ring.wraps < wraps + 2:   # a full lap, and past where the outer call began
+                tickgpu.greeks(**y, backend="gpu")
+        return made(*a)
+
+    monkeypatch.setattr(arrays, "empty_outputs", empty_outputs)
+    ctx = make_ctx(tmp_path, monkeypatch)
+    try:
+        h = host(rng, 16)
+        x = {k: ctx.cp.asarray(v) for k, v in h.items()}
+        values = dict(rate=0.02, div=0.01, t=0.75)
+        nested.append(dict(x, rate=0.09, div=0.05, t=1.5))
+        g = tickgpu.greeks(**dict(x, **values), backend="gpu")
+        assert not nested and ctx.constants.wraps >= 2
+        check(ctx, g, dict(h, **{k: np.full(16, v) for k, v in values.items()}), np.float64)
+        assert taken(ctx) > 2 * ctx.constants.slots // 3 - 2   # the calls were the C entry's
+    finally:
+        rt.reset()
+
+
 def test_a_failed_value_copy_raises_and_releases_the_lock(dev, rng):
     h = host(rng, 16)
     x = dict({k: dev.cp.asarray(v) for k, v in h.items()}, rate=0.02)
@@ -211,8 +263,7 @@ def test_a_failed_value_copy_raises_and_releases_the_lock(dev, rng):
         tickgpu.greeks(**x, backend="gpu")
     assert dev.launch.runs == runs   # nothing launched after the failed copy
     dev.htod.fail = None
-    assert dev.lock.acquire(blocking=False)
-    dev.lock.release()
+    assert lock_is_free(dev)
     check(dev, tickgpu.greeks(**x, backend="gpu"), dict(h, rate=np.full(16, 0.02)), np.float64)
 
 
@@ -263,8 +314,7 @@ def test_a_failed_launch_raises_and_releases_the_lock(dev, rng):
     with pytest.raises(CudaError, match="cuLaunchKernel"):
         tickgpu.greeks(**x, backend="gpu")
     dev.launch.fail = None
-    assert dev.lock.acquire(blocking=False)
-    dev.lock.release()
+    assert lock_is_free(dev)
     check(dev, tickgpu.greeks(**x, backend="gpu"), h, np.float64)
 
 
@@ -282,6 +332,11 @@ def test_device_setup_is_checked(dev):
         fasttick._fasttick.DevicePlan(0, 1, [0], [0], 0, None)
     with pytest.raises(ValueError, match="k_out"):
         dev.tickers["implied_vol"].device(1, lambda *a: None, lambda *a: None, 0, 10, 0)
+    with pytest.raises(RuntimeError, match="already"):   # set up by enable: once only
+        t.device(1, lambda *a: None, lambda *a: None, 0, 10, 10)
+    h = {k: dev.cp.asarray(v) for k, v in host(np.random.default_rng(5), 8).items()}
+    tickgpu.greeks(**h, backend="gpu")
+    assert taken(dev) == 1   # what enable set up still serves
 
 
 def torch_inputs(dev, h, dtype):
@@ -310,11 +365,24 @@ def test_torch_calls_are_taken_in_c_with_the_python_paths_bits(dev, rng, dtype, 
     assert taken(dev) == before + 2
 
 
-@pytest.mark.parametrize("case", ["grad", "not contiguous", "2-d", "other device", "mixed kinds", "dtype"])
+class TensorSubclass(fake_torch.Tensor):
+    pass
+
+
+@pytest.mark.parametrize("case", ["grad", "not contiguous", "2-d", "other device", "mixed kinds", "dtype",
+                                  "not cuda", "subclass", "0-d"])
 def test_other_torch_calls_take_the_python_path(dev, rng, case):
     h = host(rng, 32)
     x = torch_inputs(dev, h, np.float64)
-    if case == "grad":
+    if case == "not cuda":   # a device of another kind, numbered 0 as the context's
+        x["strike"]._kind = "xpu"
+    elif case == "subclass":   # not torch.Tensor itself: its interface says what it is
+        s = x["vol"]
+        x["vol"] = TensorSubclass(s.shape, s.dtype, s._storage)
+    elif case == "0-d":
+        x["rate"] = fake_torch.Tensor((), fake_torch.float64, x["rate"]._storage)
+        h["rate"] = np.full(32, h["rate"][0])
+    elif case == "grad":
         x["vol"].requires_grad = True
     elif case == "not contiguous":
         x["spot"] = dev.th.asarray(np.repeat(h["spot"], 2))[::2]
@@ -327,12 +395,14 @@ def test_other_torch_calls_take_the_python_path(dev, rng, case):
     elif case == "dtype":
         x["div"] = dev.th.asarray(h["div"].astype(np.float32))
     before = taken(dev)
-    if case == "mixed kinds":
-        p = tickgpu.greeks(**x, backend="gpu")   # the Python path takes a mix of libraries
+    if case in ("mixed kinds", "subclass", "0-d"):
+        p = tickgpu.greeks(**x, backend="gpu")   # the Python path takes these
         check(dev, p, h, np.float64, kind="torch")
     else:
-        with pytest.raises((TypeError, ValueError), match={"grad": "vol", "not contiguous": "spot", "2-d": "spot",
-                                                          "other device": "t", "dtype": "div"}[case]):
+        said = {"grad": r"^vol: a CUDA tensor that requires grad", "not contiguous": r"^spot: .* not C-contiguous",
+                "2-d": r"^shape mismatch: .* with spot \(together \(4, 8\)\)", "dtype": r"^div: .* dtype float32",
+                "other device": r"^t: GPU array is on device 1", "not cuda": r"^strike: can't convert xpu:0"}[case]
+        with pytest.raises((TypeError, ValueError), match=said):
             tickgpu.greeks(**x, backend="gpu")
     assert taken(dev) == before
 

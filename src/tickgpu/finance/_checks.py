@@ -182,6 +182,8 @@ def array_of(name: str, a) -> np.ndarray:
         return np.asarray(a)
     except ValueError as e:
         raise ValueError(f"{name}: not an array of one shape ({e})") from None
+    except TypeError as e:
+        raise TypeError(f"{name}: {e}") from None
 
 
 def real_array(name: str, a, flags: bool = False) -> np.ndarray:
@@ -199,6 +201,8 @@ def real_array(name: str, a, flags: bool = False) -> np.ndarray:
             arr = np.asarray(a)
         except ValueError as e:     # a ragged nesting of lists (array_of, inline: a per-call path)
             raise ValueError(f"{name}: not an array of one shape ({e})") from None
+        except TypeError as e:      # an array NumPy cannot read (a tensor on a device other than CUDA)
+            raise TypeError(f"{name}: {e}") from None
     if arr.dtype == object and arr.size and all(type(v) in _OBJECT_REALS for v in arr.flat):
         # Python ints beyond int64 (alone, or with floats: [2**64, 1.5]): numbers, as floats where they fit
         try:
